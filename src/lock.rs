@@ -1,0 +1,858 @@
+//! The lock handle: how it is built, and the acquire, release, extend and reset paths.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{Cmd, Connection, RedisResult, Value};
+
+use crate::guard::LockGuard;
+use crate::pool::{Pool, PooledConnection};
+use crate::renew::Renewal;
+use crate::scripts::{self, ACQUIRE, EXTEND, RESET, UNLOCK};
+use crate::{id, Error};
+
+/// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
+/// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
+/// after at most this long, even when the holder has no expiry and the caller no timeout.
+pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(1);
+/// How long the wake-up signal waits for a waiter, as in python-redis-lock.
+pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
+/// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
+/// far below what would overflow Redis's millisecond clock arithmetic.
+const MAX_MILLIS: u64 = 1 << 40;
+/// How long a waiter whose connection dropped keeps trying to reconnect when it has no
+/// timeout of its own.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(10);
+
+/// A distributed lock on one Redis key, `lock:<name>`.
+///
+/// Acquiring blocks in `BLPOP lock-signal:<name>` instead of polling; a release wakes exactly
+/// one waiter. Each handle has an owner id (random unless given); Redis holds the id of the
+/// handle that owns the lock. A handle is `Send + Sync` and may be shared between threads, but
+/// the lock is not reentrant: acquiring it again under the same id is an error.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = redis_lock::Lock::builder(&client, "nightly-report")
+///     .expire(Duration::from_secs(60))
+///     .auto_renewal(true)
+///     .build()?;
+/// let guard = lock.lock()?;
+/// // ... work while the renewal thread keeps the lock alive ...
+/// drop(guard);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lock {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = redis_lock::Lock::builder(&client, "invoices")
+///     .expire(Duration::from_secs(30))
+///     .id("worker-7")
+///     .build()?;
+/// assert_eq!(lock.id(), "worker-7");
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LockBuilder<'c> {
+    client: &'c redis::Client,
+    name: String,
+    expire: Option<Duration>,
+    auto_renewal: bool,
+    id: Option<String>,
+    signal_expire: Duration,
+    fencing: bool,
+}
+
+pub(crate) struct Inner {
+    name: String,
+    key: String,
+    signal_key: String,
+    fence_key: String,
+    id: String,
+    expire_ms: Option<u64>,
+    signal_expire_ms: u64,
+    auto_renewal: bool,
+    fencing: bool,
+    pool: Arc<Pool>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    holding: Option<Holding>,
+    renewal: Option<Renewal>,
+}
+
+/// What this handle knows about the lock it acquired, without asking Redis.
+#[derive(Clone, Copy)]
+struct Holding {
+    /// When the key expires at the earliest, as far as this process can tell.
+    valid_until: Option<Instant>,
+    token: Option<u64>,
+    lost: bool,
+}
+
+impl Holding {
+    fn is_lost(&self, now: Instant) -> bool {
+        self.lost || self.valid_until.is_some_and(|t| now >= t)
+    }
+}
+
+/// One try at the lock, as `acquire.lua` reports it.
+enum Attempt {
+    Acquired { token: Option<u64> },
+    Busy { owner: Vec<u8>, pttl_ms: i64 },
+}
+
+/// How a call to `extend.lua` came out.
+pub(crate) enum Extended {
+    Yes,
+    NotOurs,
+    NoExpiry,
+}
+
+impl<'c> LockBuilder<'c> {
+    /// Makes the lock expire this long after it is taken (or last extended), so a crashed
+    /// holder cannot keep it forever. Rounded up to whole milliseconds; at least 1 ms.
+    pub fn expire(mut self, expire: Duration) -> Self {
+        self.expire = Some(expire);
+        self
+    }
+
+    /// Keeps an expiring lock alive while it is held: a thread extends it every two thirds of
+    /// the expiry until it is released or the handle is dropped. Needs [`expire`](Self::expire).
+    pub fn auto_renewal(mut self, on: bool) -> Self {
+        self.auto_renewal = on;
+        self
+    }
+
+    /// Uses this owner id instead of a random one. Handles with the same id are the same
+    /// owner: either may extend or release the lock. Compared byte for byte; not empty.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// How long a release's wake-up signal waits for a waiter that is about to block
+    /// (default 1000 ms, as in python-redis-lock).
+    pub fn signal_expire(mut self, signal_expire: Duration) -> Self {
+        self.signal_expire = signal_expire;
+        self
+    }
+
+    /// Takes a fencing token with every acquisition: a number from `lock-fence:<name>`,
+    /// greater than any token handed out before for this name. See
+    /// [`Lock::fencing_token`].
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Checks the settings and makes the handle. No connection is opened yet.
+    pub fn build(self) -> Result<Lock, Error> {
+        if self.name.is_empty() {
+            return Err(Error::invalid("the lock name is empty"));
+        }
+        let expire_ms = self.expire.map(|d| millis("expire", d)).transpose()?;
+        let signal_expire_ms = millis("signal_expire", self.signal_expire)?;
+        if self.auto_renewal && expire_ms.is_none() {
+            return Err(Error::invalid("auto_renewal needs an expire"));
+        }
+        let id = match self.id {
+            Some(id) if id.is_empty() => return Err(Error::invalid("the owner id is empty")),
+            Some(id) => id,
+            None => id::random_id()?,
+        };
+        let inner = Inner {
+            key: format!("lock:{}", self.name),
+            signal_key: format!("lock-signal:{}", self.name),
+            fence_key: format!("lock-fence:{}", self.name),
+            name: self.name,
+            id,
+            expire_ms,
+            signal_expire_ms,
+            auto_renewal: self.auto_renewal,
+            fencing: self.fencing,
+            pool: Pool::shared(self.client)?,
+            state: Mutex::new(State::default()),
+        };
+        Ok(Lock {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+/// Whole milliseconds for Redis, rounded up so a sub-millisecond duration is not zero.
+pub(crate) fn millis(what: &str, d: Duration) -> Result<u64, Error> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    if ms == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1 ms")));
+    }
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_MILLIS => Ok(ms),
+        _ => Err(Error::invalid(format!(
+            "{what} must be at most {MAX_MILLIS} ms"
+        ))),
+    }
+}
+
+impl Lock {
+    /// A handle on the lock `name`, with no expiry and a random owner id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "cron:cleanup")?;
+    /// if lock.try_acquire()? {
+    ///     // ... only one process in the fleet gets here at a time ...
+    ///     lock.release()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(client: &redis::Client, name: impl Into<String>) -> Result<Lock, Error> {
+        Lock::builder(client, name).build()
+    }
+
+    /// A builder for a handle on the lock `name`; see [`LockBuilder`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::builder(&client, "cron:cleanup")
+    ///     .expire(std::time::Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(client: &redis::Client, name: impl Into<String>) -> LockBuilder<'_> {
+        LockBuilder {
+            client,
+            name: name.into(),
+            expire: None,
+            auto_renewal: false,
+            id: None,
+            signal_expire: DEFAULT_SIGNAL_EXPIRE,
+            fencing: false,
+        }
+    }
+
+    /// The lock's name (the key is `lock:<name>`).
+    ///
+    /// ```no_run
+    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+    /// let lock = redis_lock::Lock::new(&client, "jobs").unwrap();
+    /// assert_eq!(lock.name(), "jobs");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This handle's owner id: what Redis holds while this handle owns the lock.
+    ///
+    /// ```no_run
+    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+    /// let lock = redis_lock::Lock::new(&client, "jobs").unwrap();
+    /// assert_eq!(lock.id().len(), 24);
+    /// ```
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Blocks until the lock is ours. Waiting happens in `BLPOP`, woken by a release and
+    /// bounded by the holder's remaining expiry, so a crashed holder's lock is taken within
+    /// milliseconds of its expiry.
+    ///
+    /// Fails with [`Error::AlreadyAcquired`] if this owner id already holds the lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// lock.acquire()?;
+    /// lock.release()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire(&self) -> Result<(), Error> {
+        self.inner.acquire(None).map(|_| ())
+    }
+
+    /// Takes the lock if it is free, never blocking. `Ok(false)` when someone else holds it.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// if !lock.try_acquire()? {
+    ///     println!("busy, held by {:?}", lock.owner_id()?);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire(&self) -> Result<bool, Error> {
+        self.inner.acquire(Some(Instant::now()))
+    }
+
+    /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in time. A zero
+    /// timeout is a single try; any size is allowed, including longer than the expiry.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// if lock.acquire_timeout(std::time::Duration::from_secs(5))? {
+    ///     lock.release()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
+        self.inner.acquire(Instant::now().checked_add(timeout))
+    }
+
+    /// Blocks until the lock is ours and returns a guard that releases it on drop.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// {
+    ///     let _guard = lock.lock()?;
+    ///     // ... critical section ...
+    /// } // released here
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock(&self) -> Result<LockGuard<'_>, Error> {
+        self.acquire()?;
+        Ok(LockGuard::new(self))
+    }
+
+    /// The guard if the lock is free now, `None` if someone else holds it; never blocks.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// match lock.try_lock()? {
+    ///     Some(_guard) => println!("got it"),
+    ///     None => println!("busy"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>, Error> {
+        Ok(self.try_acquire()?.then(|| LockGuard::new(self)))
+    }
+
+    /// The guard if the lock comes free within `timeout`, else `None`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// if let Some(_guard) = lock.try_lock_for(std::time::Duration::from_millis(500))? {
+    ///     // ... critical section ...
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_>>, Error> {
+        Ok(self.acquire_timeout(timeout)?.then(|| LockGuard::new(self)))
+    }
+
+    /// Releases the lock and wakes one waiter. Fails with [`Error::NotAcquired`], changing
+    /// nothing, when the lock is not held under this handle's id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// assert!(matches!(lock.release(), Err(redis_lock::Error::NotAcquired { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release(&self) -> Result<(), Error> {
+        self.inner.release()
+    }
+
+    /// Gives the lock a new expiry: `expire`, or the handle's configured one when `None`.
+    ///
+    /// Fails with [`Error::NotAcquired`] when the lock is not held under this id,
+    /// [`Error::NotExpirable`] when it was taken without an expiry, and
+    /// [`Error::InvalidArgument`] when neither `expire` nor a configured expiry is there.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_lock::Lock::builder(&client, "jobs")
+    ///     .expire(Duration::from_secs(10))
+    ///     .build()?;
+    /// let _guard = lock.lock()?;
+    /// lock.extend(Some(Duration::from_secs(60)))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
+        let ms = match expire {
+            Some(d) => millis("expire", d)?,
+            None => self.inner.expire_ms.ok_or_else(|| {
+                Error::invalid("extend(None) needs an expire configured on the lock")
+            })?,
+        };
+        match self.inner.extend_ms(ms)? {
+            Extended::Yes => Ok(()),
+            Extended::NotOurs => Err(self.inner.error(|name| Error::NotAcquired { name })),
+            Extended::NoExpiry => Err(self.inner.error(|name| Error::NotExpirable { name })),
+        }
+    }
+
+    /// Deletes the lock whoever holds it and wakes one waiter: an operator's tool for a lock
+    /// left by a holder that will never release it. Returns whether there was a lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "stuck-job")?;
+    /// if lock.reset()? {
+    ///     println!("freed a stuck lock");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reset(&self) -> Result<bool, Error> {
+        self.inner.stop_holding();
+        let inner = &self.inner;
+        let deleted: i64 = inner.pool.run(|c| {
+            RESET.run(c, |cmd| {
+                cmd.arg(2)
+                    .arg(&inner.key)
+                    .arg(&inner.signal_key)
+                    .arg(inner.signal_expire_ms);
+            })
+        })?;
+        log::info!("lock {:?} reset", inner.name);
+        Ok(deleted > 0)
+    }
+
+    /// Whether anyone holds the lock (one round trip).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// println!("held: {}", lock.locked()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn locked(&self) -> Result<bool, Error> {
+        let key = &self.inner.key;
+        Ok(self.inner.pool.run(|c| redis::cmd("EXISTS").arg(key).query(c))?)
+    }
+
+    /// The id of the lock's current owner, or `None` when it is free (one round trip). An id
+    /// that is not UTF-8 (written by another client) is converted lossily.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// lock.acquire()?;
+    /// assert_eq!(lock.owner_id()?.as_deref(), Some(lock.id()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn owner_id(&self) -> Result<Option<String>, Error> {
+        let key = &self.inner.key;
+        let owner: Option<Vec<u8>> = self.inner.pool.run(|c| redis::cmd("GET").arg(key).query(c))?;
+        Ok(owner.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Whether the lock this handle acquired has been lost: its renewal was refused, or its
+    /// expiry passed without a renewal. No round trip: this is what the handle knows. `false`
+    /// when the handle does not hold the lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::builder(&client, "jobs")
+    ///     .expire(std::time::Duration::from_secs(5))
+    ///     .auto_renewal(true)
+    ///     .build()?;
+    /// let guard = lock.lock()?;
+    /// for step in 0..100 {
+    ///     if lock.lost() {
+    ///         break; // someone else may hold it now: stop writing
+    ///     }
+    ///     // ... step ...
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost(&self) -> bool {
+        let state = self.inner.state.lock();
+        state.holding.is_some_and(|h| h.is_lost(Instant::now()))
+    }
+
+    /// The fencing token of the current acquisition, when the lock was built with
+    /// [`fencing(true)`](LockBuilder::fencing) and is held.
+    ///
+    /// Tokens grow with every acquisition of the name, so a storage system that remembers the
+    /// highest token it has seen can refuse a write from a holder that lost the lock (paused
+    /// past its expiry) after someone else took it:
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::builder(&client, "ledger")
+    ///     .expire(std::time::Duration::from_secs(10))
+    ///     .fencing(true)
+    ///     .build()?;
+    /// let guard = lock.lock()?;
+    /// let token = guard.fencing_token().expect("fencing is on");
+    /// // The store keeps the highest token it has accepted and rejects lower ones, e.g. in
+    /// // SQL: UPDATE ledger SET ..., fence = $token WHERE id = $id AND fence < $token
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.state.lock().holding.and_then(|h| h.token)
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The id stays out: anyone who knows it can release the lock.
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("expire_ms", &self.inner.expire_ms)
+            .field("auto_renewal", &self.inner.auto_renewal)
+            .field("fencing", &self.inner.fencing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn expire_ms(&self) -> Option<u64> {
+        self.expire_ms
+    }
+
+    fn error(&self, make: impl FnOnce(String) -> Error) -> Error {
+        make(self.name.clone())
+    }
+
+    /// The acquire path: one try, then `BLPOP` + try in a single round trip until the lock is
+    /// ours or `deadline` passes (`None`: wait forever).
+    fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Result<bool, Error> {
+        self.forget_lost_holding()?;
+        log::debug!("lock {:?}: acquiring", self.name);
+        let mut conn = self.pool.get()?;
+        let sent = Instant::now();
+        let mut attempt = conn.run(|c| self.try_once(c));
+        // The first try measures a round trip, which bounds how long before a reply the
+        // server can have set the key.
+        let round_trip = sent.elapsed();
+        let mut set_no_earlier_than = sent;
+        let mut reply_lost = false;
+        loop {
+            let outcome = match attempt {
+                Ok(outcome) => outcome?,
+                Err(e) if conn.is_broken() => {
+                    log::warn!("lock {:?}: connection lost while waiting: {e}", self.name);
+                    drop(conn);
+                    conn = self.reconnect(deadline)?;
+                    reply_lost = true;
+                    set_no_earlier_than = Instant::now();
+                    attempt = conn.run(|c| self.try_once(c));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match outcome {
+                Attempt::Acquired { token } => {
+                    drop(conn);
+                    self.acquired(set_no_earlier_than, token)?;
+                    return Ok(true);
+                }
+                Attempt::Busy { owner, .. } if owner == self.id.as_bytes() => {
+                    if !reply_lost {
+                        return Err(self.error(|name| Error::AlreadyAcquired { name }));
+                    }
+                    // Our own try got through before the connection dropped; only its reply
+                    // was lost.
+                    let token = self.current_token(&mut conn)?;
+                    drop(conn);
+                    self.acquired(set_no_earlier_than, token)?;
+                    return Ok(true);
+                }
+                Attempt::Busy { pttl_ms, .. } => {
+                    reply_lost = false;
+                    let Some(block) = self.next_block(deadline, pttl_ms) else {
+                        log::debug!("lock {:?}: not acquired in time", self.name);
+                        return Ok(false);
+                    };
+                    let sent = Instant::now();
+                    attempt = conn.run(|c| self.wait_then_try(c, block));
+                    // The try ran right after the BLPOP returned, about a round trip before
+                    // its reply reached us.
+                    set_no_earlier_than = Instant::now()
+                        .checked_sub(round_trip)
+                        .map_or(sent, |t| t.max(sent));
+                }
+            }
+        }
+    }
+
+    /// How long to block before the next try: never past the caller's deadline, the holder's
+    /// expiry or [`MAX_BLOCK`]. `None` when the deadline has passed.
+    fn next_block(&self, deadline: Option<Instant>, pttl_ms: i64) -> Option<Duration> {
+        let mut block = MAX_BLOCK;
+        if let Some(deadline) = deadline {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return None;
+            }
+            block = block.min(remaining);
+        }
+        if let Ok(pttl) = u64::try_from(pttl_ms) {
+            // One millisecond past the expiry, so the next try finds the key gone.
+            block = block.min(Duration::from_millis(pttl.saturating_add(1)));
+        }
+        Some(block)
+    }
+
+    fn acquire_args(&self, cmd: &mut Cmd) {
+        cmd.arg(2)
+            .arg(&self.key)
+            .arg(&self.fence_key)
+            .arg(&self.id)
+            .arg(self.expire_ms.unwrap_or(0))
+            .arg(if self.fencing { "1" } else { "0" });
+    }
+
+    fn try_once(&self, conn: &mut Connection) -> RedisResult<Result<Attempt, Error>> {
+        let reply: Value = ACQUIRE.run(conn, |cmd| self.acquire_args(cmd))?;
+        Ok(self.parse_attempt(reply))
+    }
+
+    /// `BLPOP` and the next try in one pipeline: Redis runs the try the moment the `BLPOP`
+    /// returns, so a woken waiter has the lock one network trip after the release.
+    fn wait_then_try(
+        &self,
+        conn: &mut Connection,
+        block: Duration,
+    ) -> RedisResult<Result<Attempt, Error>> {
+        let ms = block.as_millis().max(1);
+        let timeout = format!("{}.{:03}", ms / 1000, ms % 1000);
+        let mut pipe = redis::pipe();
+        pipe.cmd("BLPOP").arg(&self.signal_key).arg(timeout).ignore();
+        pipe.add_command(ACQUIRE.evalsha(|cmd| self.acquire_args(cmd)));
+        let reply: Value = match pipe.query::<(Value,)>(conn) {
+            Ok((reply,)) => reply,
+            // Only the EVALSHA can say NOSCRIPT, so the BLPOP is done: just try again.
+            Err(e) if scripts::is_noscript(&e) => ACQUIRE.run(conn, |cmd| self.acquire_args(cmd))?,
+            Err(e) => return Err(e),
+        };
+        Ok(self.parse_attempt(reply))
+    }
+
+    fn parse_attempt(&self, reply: Value) -> Result<Attempt, Error> {
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Int(token)] => Ok(Attempt::Acquired {
+                    token: self.fencing.then(|| u64::try_from(*token).ok()).flatten(),
+                }),
+                [Value::Int(0), Value::BulkString(owner), Value::Int(pttl_ms)] => {
+                    Ok(Attempt::Busy {
+                        owner: owner.clone(),
+                        pttl_ms: *pttl_ms,
+                    })
+                }
+                _ => Err(Error::unexpected(&items)),
+            },
+            other => Err(Error::unexpected(&other)),
+        }
+    }
+
+    fn current_token(&self, conn: &mut PooledConnection<'_>) -> Result<Option<u64>, Error> {
+        if !self.fencing {
+            return Ok(None);
+        }
+        let token: Option<u64> = conn.run(|c| redis::cmd("GET").arg(&self.fence_key).query(c))?;
+        Ok(token)
+    }
+
+    /// A new connection after one dropped mid-wait, trying until the caller's deadline (or for
+    /// [`RECONNECT_WINDOW`] when there is none); the last error if the server stays away.
+    fn reconnect(&self, deadline: Option<Instant>) -> Result<PooledConnection<'_>, Error> {
+        let give_up = deadline.unwrap_or_else(|| Instant::now() + RECONNECT_WINDOW);
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let error = match self.pool.get() {
+                Ok(conn) => return Ok(conn),
+                Err(e) => e,
+            };
+            let remaining = give_up.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                log::error!("lock {:?}: could not reconnect: {error}", self.name);
+                return Err(error.into());
+            }
+            // Backoff between connection attempts while the server is away; waiting for the
+            // lock itself is never done this way.
+            thread::sleep(pause.min(remaining));
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// A handle that thinks it holds a lock that has since been lost may try again; one that
+    /// still holds it may not.
+    fn forget_lost_holding(&self) -> Result<(), Error> {
+        let mut state = self.state.lock();
+        match state.holding {
+            Some(h) if !h.is_lost(Instant::now()) => {
+                Err(self.error(|name| Error::AlreadyAcquired { name }))
+            }
+            Some(_) => {
+                state.holding = None;
+                let renewal = state.renewal.take();
+                drop(state);
+                if let Some(renewal) = renewal {
+                    renewal.stop();
+                }
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn acquired(self: &Arc<Self>, set_no_earlier_than: Instant, token: Option<u64>) -> Result<(), Error> {
+        let valid_until = self
+            .expire_ms
+            .and_then(|ms| set_no_earlier_than.checked_add(Duration::from_millis(ms)));
+        let renewal = match self.expire_ms.filter(|_| self.auto_renewal) {
+            Some(ms) => match Renewal::start(self, Duration::from_millis(ms)) {
+                Ok(renewal) => Some(renewal),
+                Err(e) => {
+                    // Without its renewal the lock would expire under the holder: give it back.
+                    if let Err(release) = self.unlock() {
+                        log::error!("lock {:?}: release failed: {release}", self.name);
+                    }
+                    return Err(Error::Thread(e));
+                }
+            },
+            None => None,
+        };
+        let mut state = self.state.lock();
+        state.holding = Some(Holding {
+            valid_until,
+            token,
+            lost: false,
+        });
+        state.renewal = renewal;
+        log::debug!("lock {:?}: acquired", self.name);
+        Ok(())
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        log::debug!("lock {:?}: releasing", self.name);
+        self.stop_renewal();
+        let result = self.unlock();
+        if result.is_ok() || matches!(result, Err(Error::NotAcquired { .. })) {
+            self.state.lock().holding = None;
+        }
+        result
+    }
+
+    fn unlock(&self) -> Result<(), Error> {
+        let code: i64 = self.pool.run(|c| {
+            UNLOCK.run(c, |cmd| {
+                cmd.arg(2)
+                    .arg(&self.key)
+                    .arg(&self.signal_key)
+                    .arg(&self.id)
+                    .arg(self.signal_expire_ms);
+            })
+        })?;
+        match code {
+            0 => Ok(()),
+            1 => Err(self.error(|name| Error::NotAcquired { name })),
+            other => Err(Error::unexpected(&other)),
+        }
+    }
+
+    /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
+    pub(crate) fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
+        let sent = Instant::now();
+        let code: i64 = self.pool.run(|c| {
+            EXTEND.run(c, |cmd| {
+                cmd.arg(1).arg(&self.key).arg(&self.id).arg(ms);
+            })
+        })?;
+        match code {
+            0 => {
+                if let Some(holding) = self.state.lock().holding.as_mut() {
+                    holding.valid_until = sent.checked_add(Duration::from_millis(ms));
+                }
+                Ok(Extended::Yes)
+            }
+            1 => Ok(Extended::NotOurs),
+            2 => Ok(Extended::NoExpiry),
+            other => Err(Error::unexpected(&other)),
+        }
+    }
+
+    /// Whether the known deadline of the lock this handle holds has passed.
+    pub(crate) fn expired(&self) -> bool {
+        let state = self.state.lock();
+        state.holding.is_some_and(|h| h.is_lost(Instant::now()))
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        if let Some(holding) = self.state.lock().holding.as_mut() {
+            holding.lost = true;
+        }
+    }
+
+    /// Forgets the holding and stops its renewal (a reset took the lock away).
+    fn stop_holding(&self) {
+        self.state.lock().holding = None;
+        self.stop_renewal();
+    }
+
+    fn stop_renewal(&self) {
+        let renewal = self.state.lock().renewal.take();
+        if let Some(renewal) = renewal {
+            renewal.stop();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The lock itself is left to expire, as python-redis-lock does; only renewing stops.
+        if let Some(renewal) = self.state.get_mut().renewal.take() {
+            renewal.stop();
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! A private `redis-server` per test, and child processes for tests that need another process.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server is not on PATH. The tests start their own private \
+     server; install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu), \
+     `brew install redis` (macOS) or `dnf install redis` (Fedora)";
+
+/// A `redis-server` on a free loopback port, with no persistence; killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--maxmemory 1mb`, ...).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..20 {
+            let port = free_port();
+            if let Some(child) = spawn_server(port, &extra) {
+                return RedisServer { child, port, extra };
+            }
+        }
+        panic!("could not start redis-server on a free port after 20 tries");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// A plain connection for the test's own checks (not from the library's pool).
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect to the test server")
+    }
+
+    /// Kills the server (like a crash) and starts a fresh, empty one on the same port.
+    pub fn restart_after(&mut self, outage: Duration) {
+        self.kill();
+        std::thread::sleep(outage);
+        self.child = spawn_server(self.port, &self.extra).expect("restart redis-server");
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Starts `redis-server` on `port` and waits until it answers; `None` if it exited (the port
+/// was taken meanwhile).
+fn spawn_server(port: u16, extra: &[String]) -> Option<Child> {
+    let spawned = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+        Err(e) => panic!("could not run redis-server: {e}"),
+    };
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return Some(child);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    None
+}
+
+/// The role this process plays when a test re-ran the test binary as a child, if any.
+pub fn child_role() -> Option<(String, String, Vec<String>)> {
+    let role = std::env::var("REDIS_LOCK_TEST_ROLE").ok()?;
+    let url = std::env::var("REDIS_LOCK_TEST_URL").expect("REDIS_LOCK_TEST_URL");
+    let args = std::env::var("REDIS_LOCK_TEST_ARGS")
+        .unwrap_or_default()
+        .split('\u{1f}')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    Some((role, url, args))
+}
+
+/// Another process running this test binary's `child_process_role` test as `role`.
+pub struct ChildProcess {
+    pub child: Child,
+    lines: BufReader<ChildStdout>,
+}
+
+impl ChildProcess {
+    pub fn spawn(role: &str, url: &str, args: &[&str]) -> ChildProcess {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])
+            .env("REDIS_LOCK_TEST_ROLE", role)
+            .env("REDIS_LOCK_TEST_URL", url)
+            .env("REDIS_LOCK_TEST_ARGS", args.join("\u{1f}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a child test process");
+        let lines = BufReader::new(child.stdout.take().expect("piped stdout"));
+        ChildProcess { child, lines }
+    }
+
+    /// Blocks until the child prints a line starting with `marker`, and returns that line.
+    pub fn expect_line(&mut self, marker: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.lines.read_line(&mut line).expect("read the child's output");
+            assert!(n > 0, "the child exited before printing {marker:?}");
+            if line.starts_with(marker) {
+                return line.trim_end().to_string();
+            }
+        }
+    }
+
+    /// Sends the child one line on its standard input.
+    pub fn send_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "{line}").expect("write to the child");
+        stdin.flush().expect("flush to the child");
+    }
+
+    pub fn wait_success(mut self) {
+        let status = self.child.wait().expect("wait for the child");
+        assert!(status.success(), "child failed: {status}");
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
