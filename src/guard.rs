@@ -106,7 +106,9 @@ impl Drop for LockGuard<'_> {
 
 impl std::fmt::Debug for LockGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockGuard").field("lock", self.lock).finish()
+        f.debug_struct("LockGuard")
+            .field("lock", self.lock)
+            .finish()
     }
 }
 

@@ -16,7 +16,7 @@ use crate::{id, Error};
 /// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
 /// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
 /// after at most this long, even when the holder has no expiry and the caller no timeout.
-pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(1);
+pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long the wake-up signal waits for a waiter, as in python-redis-lock.
 pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
 /// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
@@ -464,7 +464,10 @@ impl Lock {
     /// ```
     pub fn locked(&self) -> Result<bool, Error> {
         let key = &self.inner.key;
-        Ok(self.inner.pool.run(|c| redis::cmd("EXISTS").arg(key).query(c))?)
+        Ok(self
+            .inner
+            .pool
+            .run(|c| redis::cmd("EXISTS").arg(key).query(c))?)
     }
 
     /// The id of the lock's current owner, or `None` when it is free (one round trip). An id
@@ -481,7 +484,10 @@ impl Lock {
     /// ```
     pub fn owner_id(&self) -> Result<Option<String>, Error> {
         let key = &self.inner.key;
-        let owner: Option<Vec<u8>> = self.inner.pool.run(|c| redis::cmd("GET").arg(key).query(c))?;
+        let owner: Option<Vec<u8>> = self
+            .inner
+            .pool
+            .run(|c| redis::cmd("GET").arg(key).query(c))?;
         Ok(owner.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
     }
 
@@ -666,12 +672,17 @@ impl Inner {
         let ms = block.as_millis().max(1);
         let timeout = format!("{}.{:03}", ms / 1000, ms % 1000);
         let mut pipe = redis::pipe();
-        pipe.cmd("BLPOP").arg(&self.signal_key).arg(timeout).ignore();
+        pipe.cmd("BLPOP")
+            .arg(&self.signal_key)
+            .arg(timeout)
+            .ignore();
         pipe.add_command(ACQUIRE.evalsha(|cmd| self.acquire_args(cmd)));
         let reply: Value = match pipe.query::<(Value,)>(conn) {
             Ok((reply,)) => reply,
             // Only the EVALSHA can say NOSCRIPT, so the BLPOP is done: just try again.
-            Err(e) if scripts::is_noscript(&e) => ACQUIRE.run(conn, |cmd| self.acquire_args(cmd))?,
+            Err(e) if scripts::is_noscript(&e) => {
+                ACQUIRE.run(conn, |cmd| self.acquire_args(cmd))?
+            }
             Err(e) => return Err(e),
         };
         Ok(self.parse_attempt(reply))
@@ -746,7 +757,11 @@ impl Inner {
         }
     }
 
-    fn acquired(self: &Arc<Self>, set_no_earlier_than: Instant, token: Option<u64>) -> Result<(), Error> {
+    fn acquired(
+        self: &Arc<Self>,
+        set_no_earlier_than: Instant,
+        token: Option<u64>,
+    ) -> Result<(), Error> {
         let valid_until = self
             .expire_ms
             .and_then(|ms| set_no_earlier_than.checked_add(Duration::from_millis(ms)));

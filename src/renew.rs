@@ -60,12 +60,18 @@ fn renew_until_stopped(lock: &Weak<Inner>, stopped: &Receiver<()>, expire: Durat
                 break;
             }
             Ok(Extended::NoExpiry) => {
-                log::warn!("lock {:?}: its expiry was removed; renewal not needed", lock.name());
+                log::warn!(
+                    "lock {:?}: its expiry was removed; renewal not needed",
+                    lock.name()
+                );
                 break;
             }
             Err(e) if lock.expired() => {
                 lock.mark_lost();
-                log::error!("lock {:?}: lost (expired before a renewal got through: {e})", lock.name());
+                log::error!(
+                    "lock {:?}: lost (expired before a renewal got through: {e})",
+                    lock.name()
+                );
                 break;
             }
             Err(e) => {

@@ -69,7 +69,10 @@ fn the_largest_timeout_is_accepted() {
 fn an_expiring_lock_has_a_ttl_of_at_most_its_expiry() {
     let server = RedisServer::start();
     let client = server.client();
-    let lock = Lock::builder(&client, "l").expire(Duration::from_secs(10)).build().unwrap();
+    let lock = Lock::builder(&client, "l")
+        .expire(Duration::from_secs(10))
+        .build()
+        .unwrap();
     lock.acquire().unwrap();
     let pttl: i64 = server.conn().pttl("lock:l").unwrap();
     assert!(pttl > 0 && pttl <= 10_000, "pttl {pttl}");
@@ -123,7 +126,10 @@ fn auto_renewal_stops_on_release() {
     successor.acquire().unwrap();
     std::thread::sleep(ms(1000));
     let pttl: i64 = server.conn().pttl("lock:l").unwrap();
-    assert!(pttl > 8_000, "pttl {pttl}: the old renewal thread is still extending");
+    assert!(
+        pttl > 8_000,
+        "pttl {pttl}: the old renewal thread is still extending"
+    );
 }
 
 #[test]
@@ -157,7 +163,10 @@ fn extend_sets_a_new_expiry() {
 fn extend_without_an_argument_uses_the_configured_expiry() {
     let server = RedisServer::start();
     let client = server.client();
-    let lock = Lock::builder(&client, "l").expire(Duration::from_secs(100)).build().unwrap();
+    let lock = Lock::builder(&client, "l")
+        .expire(Duration::from_secs(100))
+        .build()
+        .unwrap();
     lock.acquire().unwrap();
     let _: () = server.conn().pexpire("lock:l", 1_000).unwrap();
     lock.extend(None).unwrap();
@@ -169,8 +178,16 @@ fn extend_without_an_argument_uses_the_configured_expiry() {
 fn extend_works_from_a_second_handle_with_the_same_id() {
     let server = RedisServer::start();
     let client = server.client();
-    let first = Lock::builder(&client, "l").id("me").expire(ms(500)).build().unwrap();
-    let second = Lock::builder(&client, "l").id("me").expire(ms(500)).build().unwrap();
+    let first = Lock::builder(&client, "l")
+        .id("me")
+        .expire(ms(500))
+        .build()
+        .unwrap();
+    let second = Lock::builder(&client, "l")
+        .id("me")
+        .expire(ms(500))
+        .build()
+        .unwrap();
     first.acquire().unwrap();
     second.extend(Some(Duration::from_secs(100))).unwrap();
     let pttl: i64 = server.conn().pttl("lock:l").unwrap();
@@ -181,10 +198,19 @@ fn extend_works_from_a_second_handle_with_the_same_id() {
 fn extend_is_refused_for_a_handle_with_another_id() {
     let server = RedisServer::start();
     let client = server.client();
-    let holder = Lock::builder(&client, "l").expire(ms(5000)).build().unwrap();
-    let other = Lock::builder(&client, "l").expire(ms(5000)).build().unwrap();
+    let holder = Lock::builder(&client, "l")
+        .expire(ms(5000))
+        .build()
+        .unwrap();
+    let other = Lock::builder(&client, "l")
+        .expire(ms(5000))
+        .build()
+        .unwrap();
     holder.acquire().unwrap();
-    assert!(matches!(other.extend(Some(Duration::from_secs(100))), Err(Error::NotAcquired { .. })));
+    assert!(matches!(
+        other.extend(Some(Duration::from_secs(100))),
+        Err(Error::NotAcquired { .. })
+    ));
     let pttl: i64 = server.conn().pttl("lock:l").unwrap();
     assert!(pttl <= 5_000, "pttl {pttl}");
 }
@@ -195,7 +221,10 @@ fn extend_of_a_lock_without_expiry_is_not_expirable() {
     let client = server.client();
     let lock = Lock::new(&client, "l").unwrap();
     lock.acquire().unwrap();
-    assert!(matches!(lock.extend(Some(ms(100))), Err(Error::NotExpirable { .. })));
+    assert!(matches!(
+        lock.extend(Some(ms(100))),
+        Err(Error::NotExpirable { .. })
+    ));
 }
 
 #[test]
@@ -214,7 +243,10 @@ fn acquiring_twice_is_already_acquired() {
     let lock = Lock::new(&client, "l").unwrap();
     lock.acquire().unwrap();
     assert!(matches!(lock.acquire(), Err(Error::AlreadyAcquired { .. })));
-    assert!(matches!(lock.try_acquire(), Err(Error::AlreadyAcquired { .. })));
+    assert!(matches!(
+        lock.try_acquire(),
+        Err(Error::AlreadyAcquired { .. })
+    ));
 }
 
 #[test]
@@ -224,7 +256,10 @@ fn acquiring_with_the_owners_id_from_another_handle_is_already_acquired() {
     let first = Lock::builder(&client, "l").id("me").build().unwrap();
     let second = Lock::builder(&client, "l").id("me").build().unwrap();
     first.acquire().unwrap();
-    assert!(matches!(second.acquire_timeout(ms(100)), Err(Error::AlreadyAcquired { .. })));
+    assert!(matches!(
+        second.acquire_timeout(ms(100)),
+        Err(Error::AlreadyAcquired { .. })
+    ));
 }
 
 #[test]
@@ -275,7 +310,9 @@ fn reset_deletes_anyones_lock() {
 fn reset_all_deletes_every_lock_and_counts_them() {
     let server = RedisServer::start();
     let client = server.client();
-    let locks: Vec<Lock> = (0..2500).map(|i| Lock::new(&client, format!("l{i}")).unwrap()).collect();
+    let locks: Vec<Lock> = (0..2500)
+        .map(|i| Lock::new(&client, format!("l{i}")).unwrap())
+        .collect();
     for lock in &locks {
         lock.acquire().unwrap();
     }
@@ -307,7 +344,9 @@ fn a_generated_owner_id_is_24_base64_characters() {
     let lock = Lock::new(&client, "l").unwrap();
     let id = lock.id().to_string();
     assert_eq!(id.len(), 24);
-    assert!(id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/'));
+    assert!(id
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/'));
     assert_ne!(Lock::new(&client, "l").unwrap().id(), id);
     lock.acquire().unwrap();
     assert_eq!(lock.owner_id().unwrap(), Some(id));
@@ -324,7 +363,10 @@ fn owner_id_is_none_when_free() {
 fn a_release_with_no_waiter_leaves_one_signal_that_expires() {
     let server = RedisServer::start();
     let client = server.client();
-    let lock = Lock::builder(&client, "l").signal_expire(ms(300)).build().unwrap();
+    let lock = Lock::builder(&client, "l")
+        .signal_expire(ms(300))
+        .build()
+        .unwrap();
     lock.acquire().unwrap();
     lock.release().unwrap();
     let mut conn = server.conn();
@@ -353,11 +395,25 @@ fn bad_settings_are_refused_at_build_time() {
     let client = server.client();
     let invalid = |r: Result<Lock, Error>| matches!(r, Err(Error::InvalidArgument(_)));
     assert!(invalid(Lock::new(&client, "")));
-    assert!(invalid(Lock::builder(&client, "l").expire(Duration::ZERO).build()));
-    assert!(invalid(Lock::builder(&client, "l").expire(Duration::MAX).build()));
-    assert!(invalid(Lock::builder(&client, "l").signal_expire(Duration::ZERO).build()));
-    assert!(invalid(Lock::builder(&client, "l").signal_expire(Duration::MAX).build()));
-    assert!(invalid(Lock::builder(&client, "l").auto_renewal(true).build()));
+    assert!(invalid(
+        Lock::builder(&client, "l").expire(Duration::ZERO).build()
+    ));
+    assert!(invalid(
+        Lock::builder(&client, "l").expire(Duration::MAX).build()
+    ));
+    assert!(invalid(
+        Lock::builder(&client, "l")
+            .signal_expire(Duration::ZERO)
+            .build()
+    ));
+    assert!(invalid(
+        Lock::builder(&client, "l")
+            .signal_expire(Duration::MAX)
+            .build()
+    ));
+    assert!(invalid(
+        Lock::builder(&client, "l").auto_renewal(true).build()
+    ));
     assert!(invalid(Lock::builder(&client, "l").id("").build()));
 }
 
@@ -365,9 +421,15 @@ fn bad_settings_are_refused_at_build_time() {
 fn a_sub_millisecond_expiry_rounds_up() {
     let server = RedisServer::start();
     let client = server.client();
-    let lock = Lock::builder(&client, "l").expire(Duration::from_nanos(1)).build().unwrap();
+    let lock = Lock::builder(&client, "l")
+        .expire(Duration::from_nanos(1))
+        .build()
+        .unwrap();
     assert!(lock.try_acquire().unwrap());
-    assert!(matches!(lock.extend(Some(Duration::ZERO)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        lock.extend(Some(Duration::ZERO)),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -407,7 +469,10 @@ fn with_lock_in_a_loop_reuses_connections() {
     for i in 0..200 {
         assert_eq!(with_lock(&client, "l", || i).unwrap(), i);
     }
-    let info: redis::InfoDict = redis::cmd("INFO").arg("stats").query(&mut server.conn()).unwrap();
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut server.conn())
+        .unwrap();
     let connections: u64 = info.get("total_connections_received").unwrap();
     assert!(connections < 10, "{connections} connections for 200 calls");
 }

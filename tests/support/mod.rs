@@ -44,7 +44,9 @@ impl RedisServer {
 
     /// A plain connection for the test's own checks (not from the library's pool).
     pub fn conn(&self) -> redis::Connection {
-        self.client().get_connection().expect("connect to the test server")
+        self.client()
+            .get_connection()
+            .expect("connect to the test server")
     }
 
     /// Kills the server (like a crash) and starts a fresh, empty one on the same port.
@@ -129,7 +131,12 @@ impl ChildProcess {
     pub fn spawn(role: &str, url: &str, args: &[&str]) -> ChildProcess {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut child = Command::new(exe)
-            .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_process_role",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("REDIS_LOCK_TEST_ROLE", role)
             .env("REDIS_LOCK_TEST_URL", url)
             .env("REDIS_LOCK_TEST_ARGS", args.join("\u{1f}"))
@@ -141,15 +148,19 @@ impl ChildProcess {
         ChildProcess { child, lines }
     }
 
-    /// Blocks until the child prints a line starting with `marker`, and returns that line.
+    /// Blocks until the child prints `marker`, and returns the rest of that line from it (the
+    /// test harness may have printed `test child_process_role ... ` in front).
     pub fn expect_line(&mut self, marker: &str) -> String {
         let mut line = String::new();
         loop {
             line.clear();
-            let n = self.lines.read_line(&mut line).expect("read the child's output");
+            let n = self
+                .lines
+                .read_line(&mut line)
+                .expect("read the child's output");
             assert!(n > 0, "the child exited before printing {marker:?}");
-            if line.starts_with(marker) {
-                return line.trim_end().to_string();
+            if let Some(at) = line.find(marker) {
+                return line[at..].trim_end().to_string();
             }
         }
     }

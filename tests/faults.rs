@@ -1,0 +1,137 @@
+//! Bad replies and lost scripts: the lock returns the server's message, never panics, and
+//! runs its scripts again after the server forgot them.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redis::Commands;
+use redis_lock::{Error, Lock};
+use support::RedisServer;
+
+fn script_flush(server: &RedisServer) {
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.conn())
+        .unwrap();
+}
+
+fn redis_error(result: Result<impl std::fmt::Debug, Error>) -> redis::RedisError {
+    match result {
+        Err(Error::Redis(e)) => e,
+        other => panic!("expected a Redis error, got {other:?}"),
+    }
+}
+
+fn redis_message(result: Result<impl std::fmt::Debug, Error>) -> String {
+    redis_error(result).to_string()
+}
+
+#[test]
+fn every_operation_survives_a_script_flush() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = Lock::builder(&client, "l")
+        .expire(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    script_flush(&server);
+    assert!(lock.try_acquire().unwrap());
+    script_flush(&server);
+    lock.extend(None).unwrap();
+    script_flush(&server);
+    lock.release().unwrap();
+    lock.acquire().unwrap();
+    script_flush(&server);
+    assert!(lock.reset().unwrap());
+    lock.acquire().unwrap();
+    script_flush(&server);
+    assert_eq!(redis_lock::reset_all(&client).unwrap(), 1);
+}
+
+#[test]
+fn a_waiter_survives_a_script_flush_while_it_blocks() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let waiter_client = client.clone();
+    let waiter = thread::spawn(move || {
+        Lock::new(&waiter_client, "l")
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(60))
+    });
+    loop {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut server.conn())
+            .unwrap();
+        if info.get::<u64>("blocked_clients") == Some(1) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    // The waiter's next EVALSHA is already queued behind its BLPOP; it will meet NOSCRIPT.
+    script_flush(&server);
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn a_lock_key_of_the_wrong_type_is_a_wrongtype_error() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let _: () = server.conn().rpush("lock:l", "x").unwrap();
+    let lock = Lock::new(&client, "l").unwrap();
+    assert!(redis_message(lock.try_acquire()).contains("WRONGTYPE"));
+    assert!(redis_message(lock.release()).contains("WRONGTYPE"));
+    assert!(redis_message(lock.owner_id()).contains("WRONGTYPE"));
+}
+
+#[test]
+fn a_signal_key_of_the_wrong_type_is_a_wrongtype_error_for_a_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let _: () = server.conn().set("lock-signal:l", "x").unwrap();
+    let waiter = Lock::new(&client, "l").unwrap();
+    assert!(redis_message(waiter.acquire_timeout(Duration::from_secs(5))).contains("WRONGTYPE"));
+}
+
+#[test]
+fn a_refused_connection_is_an_error() {
+    let server = RedisServer::start();
+    let url = server.url();
+    drop(server);
+    let client = redis::Client::open(url).unwrap();
+    let lock = Lock::new(&client, "l").unwrap();
+    match lock.try_acquire() {
+        Err(Error::Redis(e)) => assert!(e.is_connection_refusal(), "{e}"),
+        other => panic!("expected a refused connection, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_read_only_replica_is_a_readonly_error() {
+    let server = RedisServer::start_with(&["--replicaof", "127.0.0.1", "1"]);
+    let lock = Lock::new(&server.client(), "l").unwrap();
+    let e = redis_error(lock.try_acquire());
+    assert_eq!(e.code(), Some("READONLY"));
+    assert!(e.to_string().contains("read only replica"), "{e}");
+}
+
+#[test]
+fn a_user_without_rights_gets_a_noperm_error() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "reader", "on", ">secret", "~*", "+get", "+ping"])
+        .query(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://reader:secret@127.0.0.1:{}/", server.port);
+    let lock = Lock::new(&redis::Client::open(url).unwrap(), "l").unwrap();
+    let e = redis_error(lock.try_acquire());
+    assert_eq!(e.code(), Some("NOPERM"));
+    assert!(e.to_string().contains("no permissions"), "{e}");
+}
