@@ -72,7 +72,8 @@ fn a_waiter_survives_a_script_flush_while_it_blocks() {
         }
         thread::sleep(Duration::from_millis(5));
     }
-    // The waiter's next EVALSHA is already queued behind its BLPOP; it will meet NOSCRIPT.
+    // The fencing waiter's EVALSHA of acquire.lua is already queued behind its BLPOP; it
+    // will meet NOSCRIPT.
     script_flush(&server);
     holder.release().unwrap();
     assert!(waiter.join().unwrap().unwrap());

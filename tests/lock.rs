@@ -536,6 +536,28 @@ fn fencing_tokens_grow_with_every_acquisition() {
 }
 
 #[test]
+fn a_fencing_waiter_gets_a_greater_token_than_the_holder() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::builder(&client, "l").fencing(true).build().unwrap();
+    let guard = holder.lock().unwrap();
+    let first = guard.fencing_token().unwrap();
+    let waiter_client = client.clone();
+    let waiter = std::thread::spawn(move || {
+        let lock = Lock::builder(&waiter_client, "l")
+            .fencing(true)
+            .build()
+            .unwrap();
+        let guard = lock.lock().unwrap();
+        guard.fencing_token()
+    });
+    std::thread::sleep(ms(200));
+    drop(guard);
+    let second = waiter.join().unwrap().unwrap();
+    assert!(second > first, "{second} after {first}");
+}
+
+#[test]
 fn without_fencing_there_is_no_token() {
     let server = RedisServer::start();
     let client = server.client();
