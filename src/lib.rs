@@ -30,6 +30,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cache;
 mod error;
 mod guard;
 mod id;
@@ -39,6 +40,7 @@ mod renew;
 mod reset_all;
 mod scripts;
 
+pub use cache::Cache;
 pub use error::Error;
 pub use guard::{with_lock, LockGuard};
 pub use lock::{Lock, LockBuilder};

@@ -11,6 +11,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::lock::{Extended, Inner};
 
+/// What the renewal threads are called (Linux shows the first 15 bytes).
+const THREAD_NAME: &str = "redis-lock-renew";
+
 pub(crate) struct Renewal {
     stop: Sender<()>,
     thread: JoinHandle<()>,
@@ -21,8 +24,9 @@ impl Renewal {
     pub(crate) fn start(lock: &Arc<Inner>, expire: Duration) -> std::io::Result<Renewal> {
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let weak = Arc::downgrade(lock);
+        // A fixed name: lock names may hold bytes a thread name cannot (NUL).
         let thread = thread::Builder::new()
-            .name(format!("redis-lock-renew:{}", lock.name()))
+            .name(THREAD_NAME.to_string())
             .spawn(move || renew_until_stopped(&weak, &stopped, expire))?;
         log::debug!("lock {:?}: renewal started", lock.name());
         Ok(Renewal { stop, thread })

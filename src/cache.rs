@@ -1,0 +1,473 @@
+//! Dogpile (cache stampede) protection: when a cached value is missing, one caller computes it
+//! under a lock while the others wait for it, instead of all of them computing at once.
+
+use std::any::Any;
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use redis::{FromRedisValue, ToRedisArgs, Value};
+
+use crate::guard::LockGuard;
+use crate::lock::millis;
+use crate::pool::Pool;
+use crate::{Error, Lock};
+
+/// How long a computing worker's lock lives without a renewal, unless
+/// [`Cache::lock_expire`] says otherwise. The renewal thread keeps it alive while the worker
+/// runs; this only bounds how long a crashed worker blocks the key.
+const DEFAULT_LOCK_EXPIRE: Duration = Duration::from_secs(30);
+/// Appended to the value key to name its freshness marker.
+const FRESH_SUFFIX: &str = ":fresh";
+
+/// A cache on Redis that computes a missing value once, however many callers ask for it at the
+/// same moment.
+///
+/// Values are anything the `redis` crate writes as one argument and reads back: strings, byte
+/// vectors, numbers. Connections come from the pool the locks use, so calls reuse them
+/// instead of opening one each. The handle is cheap to clone and may be shared between
+/// threads.
+///
+/// Keys, for a cache with prefix `P` and an entry `K`:
+///
+/// | key | holds | written by |
+/// |-----|-------|------------|
+/// | `P` + `K` | the value, with the entry's TTL (`SET PX`) | both methods |
+/// | `P` + `K` + `:fresh` | `1` while the value is fresh | [`get_or_revalidate`](Self::get_or_revalidate) |
+/// | `lock:get_or_set:K` | the computing worker's lock id | a [`Lock`] named `get_or_set:K` |
+/// | `lock-signal:get_or_set:K` | the lock's wake-up signal | the same lock |
+///
+/// The lock name is built from the bare key, without the prefix: it is the name
+/// python-redis-lock's Django cache uses in `locked_get_or_set`, so Python and Rust workers
+/// filling the same key take turns. (The values themselves are not shared: django-redis
+/// pickles them.)
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let cache = redis_lock::Cache::new(&client)?.prefix("cache:");
+/// let html: String = cache.get_or_set("front-page", Duration::from_secs(60), || {
+///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>("<h1>hello</h1>".to_string())
+/// })?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Cache {
+    /// Locks are built from a client; the pool inside is the same shared one.
+    client: redis::Client,
+    pool: Arc<Pool>,
+    prefix: String,
+    lock_expire: Duration,
+}
+
+/// What one `MGET` of the value and its freshness marker found.
+enum Lookup<T> {
+    Fresh(T),
+    Stale(T),
+    Missing,
+}
+
+/// The Redis keys of one entry.
+#[derive(Clone)]
+struct Keys {
+    /// The entry's name as the caller gave it, for the lock name and log lines.
+    name: String,
+    value: String,
+    fresh: String,
+}
+
+impl Cache {
+    /// A cache on the server `client` points at, with no key prefix and a 30 s lock expiry.
+    /// No connection is opened yet.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let cache = redis_lock::Cache::new(&client)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(client: &redis::Client) -> Result<Cache, Error> {
+        Ok(Cache {
+            client: client.clone(),
+            pool: Pool::shared(client)?,
+            prefix: String::new(),
+            lock_expire: DEFAULT_LOCK_EXPIRE,
+        })
+    }
+
+    /// Puts `prefix` in front of every value key (`cache:` makes `report` live at
+    /// `cache:report`). Lock names keep the bare key, as python-redis-lock's do.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let cache = redis_lock::Cache::new(&client)?.prefix("cache:");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long the computing worker's lock lives without a renewal (default 30 s). A
+    /// renewal thread extends it while the computation runs, so a slow computation keeps
+    /// its lock; a crashed worker's lock expires after this long and the next waiter computes.
+    /// Under 1 ms is refused with [`Error::InvalidArgument`] at the first miss.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let cache = redis_lock::Cache::new(&client)?.lock_expire(Duration::from_secs(5));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_expire(mut self, expire: Duration) -> Self {
+        self.lock_expire = expire;
+        self
+    }
+
+    /// The cached value of `key`, or, when there is none, the value `compute` returns, stored
+    /// for `ttl` (`SET PX`).
+    ///
+    /// On a miss the caller takes the lock `get_or_set:<key>` (waiting in `BLPOP` while another
+    /// caller computes), looks again, and only computes if the value is still missing. So
+    /// however many callers miss at once, `compute` runs once and the others get its value.
+    ///
+    /// When `compute` fails, its error comes back to this caller, nothing is stored, and the
+    /// lock is released so that the next waiter computes; a panic in `compute` releases the
+    /// lock as it unwinds. Lock and Redis failures come back as `E` through
+    /// `From<redis_lock::Error>`. A failed release after the value was stored is only logged:
+    /// the value is good, and the lock expires by itself.
+    ///
+    /// A `ttl` under 1 ms, or a value that is not exactly one Redis argument (a `Vec` of
+    /// strings, an empty `Option`), fails with [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::time::Duration;
+    ///
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let cache = redis_lock::Cache::new(&client)?;
+    /// let total: i64 = cache.get_or_set("sales:total", Duration::from_secs(300), || {
+    ///     // ... a slow query that must not run 500 times at once ...
+    ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(42)
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get_or_set<T, E, F>(&self, key: &str, ttl: Duration, compute: F) -> Result<T, E>
+    where
+        T: ToRedisArgs + FromRedisValue,
+        E: From<Error>,
+        F: FnOnce() -> Result<T, E>,
+    {
+        let ttl_ms = millis("ttl", ttl)?;
+        let keys = self.keys(key)?;
+        if let Some(value) = self.get(&keys)? {
+            return Ok(value);
+        }
+        let lock = self.lock(&keys)?;
+        let guard = lock.lock()?;
+        // Whoever held the lock while we waited has most likely filled the key.
+        if let Some(value) = self.get(&keys)? {
+            release(guard, &keys);
+            return Ok(value);
+        }
+        let value = compute()?;
+        single_arg(&value)?;
+        self.pool
+            .run(|c| {
+                redis::cmd("SET")
+                    .arg(&keys.value)
+                    .arg(&value)
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query::<()>(c)
+            })
+            .map_err(Error::from)?;
+        release(guard, &keys);
+        Ok(value)
+    }
+
+    /// Stale-while-revalidate: the cached value of `key`, recomputed in the background once it
+    /// is older than `fresh_for`, and kept (served stale) until `keep_for` has passed.
+    ///
+    /// - Fresh value: returned, nothing else happens.
+    /// - Stale value: returned at once to every caller. One of them (the one that wins a
+    ///   non-blocking try of the lock `get_or_set:<key>`) starts a background thread that owns
+    ///   the lock, runs `compute`, stores the result and releases. That caller does not wait
+    ///   for it either. A failure or a panic there is logged with `log::error!`, the stale
+    ///   value stays, and the lock is released, so a later call tries again.
+    /// - No value: callers wait as in [`get_or_set`](Self::get_or_set): one computes in the
+    ///   foreground and the others get its value.
+    ///
+    /// The value key lives for `keep_for` and the marker `<key>:fresh` for `fresh_for`; both
+    /// are written in one `MULTI`, and one `MGET` of the two tells fresh, stale and missing
+    /// apart. Use either this or `get_or_set` for a given key, not both: `get_or_set` does not
+    /// write the marker, so its values read as stale here.
+    ///
+    /// A background refresh still running when the process exits is cut off; its lock then
+    /// blocks refreshes of that key until it expires ([`lock_expire`](Self::lock_expire)).
+    ///
+    /// `keep_for` shorter than `fresh_for`, either under 1 ms, or a value that is not exactly
+    /// one Redis argument fails with [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::time::Duration;
+    ///
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let cache = redis_lock::Cache::new(&client)?;
+    /// // Fresh for a minute; after that served stale for up to an hour while one worker
+    /// // refreshes it.
+    /// let rates: String = cache.get_or_revalidate(
+    ///     "exchange-rates",
+    ///     Duration::from_secs(60),
+    ///     Duration::from_secs(3600),
+    ///     || Ok::<_, Box<dyn std::error::Error + Send + Sync>>("EUR=1.08".to_string()),
+    /// )?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get_or_revalidate<T, E, F>(
+        &self,
+        key: &str,
+        fresh_for: Duration,
+        keep_for: Duration,
+        compute: F,
+    ) -> Result<T, E>
+    where
+        T: ToRedisArgs + FromRedisValue,
+        E: From<Error> + fmt::Display,
+        F: FnOnce() -> Result<T, E> + Send + 'static,
+    {
+        let fresh_ms = millis("fresh_for", fresh_for)?;
+        let keep_ms = millis("keep_for", keep_for)?;
+        if keep_ms < fresh_ms {
+            return Err(Error::invalid(format!(
+                "keep_for ({keep_for:?}) is shorter than fresh_for ({fresh_for:?})"
+            ))
+            .into());
+        }
+        let keys = self.keys(key)?;
+        match self.lookup(&keys)? {
+            Lookup::Fresh(value) => return Ok(value),
+            Lookup::Stale(value) => {
+                self.refresh_in_background(keys, fresh_ms, keep_ms, compute);
+                return Ok(value);
+            }
+            Lookup::Missing => {}
+        }
+        let lock = self.lock(&keys)?;
+        let guard = lock.lock()?;
+        match self.lookup(&keys)? {
+            // Even a stale value is returned rather than computed in the foreground: the next
+            // call refreshes it in the background.
+            Lookup::Fresh(value) | Lookup::Stale(value) => {
+                release(guard, &keys);
+                Ok(value)
+            }
+            Lookup::Missing => {
+                let value = compute()?;
+                self.store_fresh(&keys, &value, fresh_ms, keep_ms)?;
+                release(guard, &keys);
+                Ok(value)
+            }
+        }
+    }
+
+    fn keys(&self, key: &str) -> Result<Keys, Error> {
+        if key.is_empty() {
+            return Err(Error::invalid("the cache key is empty"));
+        }
+        let value = format!("{}{key}", self.prefix);
+        Ok(Keys {
+            name: key.to_string(),
+            fresh: format!("{value}{FRESH_SUFFIX}"),
+            value,
+        })
+    }
+
+    fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
+        Lock::builder(&self.client, format!("get_or_set:{}", keys.name))
+            .expire(self.lock_expire)
+            .auto_renewal(true)
+            .build()
+    }
+
+    fn get<T: FromRedisValue>(&self, keys: &Keys) -> Result<Option<T>, Error> {
+        Ok(self
+            .pool
+            .run(|c| redis::cmd("GET").arg(&keys.value).query(c))?)
+    }
+
+    fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
+        let (value, fresh): (Option<T>, Option<Value>) = self.pool.run(|c| {
+            redis::cmd("MGET")
+                .arg(&keys.value)
+                .arg(&keys.fresh)
+                .query(c)
+        })?;
+        Ok(match (value, fresh) {
+            (Some(value), Some(_)) => Lookup::Fresh(value),
+            (Some(value), None) => Lookup::Stale(value),
+            (None, _) => Lookup::Missing,
+        })
+    }
+
+    /// Writes the value and its freshness marker together, so that no reader sees a new
+    /// marker next to an old value.
+    fn store_fresh<T: ToRedisArgs>(
+        &self,
+        keys: &Keys,
+        value: &T,
+        fresh_ms: u64,
+        keep_ms: u64,
+    ) -> Result<(), Error> {
+        single_arg(value)?;
+        self.pool.run(|c| {
+            redis::pipe()
+                .atomic()
+                .cmd("SET")
+                .arg(&keys.value)
+                .arg(value)
+                .arg("PX")
+                .arg(keep_ms)
+                .ignore()
+                .cmd("SET")
+                .arg(&keys.fresh)
+                .arg(1)
+                .arg("PX")
+                .arg(fresh_ms)
+                .ignore()
+                .query::<()>(c)
+        })?;
+        Ok(())
+    }
+
+    /// Starts the refresh of a stale value unless someone else is already at it. Never waits
+    /// for the lock, and never fails: the caller has a value to return either way.
+    fn refresh_in_background<T, E, F>(&self, keys: Keys, fresh_ms: u64, keep_ms: u64, compute: F)
+    where
+        T: ToRedisArgs,
+        E: fmt::Display,
+        F: FnOnce() -> Result<T, E> + Send + 'static,
+    {
+        let lock = match self
+            .lock(&keys)
+            .and_then(|lock| Ok(lock.try_acquire()?.then_some(lock)))
+        {
+            Ok(Some(lock)) => Arc::new(lock),
+            Ok(None) => return,
+            Err(e) => {
+                log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
+                return;
+            }
+        };
+        let worker_lock = Arc::clone(&lock);
+        let cache = self.clone();
+        let worker_keys = keys.clone();
+        let spawned = thread::Builder::new()
+            // A fixed name: keys may hold bytes a thread name cannot (NUL).
+            .name("redis-lock-refresh".to_string())
+            .spawn(move || {
+                let guard = LockGuard::new(&worker_lock);
+                cache.refresh(&worker_keys, fresh_ms, keep_ms, compute);
+                release(guard, &worker_keys);
+            });
+        if let Err(e) = spawned {
+            log::error!(
+                "cache {:?}: could not start a refresh thread: {e}",
+                keys.name
+            );
+            if let Err(e) = lock.release() {
+                log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
+            }
+        }
+    }
+
+    /// The background half of a refresh; every failure ends here as a log line.
+    fn refresh<T, E, F>(&self, keys: &Keys, fresh_ms: u64, keep_ms: u64, compute: F)
+    where
+        T: ToRedisArgs,
+        E: fmt::Display,
+        F: FnOnce() -> Result<T, E>,
+    {
+        // Our read and our try of the lock were two round trips: another worker may have
+        // refreshed the value and released in between.
+        match self
+            .pool
+            .run(|c| redis::cmd("EXISTS").arg(&keys.fresh).query::<bool>(c))
+        {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                log::error!("cache {:?}: refresh failed: {e}", keys.name);
+                return;
+            }
+        }
+        // The panic must not escape: this thread has nobody to report to but the log.
+        match panic::catch_unwind(AssertUnwindSafe(compute)) {
+            Ok(Ok(value)) => {
+                if let Err(e) = self.store_fresh(keys, &value, fresh_ms, keep_ms) {
+                    log::error!(
+                        "cache {:?}: storing the refreshed value failed: {e}",
+                        keys.name
+                    );
+                }
+            }
+            Ok(Err(e)) => log::error!("cache {:?}: refresh failed: {e}", keys.name),
+            Err(payload) => log::error!(
+                "cache {:?}: refresh panicked: {}",
+                keys.name,
+                panic_message(payload.as_ref())
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("prefix", &self.prefix)
+            .field("lock_expire", &self.lock_expire)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Releases a computing worker's lock. A failure is logged, not returned: the caller already
+/// has a good value, and the lock expires by itself.
+fn release(guard: LockGuard<'_>, keys: &Keys) {
+    if let Err(e) = guard.unlock() {
+        log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
+    }
+}
+
+/// `SET key value` with a value of zero or several arguments would be a syntax error or,
+/// worse, a different command.
+fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
+    match value.num_of_args() {
+        1 => Ok(()),
+        n => Err(Error::invalid(format!(
+            "a cached value must be one Redis argument, not {n}"
+        ))),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "a non-string payload"
+    }
+}

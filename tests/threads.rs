@@ -1,0 +1,70 @@
+//! No thread left behind: renewal threads end on release and when their handle is dropped.
+//! A test binary of its own, so no other test's renewal threads are counted.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_lock::Lock;
+use support::RedisServer;
+
+/// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
+fn renewal_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("redis-lock-rene"))
+        .count()
+}
+
+fn until_no_renewal_threads() -> usize {
+    let started = Instant::now();
+    while renewal_threads() > 0 && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    renewal_threads()
+}
+
+#[test]
+fn renewal_threads_end_on_release_and_on_drop() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let renewed = |name: &str| {
+        Lock::builder(&client, name)
+            .expire(Duration::from_secs(30))
+            .auto_renewal(true)
+            .build()
+            .unwrap()
+    };
+
+    let released = renewed("released");
+    released.acquire().unwrap();
+    assert_eq!(renewal_threads(), 1);
+    released.release().unwrap();
+    assert_eq!(renewal_threads(), 0, "release joins the renewal thread");
+
+    let dropped = renewed("dropped");
+    dropped.acquire().unwrap();
+    assert_eq!(renewal_threads(), 1);
+    drop(dropped);
+    assert_eq!(
+        until_no_renewal_threads(),
+        0,
+        "dropping the handle ends its renewal"
+    );
+
+    let guarded = renewed("guarded");
+    drop(guarded.lock().unwrap());
+    assert_eq!(
+        renewal_threads(),
+        0,
+        "the guard's release joins the renewal thread"
+    );
+}
+
+#[test]
+fn a_lock_handle_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Lock>();
+    assert_send_sync::<redis_lock::LockGuard<'static>>();
+}
