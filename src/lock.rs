@@ -498,8 +498,9 @@ impl Lock {
     }
 
     /// Whether the lock this handle acquired has been lost: its renewal was refused, or its
-    /// expiry passed without a renewal. No round trip: this is what the handle knows. `false`
-    /// when the handle does not hold the lock.
+    /// expiry passed without a renewal. No round trip: this is what the handle knows. Once
+    /// true it stays true (someone else may have held the lock meanwhile) until the handle
+    /// releases or acquires again; `false` when the handle does not hold the lock.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -852,7 +853,13 @@ impl Inner {
         match code {
             0 => {
                 if let Some(holding) = self.state.lock().holding.as_mut() {
-                    holding.valid_until = sent.checked_add(Duration::from_millis(ms));
+                    // Once lost, always lost: after the deadline passed someone else may have
+                    // held the lock, even if the key is ours again now.
+                    if holding.is_lost(sent) {
+                        holding.lost = true;
+                    } else {
+                        holding.valid_until = sent.checked_add(Duration::from_millis(ms));
+                    }
                 }
                 Ok(Extended::Yes)
             }
