@@ -27,7 +27,10 @@ const FIELDS: [&str; 12] = [
 /// folder; a run of this test binary alone (`cargo test --test bench_smoke`) builds it here.
 fn bench_binary() -> PathBuf {
     let deps = std::env::current_exe().expect("test binary path");
-    let target = deps.parent().and_then(|d| d.parent()).expect("target folder");
+    let target = deps
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target folder");
     let bench = target.join("examples").join("bench");
     if !bench.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());

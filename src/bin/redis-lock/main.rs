@@ -1,0 +1,257 @@
+//! `redis-lock`: flock(1) for a fleet of hosts, and the operator's view and reset of the locks.
+
+/// `println!` that ignores a closed stdout (`redis-lock status x | head -c1`) instead of
+/// panicking: nothing is left to say to a reader that went away.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr, for the same reason.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod admin;
+mod run;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::builder::NonEmptyStringValueParser;
+use clap::{Args, Parser, Subcommand};
+
+/// Exit codes of redis-lock's own outcomes; `run` otherwise exits with its command's code.
+mod exit {
+    /// The lock was busy (`--no-wait`, or `--timeout` passed), unless `--conflict-exit-code`.
+    pub const CONFLICT: u8 = 1;
+    /// Bad usage, or `reset-all` without `--yes` where nobody can be asked.
+    pub const USAGE: u8 = 2;
+    /// An operator answered no at the `reset-all` prompt.
+    pub const DECLINED: u8 = 1;
+    /// Redis could not be reached or answered with an error (sysexits' EX_UNAVAILABLE).
+    pub const REDIS: u8 = 69;
+    /// The lock was lost while the command ran (sysexits' EX_TEMPFAIL: worth another try).
+    pub const LOST: u8 = 75;
+    /// The system refused a thread or a signal handler (sysexits' EX_OSERR).
+    pub const OS: u8 = 71;
+    /// The command was found but could not be started, as in a shell.
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found, as in a shell.
+    pub const NOT_FOUND: u8 = 127;
+}
+
+const EXIT_CODES: &str = "\
+Exit codes of `run`:
+  N      the command's own exit code
+  128+N  the command was killed by signal N; or redis-lock got signal N while still
+         waiting for the lock, and ran nothing
+  1      the lock was busy (--no-wait, or --timeout passed) and nothing ran;
+         --conflict-exit-code changes it
+  2      bad usage (unknown option, missing `-- COMMAND`, bad URL, ...)
+  69     Redis could not be reached or failed, and nothing ran
+  71     the system refused redis-lock a thread or a signal handler
+  75     the lock was lost while the command ran (reset by someone else, or not
+         renewed before its expiry); the command was sent SIGTERM
+  126    the command could not be started
+  127    the command was not found
+Other commands exit 0 on success, 2 on bad usage, 69 when Redis fails; `reset-all`
+exits 1 when the operator answers no.
+
+The connection comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379/.
+RUST_LOG=debug shows what the lock does (default: warnings only).";
+
+/// A distributed lock on Redis, compatible with python-redis-lock: run a command under a
+/// lock shared by many hosts, look at a lock, or free one.
+#[derive(Parser)]
+#[command(name = "redis-lock", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// The Redis server, as redis://[[user]:password@]host[:port][/db] or rediss://...
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        // The URL may hold a password: --help must not print it.
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Take the lock, run COMMAND while keeping it alive, release it when COMMAND ends.
+    ///
+    /// Waits for the lock unless --no-wait or --timeout says otherwise. SIGINT, SIGTERM and
+    /// SIGHUP sent to redis-lock are passed on to the command (a Ctrl-C on the terminal
+    /// already reaches both, and is not sent twice); the lock is released once the command
+    /// has exited. If the lock is lost while the command runs (reset, or not renewed before
+    /// its expiry), the command gets SIGTERM, and redis-lock exits 75 once it has exited.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Show whether the lock is held, by whom, and for how much longer.
+    Status {
+        /// The lock's name (its key is lock:NAME).
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+        /// Print one JSON object: {"name":..,"held":..,"owner":..|null,"ttl_ms":..|null}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forcibly release a lock, whoever holds it, and wake one waiter.
+    Reset {
+        /// The lock's name (its key is lock:NAME).
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
+    /// Forcibly release every lock (every lock:* key) and wake their waiters.
+    ResetAll {
+        /// Do not ask for confirmation (needed when not run on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The lock's name (its key is lock:NAME).
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    name: String,
+    /// Seconds the lock lives without renewal; it is renewed every 2/3 of this while
+    /// COMMAND runs, so a crashed host's lock frees itself after at most this long.
+    #[arg(long, short = 'e', value_name = "SECS", default_value = "30", value_parser = positive_seconds)]
+    expire: Duration,
+    /// Wait at most this many seconds for the lock (fractions allowed; 0: one try).
+    #[arg(long, short = 't', value_name = "SECS", value_parser = seconds)]
+    timeout: Option<Duration>,
+    /// Do not wait: if the lock is busy, run nothing and exit 1.
+    #[arg(long, short = 'n', conflicts_with = "timeout")]
+    no_wait: bool,
+    /// The owner id stored in the lock while it is held (default: random).
+    #[arg(long, value_parser = NonEmptyStringValueParser::new())]
+    id: Option<String>,
+    /// Exit with N instead of 1 when the lock is busy.
+    #[arg(long, short = 'E', value_name = "N", default_value_t = exit::CONFLICT)]
+    conflict_exit_code: u8,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Why redis-lock stops early: the exit code and the one line that says why.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A lock operation failed: a bad argument is the user's, anything else is Redis's.
+    fn lock(e: redis_lock::Error) -> Self {
+        let code = match e {
+            redis_lock::Error::InvalidArgument(_) => exit::USAGE,
+            _ => exit::REDIS,
+        };
+        Failure::new(code, e.to_string())
+    }
+
+    fn redis(e: redis::RedisError) -> Self {
+        Failure::new(exit::REDIS, format!("redis: {e}"))
+    }
+}
+
+type Outcome = Result<u8, Failure>;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let outcome = redis::Client::open(cli.url.as_str())
+        // The URL is not echoed: it may hold a password.
+        .map_err(|e| Failure::new(exit::USAGE, format!("invalid Redis URL: {e}")))
+        .and_then(|client| match cli.command {
+            Command::Run(args) => run::run(&client, args),
+            Command::Status { name, json } => admin::status(&client, &name, json),
+            Command::Reset { name } => admin::reset(&client, &name),
+            Command::ResetAll { yes } => admin::reset_all(&client, yes),
+        });
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            err!("redis-lock: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// `--help` and `--version` print as clap makes them; a usage error becomes one line, not
+/// clap's several (error, usage, tip), so that scripts and logs get one line per failure.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        // Nothing useful is left to do if stdout is closed.
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    // clap's first paragraph is the error (some run on, indented, over a few lines); its
+    // tips are worth keeping; the usage summary is what --help is for.
+    let rendered = e.render().to_string();
+    let mut paragraphs = rendered.split("\n\n");
+    let mut message = paragraphs
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some(stripped) = message.strip_prefix("error: ") {
+        message = stripped.to_string();
+    }
+    for tip in paragraphs.flat_map(str::lines).map(str::trim) {
+        if let Some(tip) = tip.strip_prefix("tip: ") {
+            message = format!("{message}; {tip}");
+        }
+    }
+    let about_run = std::env::args_os().skip(1).any(|arg| arg == "run");
+    if about_run
+        && matches!(
+            e.kind(),
+            ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+        )
+    {
+        message.push_str("; the command goes after `--`: redis-lock run NAME -- COMMAND [ARGS...]");
+    }
+    err!("redis-lock: {message} (see redis-lock --help)");
+    ExitCode::from(exit::USAGE)
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a number of seconds ≥ 0"))
+}
+
+fn positive_seconds(s: &str) -> Result<Duration, String> {
+    match seconds(s)? {
+        d if d < Duration::from_millis(1) => Err(format!("{s:?} is under a millisecond")),
+        d => Ok(d),
+    }
+}

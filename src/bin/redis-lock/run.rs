@@ -1,0 +1,310 @@
+//! `run`: take the lock, run the command under it, give the lock back.
+
+use std::io::{ErrorKind, IsTerminal, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+use redis_lock::{Error, Lock};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::{Cause, Origin};
+
+use crate::admin;
+use crate::{exit, Failure, Outcome, RunArgs};
+
+/// How often the command is checked for having exited and the lock for having been lost.
+/// `Lock::lost` is a local check, so this costs no Redis traffic; signals are handled at once.
+const WATCH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The signals passed on to the command. A shell's job control and service managers stop
+/// a job with these; anything else keeps its default effect.
+const FORWARDED: [c_int; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+enum Event {
+    Signal(Origin),
+    Acquired(Result<bool, Error>),
+}
+
+/// How the wait for the lock ended.
+enum Taken {
+    Yes,
+    Busy,
+    Interrupted(c_int),
+}
+
+pub(crate) fn run(client: &redis::Client, args: RunArgs) -> Outcome {
+    let mut builder = Lock::builder(client, &args.name)
+        .expire(args.expire)
+        .auto_renewal(true);
+    if let Some(id) = &args.id {
+        builder = builder.id(id.as_str());
+    }
+    let lock = Arc::new(builder.build().map_err(Failure::lock)?);
+    // Listening starts before the wait, so a signal during it cannot kill redis-lock
+    // at a moment when it may just have taken the lock.
+    let (events, received) = mpsc::channel();
+    listen_for_signals(events.clone())?;
+    match take(client, &lock, &args, &events, &received)? {
+        Taken::Yes => {}
+        Taken::Busy => {
+            let holder = match admin::holder(client, &args.name) {
+                Ok(Some(holder)) => format!(", {}", holder.describe()),
+                // Freed just now, or Redis went away: the busy answer stands either way.
+                Ok(None) | Err(_) => String::new(),
+            };
+            err!(
+                "redis-lock: lock {:?} is busy{holder}; nothing ran",
+                args.name
+            );
+            return Ok(args.conflict_exit_code);
+        }
+        Taken::Interrupted(signal) => {
+            err!(
+                "redis-lock: interrupted while waiting for lock {:?}; nothing ran",
+                args.name
+            );
+            return Ok(signal_exit_code(signal));
+        }
+    }
+    supervise(&lock, &args, &received)
+}
+
+/// Sends every forwarded signal that reaches redis-lock to `events`, from a thread of its own.
+fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
+    let os = |e: std::io::Error| Failure::new(exit::OS, format!("cannot handle signals: {e}"));
+    let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED).map_err(os)?;
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for origin in signals.forever() {
+                if events.send(Event::Signal(origin)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(os)?;
+    Ok(())
+}
+
+/// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
+/// on a thread, so that a signal can end the wait.
+fn take(
+    client: &redis::Client,
+    lock: &Arc<Lock>,
+    args: &RunArgs,
+    events: &Sender<Event>,
+    received: &Receiver<Event>,
+) -> Result<Taken, Failure> {
+    let started = Instant::now();
+    if acquired(lock.try_acquire())? {
+        return Ok(Taken::Yes);
+    }
+    let timeout = if args.no_wait {
+        Some(Duration::ZERO)
+    } else {
+        args.timeout
+    };
+    if timeout.is_some_and(|t| t <= started.elapsed()) {
+        return Ok(Taken::Busy);
+    }
+    let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
+    let waiting = WaitingLine::show(client, &args.name);
+    let waiter = Arc::clone(lock);
+    let events = events.clone();
+    thread::Builder::new()
+        .name("acquire".into())
+        .spawn(move || {
+            let result = match remaining {
+                Some(timeout) => waiter.acquire_timeout(timeout),
+                None => waiter.acquire().map(|()| true),
+            };
+            // The receiver is gone only when redis-lock is exiting anyway.
+            let _ = events.send(Event::Acquired(result));
+        })
+        .map_err(|e| Failure::new(exit::OS, format!("cannot start a thread: {e}")))?;
+    let taken = match received.recv() {
+        Ok(Event::Acquired(result)) => {
+            acquired(result).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
+        }
+        Ok(Event::Signal(origin)) => {
+            // The acquire thread cannot be stopped, and may have taken the lock in the
+            // meantime: give it back if so (a no-op on a lock held by someone else).
+            release_quietly(lock);
+            Ok(Taken::Interrupted(origin.signal))
+        }
+        // Unreachable: `events` outlives this wait.
+        Err(mpsc::RecvError) => Err(Failure::new(exit::OS, "the wait for the lock was cut off")),
+    };
+    waiting.clear();
+    taken
+}
+
+/// Whether the lock was taken; held under our id elsewhere (`--id` shared with another
+/// holder) is busy, not an error.
+fn acquired(result: Result<bool, Error>) -> Result<bool, Failure> {
+    match result {
+        Ok(taken) => Ok(taken),
+        Err(Error::AlreadyAcquired { .. }) => Ok(false),
+        Err(e) => Err(Failure::lock(e)),
+    }
+}
+
+/// Runs the command while the lock is held, passing signals on and watching for the lock
+/// being lost; releases the lock once the command has exited.
+fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
+    // A signal that came with the lock still counts as one during the wait.
+    while let Ok(event) = received.try_recv() {
+        if let Event::Signal(origin) = event {
+            release_quietly(lock);
+            err!(
+                "redis-lock: interrupted before running the command; released lock {:?}",
+                args.name
+            );
+            return Ok(signal_exit_code(origin.signal));
+        }
+    }
+    // `required = true` makes clap refuse an empty command.
+    let Some((program, program_args)) = args.command.split_first() else {
+        release_quietly(lock);
+        return Err(Failure::new(exit::USAGE, "no command to run"));
+    };
+    let mut child = match Command::new(program).args(program_args).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            release_quietly(lock);
+            let code = match e.kind() {
+                ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            };
+            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let mut lost = false;
+    let status = loop {
+        match received.recv_timeout(WATCH_INTERVAL) {
+            // On the terminal, Ctrl-C and friends reach the whole foreground process group,
+            // the command included; sending them again would count as a second Ctrl-C.
+            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel => {}
+            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal),
+            Ok(Event::Acquired(_)) | Err(RecvTimeoutError::Timeout) => {}
+            // Unreachable while the signal thread lives; watching goes on without it.
+            Err(RecvTimeoutError::Disconnected) => thread::sleep(WATCH_INTERVAL),
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => {
+                release_quietly(lock);
+                return Err(Failure::new(
+                    exit::OS,
+                    format!("lost track of the command: {e}"),
+                ));
+            }
+        }
+        if !lost && lock.lost() {
+            lost = true;
+            err!(
+                "redis-lock: lost lock {:?} (reset by someone else, or not renewed in time); \
+                 sending SIGTERM to the command",
+                args.name
+            );
+            signal_child(&child, SIGTERM);
+        }
+    };
+    let code = exit_code(status);
+    match lock.release() {
+        // A lost lock may have come back to us with a late renewal; the command was told to
+        // stop all the same, and the caller must hear that its work may have overlapped.
+        Ok(()) | Err(Error::NotAcquired { .. }) if lost => Ok(exit::LOST),
+        Ok(()) => Ok(code),
+        Err(Error::NotAcquired { .. }) => {
+            err!(
+                "redis-lock: lock {:?} was lost before the command ended (reset by someone \
+                 else, or not renewed in time)",
+                args.name
+            );
+            Ok(exit::LOST)
+        }
+        Err(e) => {
+            err!(
+                "redis-lock: could not release lock {:?}: {e}; it frees itself within {:?}",
+                args.name,
+                args.expire
+            );
+            Ok(if lost { exit::LOST } else { code })
+        }
+    }
+}
+
+/// Gives the lock back if it is ours. Only used on the way out, where a failure changes
+/// nothing: a lock left behind frees itself at its expiry, and its renewal dies with us.
+fn release_quietly(lock: &Lock) {
+    match lock.release() {
+        Ok(()) | Err(Error::NotAcquired { .. }) => {}
+        Err(e) => log::warn!("lock {:?}: release failed: {e}", lock.name()),
+    }
+}
+
+fn signal_child(child: &Child, signal: c_int) {
+    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+        return;
+    };
+    log::debug!("sending signal {signal} to the command (pid {pid})");
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is still our
+    // child's: it is only reaped by `try_wait`, which has not yet seen it exit, so no other
+    // process can have been given the same pid.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        log::debug!(
+            "kill({pid}, {signal}) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// The command's exit code, or 128 + the signal that killed it, as a shell reports it.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => signal_exit_code(signal),
+        (None, None) => u8::MAX,
+    }
+}
+
+fn signal_exit_code(signal: c_int) -> u8 {
+    u8::try_from(signal.saturating_add(128)).unwrap_or(u8::MAX)
+}
+
+/// "Waiting for lock ..., held by ..." on a terminal, erased once the wait is over.
+struct WaitingLine {
+    shown: bool,
+}
+
+impl WaitingLine {
+    fn show(client: &redis::Client, name: &str) -> WaitingLine {
+        let mut stderr = std::io::stderr();
+        if !stderr.is_terminal() {
+            return WaitingLine { shown: false };
+        }
+        let holder = match admin::holder(client, name) {
+            Ok(Some(holder)) => format!(", {}", holder.describe()),
+            // Informational only: the wait itself will meet any Redis error.
+            Ok(None) | Err(_) => String::new(),
+        };
+        let _ = write!(stderr, "redis-lock: waiting for lock {name:?}{holder} ...");
+        let _ = stderr.flush();
+        WaitingLine { shown: true }
+    }
+
+    fn clear(&self) {
+        if self.shown {
+            // Carriage return and "erase line": the line was informational.
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! The `redis-lock` binary, run as a user would run it, against a private redis-server.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::Lock;
+use support::RedisServer;
+
+/// A bound for things that take milliseconds, generous for a loaded machine; a test that
+/// hits it has hung.
+const HUNG: Duration = Duration::from_secs(60);
+/// A woken waiter must start well before this; one that missed its wake-up would try again
+/// only after the lock's 5 s longest block.
+const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+
+/// `sh -c` scripts for the command under the lock; `$1` is a file they write to.
+/// Marks its start, then sleeps until SIGTERM, which it notes before exiting 0.
+const NOTES_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; exit 0' TERM
+echo started >> "$1"; sleep 60 & wait"#;
+/// Same, but after noting SIGTERM it dies of it, as a command without a handler would.
+const DIES_OF_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; trap - TERM; kill -TERM $$' TERM
+echo started >> "$1"; sleep 60 & wait"#;
+
+fn redis_lock(server: &RedisServer) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
+    cmd.arg("--url")
+        .arg(server.url())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` to exit (failing the test if it hangs) and collects its output.
+fn finish(mut child: Child) -> Output {
+    let started = Instant::now();
+    while child.try_wait().expect("wait for redis-lock").is_none() {
+        if started.elapsed() > HUNG {
+            let _ = child.kill();
+            panic!("redis-lock did not exit within {HUNG:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    child
+        .wait_with_output()
+        .expect("collect redis-lock's output")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Polls a test-side condition (never the lock itself) until it holds.
+fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(started.elapsed() < HUNG, "timed out waiting until {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Until `n` clients are blocked in BLPOP: a `run` is waiting for its lock.
+fn until_blocked(server: &RedisServer, n: u64) {
+    until("a waiter blocks", || {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut server.conn())
+            .unwrap();
+        info.get::<u64>("blocked_clients").unwrap() >= n
+    });
+}
+
+fn held(server: &RedisServer, name: &str) -> bool {
+    server.conn().exists(format!("lock:{name}")).unwrap()
+}
+
+fn send_signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "redis-lock-cli-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A one-line error from redis-lock itself: no clap usage block, no panic, no backtrace.
+fn assert_one_line_error(output: &Output) {
+    let text = stderr(output);
+    assert!(!output.status.success(), "succeeded: {text}");
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(text.lines().count(), 1, "not one line: {text}");
+    assert!(text.starts_with("redis-lock: "), "{text}");
+}
+
+#[test]
+fn two_runs_on_one_name_never_overlap() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let marks = scratch.file("marks");
+    let runs: Vec<Child> = (0..4)
+        .map(|_| {
+            redis_lock(&server)
+                .args(["run", "l", "--", "sh", "-c"])
+                .arg(r#"echo start >> "$1"; sleep 0.2; echo end >> "$1""#)
+                .arg("sh")
+                .arg(&marks)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let output = finish(run);
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    let marks = read(&marks);
+    let expected: Vec<&str> = ["start", "end"].repeat(4);
+    assert_eq!(marks.lines().collect::<Vec<_>>(), expected);
+}
+
+#[test]
+fn no_wait_while_held_exits_with_the_conflict_code_and_names_the_owner() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let holder = Lock::builder(&server.client(), "l")
+        .id("holder-42")
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let ran = scratch.file("ran");
+    for (extra, code) in [(&[][..], 1), (&["--conflict-exit-code", "42"][..], 42)] {
+        let output = redis_lock(&server)
+            .args(["run", "l", "--no-wait"])
+            .args(extra)
+            .args(["--", "touch"])
+            .arg(&ran)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(code), "{}", stderr(&output));
+        assert!(stderr(&output).contains("holder-42"), "{}", stderr(&output));
+        assert!(!ran.exists(), "the command ran");
+    }
+}
+
+#[test]
+fn a_waiting_run_starts_soon_after_the_holders_command_ends() {
+    let server = RedisServer::start();
+    // The holder's command ends when the test closes its standard input.
+    let mut holder = redis_lock(&server)
+        .args(["run", "l", "--", "sh", "-c", "read line"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("the holder has the lock", || held(&server, "l"));
+    let waiter = redis_lock(&server)
+        .args(["run", "l", "--", "true"])
+        .spawn()
+        .unwrap();
+    until_blocked(&server, 1);
+    let ended = Instant::now();
+    let mut stdin = holder.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    assert!(finish(holder).status.success());
+    let output = finish(waiter);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let after = ended.elapsed();
+    assert!(
+        after < WOKEN_WITHIN,
+        "the waiter finished {after:?} after the holder"
+    );
+}
+
+#[test]
+fn sigterm_to_run_reaches_the_command_and_releases_the_lock() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let notes = scratch.file("notes");
+    let run = redis_lock(&server)
+        .args(["run", "l", "--", "sh", "-c", DIES_OF_SIGTERM, "sh"])
+        .arg(&notes)
+        .spawn()
+        .unwrap();
+    until("the command starts", || read(&notes).contains("started"));
+    send_signal(&run, "TERM");
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
+    assert!(read(&notes).contains("term"), "the command got no SIGTERM");
+    assert!(!held(&server, "l"), "the lock was not released");
+}
+
+#[test]
+fn a_signal_while_waiting_exits_without_running_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let holder = Lock::builder(&server.client(), "l")
+        .id("holder")
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let ran = scratch.file("ran");
+    let waiter = redis_lock(&server)
+        .args(["run", "l", "--", "touch"])
+        .arg(&ran)
+        .spawn()
+        .unwrap();
+    until_blocked(&server, 1);
+    send_signal(&waiter, "TERM");
+    let output = finish(waiter);
+    assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
+    assert!(!ran.exists(), "the command ran");
+    assert_eq!(holder.owner_id().unwrap().as_deref(), Some("holder"));
+}
+
+#[test]
+fn a_sigkilled_holders_lock_frees_after_its_expiry_for_the_next_run() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let pid_file = scratch.file("pid");
+    let mut holder = redis_lock(&server)
+        .args(["run", "l", "--expire", "1", "--", "sh", "-c"])
+        .arg(r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#)
+        .arg("sh")
+        .arg(&pid_file)
+        // The orphaned `sleep` must not keep the test's pipes open.
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until("the command starts", || pid_file.exists());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let output = redis_lock(&server)
+        .args(["run", "l", "--timeout", "30", "--", "true"])
+        .output()
+        .unwrap();
+    let orphan = read(&pid_file);
+    let _ = Command::new("kill").arg(orphan.trim()).status();
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
+fn reset_all_with_yes_frees_locks_and_wakes_waiters() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holders: Vec<Lock> = ["a", "b"]
+        .iter()
+        .map(|name| Lock::new(&client, *name).unwrap())
+        .collect();
+    for holder in &holders {
+        holder.acquire().unwrap();
+    }
+    let waiter = redis_lock(&server)
+        .args(["run", "a", "--", "true"])
+        .spawn()
+        .unwrap();
+    until_blocked(&server, 1);
+    let reset_at = Instant::now();
+    let output = redis_lock(&server)
+        .args(["reset-all", "--yes"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "reset 2 locks\n");
+    let waited = finish(waiter);
+    assert!(waited.status.success(), "{}", stderr(&waited));
+    let after = reset_at.elapsed();
+    assert!(
+        after < WOKEN_WITHIN,
+        "the waiter finished {after:?} after reset-all"
+    );
+    assert!(!held(&server, "b"));
+}
+
+#[test]
+fn reset_all_without_yes_off_a_terminal_refuses() {
+    let server = RedisServer::start();
+    let holder = Lock::new(&server.client(), "l").unwrap();
+    holder.acquire().unwrap();
+    let output = redis_lock(&server).arg("reset-all").output().unwrap();
+    assert_one_line_error(&output);
+    assert!(stderr(&output).contains("--yes"), "{}", stderr(&output));
+    assert!(held(&server, "l"));
+}
+
+#[test]
+fn reset_frees_one_lock_and_says_whether_there_was_one() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let other = Lock::new(&client, "other").unwrap();
+    other.acquire().unwrap();
+    let output = redis_lock(&server).args(["reset", "l"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("was held"));
+    assert!(!held(&server, "l"));
+    assert!(held(&server, "other"));
+    let output = redis_lock(&server).args(["reset", "l"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("was not held"));
+}
+
+#[test]
+fn status_json_shows_the_holder_and_its_ttl() {
+    let server = RedisServer::start();
+    // An id that needs escaping in JSON.
+    let id = "we\"ird\\id\n\u{1}é";
+    let holder = Lock::builder(&server.client(), "l")
+        .id(id)
+        .expire(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let output = redis_lock(&server)
+        .args(["status", "l", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["name"], "l");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["owner"], id);
+    let ttl = status["ttl_ms"].as_u64().expect("a TTL");
+    assert!(ttl > 0 && ttl <= 30_000, "ttl {ttl}");
+}
+
+#[test]
+fn status_of_a_free_lock_says_free() {
+    let server = RedisServer::start();
+    let output = redis_lock(&server).args(["status", "l"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("free"));
+    let output = redis_lock(&server)
+        .args(["status", "l", "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        status,
+        serde_json::json!({"name": "l", "held": false, "owner": null, "ttl_ms": null})
+    );
+}
+
+#[test]
+fn bad_usage_gets_a_one_line_error() {
+    let server = RedisServer::start();
+    for args in [
+        &["frobnicate"][..],
+        &["run", "l", "--"],
+        &["run", "l", "true"],
+        &["run", "l", "--expire", "soon", "--", "true"],
+        &["--url", "not a url", "status", "l"],
+    ] {
+        let output = redis_lock(&server).args(args).output().unwrap();
+        assert_one_line_error(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+    }
+    assert!(!held(&server, "l"));
+}
+
+#[test]
+fn an_unreachable_server_gets_a_one_line_error() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    for args in [&["status", "l"][..], &["run", "l", "--", "true"]] {
+        let output = assert_cmd::Command::new(env!("CARGO_BIN_EXE_redis-lock"))
+            .arg("--url")
+            .arg(format!("redis://127.0.0.1:{port}/"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&output);
+        assert_eq!(output.status.code(), Some(69), "{args:?}");
+    }
+}
+
+#[test]
+fn a_command_that_is_not_found_exits_127_and_releases_the_lock() {
+    let server = RedisServer::start();
+    let output = redis_lock(&server)
+        .args(["run", "l", "--", "/nonexistent/command"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(127));
+    assert!(!held(&server, "l"));
+}
+
+#[test]
+fn the_commands_exit_code_is_passed_through() {
+    let server = RedisServer::start();
+    let mut cmd = assert_cmd::Command::from_std(redis_lock(&server));
+    cmd.args(["run", "l", "--", "sh", "-c", "exit 7"])
+        .assert()
+        .code(7);
+    assert!(!held(&server, "l"));
+}
+
+#[test]
+fn a_run_whose_lock_is_reset_sees_the_loss_and_stops_its_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let notes = scratch.file("notes");
+    let run = redis_lock(&server)
+        .args([
+            "run",
+            "l",
+            "--expire",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            NOTES_SIGTERM,
+            "sh",
+        ])
+        .arg(&notes)
+        .spawn()
+        .unwrap();
+    until("the command starts", || read(&notes).contains("started"));
+    assert!(Lock::new(&server.client(), "l").unwrap().reset().unwrap());
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(stderr(&output).contains("lost lock"), "{}", stderr(&output));
+    assert!(read(&notes).contains("term"), "the command got no SIGTERM");
+}
