@@ -87,6 +87,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = parse_args(std::env::args().skip(1))?;
     let (url, _server) = support::redis_url(options.url.clone())?;
     let client = redis::Client::open(url)?;
+    warm_up(&client)?;
     if !options.json {
         println!(
             "{:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6}",
@@ -326,6 +327,19 @@ fn run_polling(
             Ok(())
         },
     )
+}
+
+/// A second of untimed lock traffic first, so the first cell does not pay for cold caches,
+/// connection set-up and the CPU clocking up.
+fn warm_up(client: &redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+    let lock = Lock::new(client, "bench:warm-up")?;
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        lock.acquire()?;
+        lock.release()?;
+    }
+    ping_p50(client)?;
+    Ok(())
 }
 
 /// The p50 of `PING` round trips on one connection, in microseconds.

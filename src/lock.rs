@@ -425,7 +425,11 @@ impl Lock {
         };
         match self.inner.extend_ms(ms)? {
             Extended::Yes => Ok(()),
-            Extended::NotOurs => Err(self.inner.error(|name| Error::NotAcquired { name })),
+            Extended::NotOurs => {
+                // If this handle thought it held the lock, it has just learned otherwise.
+                self.inner.mark_lost();
+                Err(self.inner.error(|name| Error::NotAcquired { name }))
+            }
             Extended::NoExpiry => Err(self.inner.error(|name| Error::NotExpirable { name })),
         }
     }
@@ -581,12 +585,11 @@ impl Inner {
         self.forget_lost_holding()?;
         log::debug!("lock {:?}: acquiring", self.name);
         let mut conn = self.pool.get()?;
-        let sent = Instant::now();
+        // When the request whose try took the lock was sent: the key was set no earlier, so
+        // its expiry is counted from here, never from the reply.
+        let mut sent = Instant::now();
         let mut attempt = conn.run(|c| self.try_lock(c, None));
-        // The first try measures a round trip, which bounds how long before a reply the
-        // server can have set the key.
-        let round_trip = sent.elapsed();
-        let mut set_no_earlier_than = sent;
+        let mut woken = false;
         let mut reply_lost = false;
         loop {
             let outcome = match attempt {
@@ -596,7 +599,8 @@ impl Inner {
                     drop(conn);
                     conn = self.reconnect(deadline)?;
                     reply_lost = true;
-                    set_no_earlier_than = Instant::now();
+                    woken = false;
+                    sent = Instant::now();
                     attempt = conn.run(|c| self.try_lock(c, None));
                     continue;
                 }
@@ -604,19 +608,36 @@ impl Inner {
             };
             match outcome {
                 Attempt::Acquired { token } => {
+                    let mut valid_until = self.expiry_from(sent);
+                    if woken && self.expires_soon(valid_until) {
+                        // After a long wait the count from the send is near its end, though
+                        // the key was most likely set just now (or long ago, if the reply was
+                        // held up): one extend says which.
+                        let confirmed = Instant::now();
+                        if !self.still_ours(&mut conn)? {
+                            woken = false;
+                            sent = Instant::now();
+                            attempt = conn.run(|c| self.try_lock(c, None));
+                            continue;
+                        }
+                        valid_until = self.expiry_from(confirmed);
+                    }
                     drop(conn);
-                    self.acquired(set_no_earlier_than, token)?;
+                    self.acquired(valid_until, token)?;
                     return Ok(true);
                 }
-                Attempt::Busy { owner, .. } if owner == self.id.as_bytes() => {
+                Attempt::Busy { owner, pttl_ms } if owner == self.id.as_bytes() => {
                     if !reply_lost {
                         return Err(self.error(|name| Error::AlreadyAcquired { name }));
                     }
                     // Our own try got through before the connection dropped; only its reply
-                    // was lost.
+                    // was lost. What is left of the lock is its TTL, counted from this try.
                     let token = self.current_token(&mut conn)?;
                     drop(conn);
-                    self.acquired(set_no_earlier_than, token)?;
+                    let valid_until = u64::try_from(pttl_ms)
+                        .ok()
+                        .and_then(|ms| sent.checked_add(Duration::from_millis(ms)));
+                    self.acquired(valid_until, token)?;
                     return Ok(true);
                 }
                 Attempt::Busy { pttl_ms, .. } => {
@@ -625,16 +646,35 @@ impl Inner {
                         log::debug!("lock {:?}: not acquired in time", self.name);
                         return Ok(false);
                     };
-                    let sent = Instant::now();
+                    woken = true;
+                    sent = Instant::now();
                     attempt = conn.run(|c| self.try_lock(c, Some(block)));
-                    // The try ran right after the BLPOP returned, about a round trip before
-                    // its reply reached us.
-                    set_no_earlier_than = Instant::now()
-                        .checked_sub(round_trip)
-                        .map_or(sent, |t| t.max(sent));
                 }
             }
         }
+    }
+
+    /// When a key set at `set_at` with this handle's expiry expires, if it has one.
+    fn expiry_from(&self, set_at: Instant) -> Option<Instant> {
+        self.expire_ms
+            .and_then(|ms| set_at.checked_add(Duration::from_millis(ms)))
+    }
+
+    /// Whether less than half the expiry is left before `valid_until`.
+    fn expires_soon(&self, valid_until: Option<Instant>) -> bool {
+        match (valid_until, self.expire_ms) {
+            (Some(until), Some(ms)) => {
+                until.saturating_duration_since(Instant::now()) < Duration::from_millis(ms) / 2
+            }
+            _ => false,
+        }
+    }
+
+    /// Restarts the expiry of a lock just taken; `false` if it is not ours any more.
+    fn still_ours(&self, conn: &mut PooledConnection<'_>) -> Result<bool, Error> {
+        let ms = self.expire_ms.unwrap_or(0);
+        let code: i64 = conn.run(|c| EXTEND.run(c, |cmd| self.extend_args(cmd, ms)))?;
+        Ok(code != 1)
     }
 
     /// How long to block before the next try: never past the caller's deadline, the holder's
@@ -785,12 +825,9 @@ impl Inner {
 
     fn acquired(
         self: &Arc<Self>,
-        set_no_earlier_than: Instant,
+        valid_until: Option<Instant>,
         token: Option<u64>,
     ) -> Result<(), Error> {
-        let valid_until = self
-            .expire_ms
-            .and_then(|ms| set_no_earlier_than.checked_add(Duration::from_millis(ms)));
         let renewal = match self.expire_ms.filter(|_| self.auto_renewal) {
             Some(ms) => match Renewal::start(self, Duration::from_millis(ms)) {
                 Ok(renewal) => Some(renewal),
@@ -845,11 +882,9 @@ impl Inner {
     /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
     pub(crate) fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
         let sent = Instant::now();
-        let code: i64 = self.pool.run(|c| {
-            EXTEND.run(c, |cmd| {
-                cmd.arg(1).arg(&self.key).arg(&self.id).arg(ms);
-            })
-        })?;
+        let code: i64 = self
+            .pool
+            .run(|c| EXTEND.run(c, |cmd| self.extend_args(cmd, ms)))?;
         match code {
             0 => {
                 if let Some(holding) = self.state.lock().holding.as_mut() {
@@ -867,6 +902,10 @@ impl Inner {
             2 => Ok(Extended::NoExpiry),
             other => Err(Error::unexpected(&other)),
         }
+    }
+
+    fn extend_args(&self, cmd: &mut Cmd, ms: u64) {
+        cmd.arg(1).arg(&self.key).arg(&self.id).arg(ms);
     }
 
     /// Whether the known deadline of the lock this handle holds has passed.

@@ -60,6 +60,37 @@ impl RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// How many clients the server counts as blocked (in `BLPOP`).
+    pub fn blocked_clients(&self) -> u64 {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut self.conn())
+            .expect("INFO clients");
+        info.get("blocked_clients").unwrap_or(0)
+    }
+
+    /// Waits until at least `n` clients are blocked, or `gave_up()` says there is no point
+    /// (a waiter already returned); panics after `limit`.
+    pub fn until_blocked(&self, n: u64, limit: Duration, mut gave_up: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while self.blocked_clients() < n && !gave_up() {
+            assert!(
+                started.elapsed() < limit,
+                "fewer than {n} clients blocked after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Sends `signal` ("STOP", "CONT", "KILL", ...) to process `pid` with kill(1).
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill(1)");
+    assert!(status.success(), "kill -{signal} {pid} failed: {status}");
 }
 
 impl Drop for RedisServer {
@@ -68,7 +99,8 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local address").port()
 }
@@ -97,8 +129,11 @@ fn spawn_server(port: u16, extra: &[String]) -> Option<Child> {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
             if let Ok(mut conn) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return Some(child);
+                match redis::cmd("PING").query::<String>(&mut conn) {
+                    Ok(_) => return Some(child),
+                    // Up, but with `--requirepass`.
+                    Err(e) if e.code() == Some("NOAUTH") => return Some(child),
+                    Err(_) => {}
                 }
             }
         }
@@ -165,6 +200,15 @@ impl ChildProcess {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends the child a signal ("STOP", "CONT", "KILL", ...).
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.pid(), signal);
+    }
+
     /// Sends the child one line on its standard input.
     pub fn send_line(&mut self, line: &str) {
         use std::io::Write;
@@ -184,4 +228,126 @@ impl Drop for ChildProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A TCP proxy in front of a server that can hold back the server's replies and cut
+/// connections: a network that delays or drops, under the test's control.
+pub struct Proxy {
+    pub port: u16,
+    state: std::sync::Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    stopped: std::sync::atomic::AtomicBool,
+    links: std::sync::Mutex<Vec<Link>>,
+}
+
+/// One proxied connection: both sockets (to cut it) and whether its replies are held back.
+struct Link {
+    client: TcpStream,
+    server: TcpStream,
+    hold: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    /// Starts forwarding a free loopback port to the server on `target_port`.
+    pub fn start(target_port: u16) -> Proxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let state = Arc::new(ProxyState::default());
+        let accepting = Arc::clone(&state);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if accepting.stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let hold = Arc::new(AtomicBool::new(false));
+                let (Ok(c1), Ok(c2), Ok(s1), Ok(s2)) = (
+                    client.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                    server.try_clone(),
+                ) else {
+                    continue;
+                };
+                accepting.links.lock().unwrap().push(Link {
+                    client: c1,
+                    server: s1,
+                    hold: Arc::clone(&hold),
+                });
+                let never = Arc::new(AtomicBool::new(false));
+                std::thread::spawn(move || pump(client, server, &never));
+                std::thread::spawn(move || pump(s2, c2, &hold));
+            }
+        });
+        Proxy { port, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// Holds back (or lets through again) the replies on every connection open now; the
+    /// server still runs the commands it receives. New connections are not held.
+    pub fn hold_replies(&self, hold: bool) {
+        for link in self.state.links.lock().unwrap().iter() {
+            link.hold.store(hold, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Closes every connection open now, dropping any replies held back.
+    pub fn cut_all(&self) {
+        for link in self.state.links.lock().unwrap().drain(..) {
+            let _ = link.client.shutdown(std::net::Shutdown::Both);
+            let _ = link.server.shutdown(std::net::Shutdown::Both);
+            // A pump holding a reply now finds its socket closed and ends.
+            link.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut_all();
+        // Wakes the accept loop so it sees `stopped`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copies `from` to `to` until either side closes, waiting while `hold` is set before passing
+/// on what it read.
+fn pump(mut from: TcpStream, mut to: TcpStream, hold: &std::sync::atomic::AtomicBool) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while hold.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }

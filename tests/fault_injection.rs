@@ -1,0 +1,718 @@
+//! Safety under faults the tests make themselves, against real `redis-server` processes: a holder
+//! stopped past its expiry, a waiter's wake-up reply delayed or dropped by a proxy, a server
+//! killed and restarted under waiters, `CLIENT PAUSE`, `SCRIPT FLUSH` mid-run, a server at
+//! `maxmemory`, and a soak run with random `SIGKILL`s (`REDIS_LOCK_SOAK_SECS`, default 20).
+//!
+//! Time bounds are generous on purpose: the machine is shared. What is checked strictly is
+//! safety: no two critical sections overlap unless the holder was told its lock was lost, and
+//! fencing tokens only grow.
+
+mod support;
+
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::Commands;
+use redis_lock::{Error, Lock};
+use support::{ChildProcess, Proxy, RedisServer};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Runs the other side of a multi-process test when this binary was started as a child.
+#[test]
+fn child_process_role() {
+    let Some((role, url, args)) = support::child_role() else {
+        return;
+    };
+    let client = redis::Client::open(url).unwrap();
+    match role.as_str() {
+        "paused_holder" => paused_holder(&client, &args),
+        "soak" => soak_worker(&client, &args),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn read_stdin_line() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    line
+}
+
+/// Polls `condition` every 10 ms for up to `limit`; whether it came true.
+fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if started.elapsed() >= limit {
+            return false;
+        }
+        thread::sleep(ms(10));
+    }
+}
+
+fn describe(result: Result<(), Error>) -> String {
+    match result {
+        Ok(()) => "ok".to_string(),
+        Err(Error::NotAcquired { .. }) => "not-acquired".to_string(),
+        Err(e) => format!("error:{e}"),
+    }
+}
+
+/// Takes lock `args[0]` (expiry `args[1]` ms, auto-renewal, fencing) and prints its token. The
+/// parent stops this process, takes the lock, continues it and says "go": then reports what
+/// the handle saw.
+fn paused_holder(client: &redis::Client, args: &[String]) {
+    let lock = Lock::builder(client, &args[0])
+        .expire(ms(args[1].parse().unwrap()))
+        .auto_renewal(true)
+        .fencing(true)
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    println!("acquired {}", lock.fencing_token().unwrap());
+    read_stdin_line();
+    // The renewal thread gets a few seconds to find the key holds someone else's id (the
+    // passed deadline alone already makes the lock lost).
+    let lost = eventually(secs(10), || lock.lost());
+    let token = lock.fencing_token().unwrap();
+    let release = describe(lock.release());
+    println!("report lost={lost} release={release} token={token}");
+}
+
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+#[test]
+fn a_holder_stopped_past_its_expiry_learns_it_lost_the_lock_and_is_fenced_off() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut child = ChildProcess::spawn("paused_holder", &server.url(), &["l", "1000"]);
+    let child_token: u64 = child.expect_line("acquired")["acquired ".len()..]
+        .parse()
+        .unwrap();
+    child.signal("STOP");
+    let parent = Lock::builder(&client, "l")
+        .expire(secs(30))
+        .fencing(true)
+        .build()
+        .unwrap();
+    // The stopped child cannot renew: the parent gets the lock once the child's expires.
+    let got = parent.acquire_timeout(secs(30));
+    child.signal("CONT");
+    assert!(
+        got.unwrap(),
+        "the parent never got the stopped holder's lock"
+    );
+    let parent_token = parent.fencing_token().unwrap();
+    child.send_line("go");
+    let report = child.expect_line("report");
+    assert_eq!(field(&report, "lost"), "true", "{report}");
+    assert_eq!(field(&report, "release"), "not-acquired", "{report}");
+    assert_eq!(field(&report, "token").parse::<u64>().unwrap(), child_token);
+    assert!(
+        parent_token > child_token,
+        "parent token {parent_token} <= stopped holder's {child_token}"
+    );
+    let owner: Option<String> = server.conn().get("lock:l").unwrap();
+    assert_eq!(owner.as_deref(), Some(parent.id()));
+    child.wait_success();
+    parent.release().unwrap();
+}
+
+/// A holder that never expires, a waiter blocked behind it through `proxy` (expiry
+/// `expire`), and the release that wakes it while the proxy holds back its replies: returns
+/// once the server has run the waiter's queued try (the lock is the waiter's now, but it does
+/// not know yet), with the waiter's thread, which returns its handle and its result.
+fn wake_a_waiter_behind_held_replies(
+    server: &RedisServer,
+    proxy: &Proxy,
+    expire: Duration,
+) -> thread::JoinHandle<(Lock, Result<bool, Error>)> {
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let proxied = proxy.client();
+    let waiter = thread::spawn(move || {
+        let lock = Lock::builder(&proxied, "l").expire(expire).build().unwrap();
+        let got = lock.acquire_timeout(secs(60));
+        (lock, got)
+    });
+    server.until_blocked(1, secs(30), || waiter.is_finished());
+    proxy.hold_replies(true);
+    holder.release().unwrap();
+    let mut conn = server.conn();
+    assert!(
+        eventually(secs(10), || conn
+            .get::<_, Option<String>>("lock:l")
+            .unwrap()
+            .is_some()),
+        "the waiter's queued try never took the lock"
+    );
+    waiter
+}
+
+/// The server grants a woken waiter the lock the moment the release wakes it (the try is
+/// queued behind its `BLPOP`), but the reply can take long to arrive: a slow network, a
+/// stalled process. Counted from before it sent the try, the waiter's expiry is nearly over by
+/// then, so it checks with Redis; finding another owner, it keeps waiting instead of returning
+/// with a lock that has expired and gone to someone else.
+#[test]
+fn a_waiter_whose_wakeup_reply_is_delayed_past_the_expiry_keeps_waiting() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let waiter = wake_a_waiter_behind_held_replies(&server, &proxy, ms(1000));
+    // The waiter's lock expires while its reply is held back; someone else takes it.
+    let taker = Lock::new(&server.client(), "l").unwrap();
+    assert!(taker.acquire_timeout(secs(30)).unwrap());
+    proxy.hold_replies(false);
+    thread::sleep(ms(500));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter returned while another owner holds the lock"
+    );
+    taker.release().unwrap();
+    let (lock, got) = waiter.join().unwrap();
+    assert!(got.unwrap());
+    assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
+    assert!(!lock.lost());
+}
+
+/// As above, but the reply never arrives: the connection drops, the waiter reconnects, and its
+/// next try finds its own id in the key. The key was set before the connection dropped, so
+/// its expiry must be counted from then (or from the key's remaining TTL), not from the retry.
+#[test]
+fn a_waiter_whose_wakeup_reply_is_lost_counts_the_expiry_from_before_the_reconnect() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let waiter = wake_a_waiter_behind_held_replies(&server, &proxy, ms(3000));
+    thread::sleep(secs(2));
+    // Two of the waiter's three seconds are gone when it reconnects and finds the key its own.
+    proxy.cut_all();
+    let taker = Lock::new(&server.client(), "l").unwrap();
+    assert!(taker.acquire_timeout(secs(30)).unwrap());
+    let (lock, got) = waiter.join().unwrap();
+    assert!(got.unwrap());
+    assert_ne!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
+    assert!(
+        lock.lost(),
+        "the waiter's lock expired and another owner holds it, yet lost() says the waiter \
+         holds it"
+    );
+}
+
+/// The other side of the two tests above: a fix must not count the expiry from when the
+/// waiter started blocking. A waiter that blocked far longer than its own expiry and was then
+/// woken holds a fresh lock, not a lost one.
+#[test]
+fn a_waiter_woken_after_blocking_longer_than_its_expiry_holds_a_fresh_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let waiter_client = client.clone();
+    let waiter = thread::spawn(move || {
+        let lock = Lock::builder(&waiter_client, "l")
+            .expire(ms(500))
+            .build()
+            .unwrap();
+        let got = lock.acquire_timeout(secs(60));
+        let lost = lock.lost();
+        (lock, got, lost)
+    });
+    server.until_blocked(1, secs(30), || waiter.is_finished());
+    // Four times the waiter's expiry, within one BLPOP (at most 5 s when the holder's lock has
+    // no expiry).
+    thread::sleep(secs(2));
+    holder.release().unwrap();
+    let (lock, got, lost) = waiter.join().unwrap();
+    assert!(got.unwrap());
+    assert!(!lost, "a freshly woken waiter counted its lock as lost");
+    lock.release().unwrap();
+}
+
+/// One critical section, in this process's clock.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    start: Duration,
+    end: Duration,
+    lost: bool,
+}
+
+/// Pairs of sections, among those whose holder did not report the lock lost, that overlap.
+fn overlaps(sections: &[Section]) -> Vec<(Section, Section)> {
+    let mut kept: Vec<Section> = sections.iter().copied().filter(|s| !s.lost).collect();
+    kept.sort_by_key(|s| s.start);
+    kept.windows(2)
+        .filter(|w| w[1].start < w[0].end)
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
+#[test]
+fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let base = Instant::now();
+    let holder = Lock::builder(&client, "l")
+        .expire(secs(2))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let holder_start = base.elapsed();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            thread::spawn(move || -> Result<Section, Error> {
+                let lock = Lock::builder(&client, "l")
+                    .expire(secs(2))
+                    .auto_renewal(true)
+                    .build()?;
+                assert!(lock.acquire_timeout(secs(60))?, "no lock within 60 s");
+                let start = base.elapsed();
+                thread::sleep(ms(100));
+                let end = base.elapsed();
+                let lost = lock.lost();
+                lock.release()?;
+                Ok(Section { start, end, lost })
+            })
+        })
+        .collect();
+    server.until_blocked(4, secs(30), || waiters.iter().any(|w| w.is_finished()));
+    server.restart_after(secs(1));
+    // The restarted server is empty: the holder's key is gone, and its renewal finds that.
+    assert!(
+        eventually(secs(15), || holder.lost()),
+        "the holder never learned its key vanished in the restart"
+    );
+    let holder_end = base.elapsed();
+    assert!(matches!(holder.release(), Err(Error::NotAcquired { .. })));
+    let mut sections = vec![Section {
+        start: holder_start,
+        end: holder_end,
+        lost: true,
+    }];
+    for waiter in waiters {
+        sections.push(waiter.join().unwrap().expect("a waiter failed"));
+    }
+    assert_eq!(sections.len(), 5);
+    assert!(overlaps(&sections).is_empty(), "{:?}", overlaps(&sections));
+}
+
+#[test]
+fn an_outage_longer_than_a_waiters_timeout_ends_its_wait_near_the_timeout() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let timeout = secs(3);
+    let waiter = thread::spawn(move || {
+        let lock = Lock::new(&client, "l").unwrap();
+        let started = Instant::now();
+        let result = lock.acquire_timeout(timeout);
+        (result, started.elapsed())
+    });
+    server.until_blocked(1, secs(30), || waiter.is_finished());
+    server.kill();
+    let (result, took) = waiter.join().unwrap();
+    println!("timeout {timeout:?}: {result:?} after {took:?}");
+    assert!(
+        matches!(result, Err(Error::Redis(_)) | Ok(false)),
+        "expected a connection error or Ok(false), got {result:?}"
+    );
+    assert!(
+        took < timeout + secs(15),
+        "a waiter with a {timeout:?} timeout took {took:?} to give up"
+    );
+}
+
+#[test]
+fn an_outage_ends_a_wait_without_timeout_with_an_error_after_the_reconnect_window() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let waiter = thread::spawn(move || {
+        let lock = Lock::new(&client, "l").unwrap();
+        let started = Instant::now();
+        let result = lock.acquire();
+        (result, started.elapsed())
+    });
+    server.until_blocked(1, secs(30), || waiter.is_finished());
+    server.kill();
+    let (result, took) = waiter.join().unwrap();
+    println!("no timeout: {result:?} after {took:?}");
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    // The reconnect window is 10 s.
+    assert!(took < secs(10 + 15), "gave up after {took:?}");
+}
+
+fn client_pause(server: &RedisServer, pause: Duration) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query(&mut server.conn())
+        .unwrap();
+}
+
+#[test]
+fn a_client_pause_longer_than_the_renewal_interval_but_shorter_than_the_expiry_keeps_the_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    // Renewal every 2.67 s; the pause holds that renewal back until 3 s, before the 4 s expiry.
+    let lock = Lock::builder(&client, "l")
+        .expire(secs(4))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    let acquired = Instant::now();
+    client_pause(&server, secs(3));
+    thread::sleep(ms(2900).saturating_sub(acquired.elapsed()));
+    assert!(!lock.lost(), "lost during the pause");
+    // Past the first expiry: only the renewal sent during the pause can have kept it.
+    thread::sleep(ms(5000).saturating_sub(acquired.elapsed()));
+    assert!(!lock.lost(), "lost after the pause");
+    assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
+    lock.release().unwrap();
+}
+
+#[test]
+fn a_client_pause_longer_than_the_expiry_makes_the_holder_learn_it_is_lost() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = Lock::builder(&client, "l")
+        .expire(secs(1))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    let acquired = Instant::now();
+    let pause = secs(4);
+    client_pause(&server, pause);
+    assert!(
+        eventually(secs(15), || lock.lost()),
+        "the holder never learned its renewal could not get through"
+    );
+    // After the pause the held-back renewal got through (Redis pauses expiry too), but the
+    // handle cannot know nobody held the lock meanwhile: lost stays lost.
+    thread::sleep((pause + ms(1500)).saturating_sub(acquired.elapsed()));
+    assert!(lock.lost(), "lost() went back to false after the pause");
+    let _ = lock.release();
+}
+
+#[test]
+fn script_flushes_during_a_run_cause_no_errors_and_no_overlaps() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let done = Arc::new(AtomicBool::new(false));
+    let flushes = Arc::new(AtomicU64::new(0));
+    let flusher = {
+        let (done, flushes) = (Arc::clone(&done), Arc::clone(&flushes));
+        let mut conn = server.conn();
+        thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+                flushes.fetch_add(1, Ordering::Relaxed);
+                thread::sleep(ms(2));
+            }
+        })
+    };
+    let rounds = 150;
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            thread::spawn(move || -> Result<(Vec<u64>, u64), Error> {
+                let lock = Lock::builder(&client, "l")
+                    .expire(secs(10))
+                    .fencing(true)
+                    .build()?;
+                let mut conn = client.get_connection()?;
+                let (mut tokens, mut overlaps) = (Vec::new(), 0);
+                for _ in 0..rounds {
+                    assert!(lock.acquire_timeout(secs(60))?, "no lock within 60 s");
+                    let inside: i64 = conn.incr("inside", 1)?;
+                    overlaps += u64::from(inside != 1);
+                    tokens.push(lock.fencing_token().expect("fencing is on"));
+                    lock.extend(None)?;
+                    let _: i64 = conn.decr("inside", 1)?;
+                    lock.release()?;
+                }
+                Ok((tokens, overlaps))
+            })
+        })
+        .collect();
+    let results: Vec<_> = workers
+        .into_iter()
+        .map(|w| w.join().unwrap().expect("a worker failed"))
+        .collect();
+    done.store(true, Ordering::Relaxed);
+    flusher.join().unwrap();
+    assert!(flushes.load(Ordering::Relaxed) > 0);
+    let overlaps: u64 = results.iter().map(|(_, o)| o).sum();
+    assert_eq!(overlaps, 0);
+    let mut all: Vec<u64> = Vec::new();
+    for (tokens, _) in &results {
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        all.extend(tokens);
+    }
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        4 * rounds,
+        "a fencing token was handed out twice"
+    );
+}
+
+/// Writes big values until the server refuses them with OOM, then halves `maxmemory`, so the
+/// server stays well over its limit even when a client's buffers are freed.
+fn fill_until_oom(server: &RedisServer) {
+    let mut conn = server.conn();
+    let value = vec![b'x'; 64 * 1024];
+    for i in 0.. {
+        assert!(i < 1000, "the server never ran out of memory");
+        match conn.set::<_, _, ()>(format!("filler:{i}"), &value) {
+            Ok(()) => continue,
+            Err(e) if e.code() == Some("OOM") => break,
+            Err(e) => panic!("unexpected error while filling: {e}"),
+        }
+    }
+    let (_, max): (String, u64) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(max / 2)
+        .query(&mut conn)
+        .unwrap();
+    let refused = conn.set::<_, _, ()>("filler:tiny", "x").unwrap_err();
+    assert_eq!(refused.code(), Some("OOM"), "{refused}");
+}
+
+#[test]
+fn at_maxmemory_try_acquire_is_an_oom_error_and_writes_nothing() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
+    let client = server.client();
+    fill_until_oom(&server);
+    let mut conn = server.conn();
+    for (name, fencing) in [("plain", false), ("fenced", true)] {
+        let lock = Lock::builder(&client, name)
+            .expire(secs(10))
+            .fencing(fencing)
+            .build()
+            .unwrap();
+        match lock.try_acquire() {
+            Err(Error::Redis(e)) => {
+                println!("{name}: {e}");
+                assert!(e.to_string().contains("OOM"), "{name}: {e}");
+            }
+            other => panic!("{name}: expected an OOM error, got {other:?}"),
+        }
+        assert!(!lock.lost());
+        assert!(!conn.exists::<_, bool>(format!("lock:{name}")).unwrap());
+        assert!(!conn
+            .exists::<_, bool>(format!("lock-fence:{name}"))
+            .unwrap());
+    }
+}
+
+#[test]
+fn at_maxmemory_a_holder_can_still_release() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
+    let client = server.client();
+    let holder = Lock::builder(&client, "l").fencing(true).build().unwrap();
+    holder.acquire().unwrap();
+    fill_until_oom(&server);
+    holder.release().unwrap();
+    assert!(!server.conn().exists::<_, bool>("lock:l").unwrap());
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A small xorshift generator: enough for random hold times and kill intervals.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded(salt: u64) -> Rng {
+        Rng((now_ns() as u64 ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// `args[1]` threads take lock `args[0]` (expiry `args[2]` ms, auto-renewal, fencing) over and
+/// over, hold it 0-20 ms, and push "token start_ns end_ns" to the list `soak:sections` before
+/// releasing (or to `soak:lost` when the handle says the lock was lost). Prints the threads'
+/// ids, then runs until a line arrives on stdin.
+fn soak_worker(client: &redis::Client, args: &[String]) {
+    let threads: usize = args[1].parse().unwrap();
+    let expire = ms(args[2].parse().unwrap());
+    let locks: Vec<Lock> = (0..threads)
+        .map(|_| {
+            Lock::builder(client, &args[0])
+                .expire(expire)
+                .auto_renewal(true)
+                .fencing(true)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let ids: Vec<&str> = locks.iter().map(|l| l.id()).collect();
+    println!("ids {}", ids.join(" "));
+    let stop = AtomicBool::new(false);
+    let not_acquired = AtomicU64::new(0);
+    thread::scope(|s| {
+        for (i, lock) in locks.iter().enumerate() {
+            let (stop, not_acquired) = (&stop, &not_acquired);
+            s.spawn(move || {
+                let mut conn = client.get_connection().unwrap();
+                let mut rng = Rng::seeded(u64::from(std::process::id()) << 8 | i as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(lock.acquire_timeout(secs(60)).unwrap(), "no lock in 60 s");
+                    let token = lock.fencing_token().unwrap();
+                    let start = now_ns();
+                    thread::sleep(ms(rng.below(21)));
+                    let end = now_ns();
+                    let list = if lock.lost() {
+                        "soak:lost"
+                    } else {
+                        "soak:sections"
+                    };
+                    let _: () = conn.rpush(list, format!("{token} {start} {end}")).unwrap();
+                    match lock.release() {
+                        Ok(()) => {}
+                        Err(Error::NotAcquired { .. }) => {
+                            not_acquired.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("release failed: {e}"),
+                    }
+                }
+            });
+        }
+        std::io::stdin().lock().lines().next();
+        stop.store(true, Ordering::Relaxed);
+    });
+    println!("done not_acquired={}", not_acquired.load(Ordering::Relaxed));
+}
+
+/// A soak worker process and the owner ids of its threads.
+struct SoakProcess {
+    child: ChildProcess,
+    ids: Vec<String>,
+}
+
+impl SoakProcess {
+    fn spawn(url: &str, threads: usize) -> SoakProcess {
+        let threads = threads.to_string();
+        let mut child = ChildProcess::spawn("soak", url, &["soak", &threads, "500"]);
+        let line = child.expect_line("ids ");
+        let ids = line.split(' ').skip(1).map(str::to_string).collect();
+        SoakProcess { child, ids }
+    }
+}
+
+/// (token, start_ns, end_ns) records from a list.
+fn sections_in(conn: &mut redis::Connection, list: &str) -> Vec<(u64, u128, u128)> {
+    let lines: Vec<String> = conn.lrange(list, 0, -1).unwrap();
+    lines
+        .iter()
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn soak_processes_killed_at_random_never_overlap_and_tokens_only_grow() {
+    let soak = secs(
+        std::env::var("REDIS_LOCK_SOAK_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    );
+    let (processes, threads) = (3, 4);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let mut workers: Vec<SoakProcess> = (0..processes)
+        .map(|_| SoakProcess::spawn(&url, threads))
+        .collect();
+    let mut rng = Rng::seeded(u64::from(std::process::id()));
+    let (started, mut kills) = (Instant::now(), 0);
+    while started.elapsed() < soak {
+        thread::sleep(ms(200 + rng.below(600)));
+        let Some(owner) = conn.get::<_, Option<String>>("lock:soak").unwrap() else {
+            continue;
+        };
+        // Only a live worker's lock: a killed one's may still be there until it expires.
+        let Some(i) = workers.iter().position(|w| w.ids.contains(&owner)) else {
+            continue;
+        };
+        workers[i].child.signal("KILL");
+        let _ = workers[i].child.child.wait();
+        kills += 1;
+        workers[i] = SoakProcess::spawn(&url, threads);
+    }
+    let mut not_acquired = 0;
+    for mut worker in workers {
+        worker.child.send_line("stop");
+        let done = worker.child.expect_line("done");
+        not_acquired += field(&done, "not_acquired").parse::<u64>().unwrap();
+        worker.child.wait_success();
+    }
+    let mut sections = sections_in(&mut conn, "soak:sections");
+    let lost = sections_in(&mut conn, "soak:lost").len();
+    sections.sort_by_key(|&(_, start, _)| start);
+    let overlapping = sections.windows(2).filter(|w| w[1].1 < w[0].2).count();
+    let out_of_order = sections.windows(2).filter(|w| w[1].0 <= w[0].0).count();
+    let last_token: u64 = conn.get("lock-fence:soak").unwrap();
+    println!(
+        "soak {soak:?}: {} sections, {kills} kills, {overlapping} overlaps, {out_of_order} \
+         tokens out of order, {lost} lost, {not_acquired} releases not acquired, last token \
+         {last_token}",
+        sections.len()
+    );
+    assert!(sections.len() > 100, "too few sections: {}", sections.len());
+    assert!(kills > 0, "no holder was killed");
+    assert_eq!(overlapping, 0, "overlapping critical sections");
+    assert_eq!(
+        out_of_order, 0,
+        "fencing tokens not increasing in start order"
+    );
+}
