@@ -9,6 +9,10 @@
 //! shared name, loop acquire → hold D → release for S seconds (the shape of python-redis-lock's
 //! `examples/bench.py`). `polling` is the common recipe this crate replaces: `SET NX PX`, sleep
 //! 100 ms and retry, with an owner-checked Lua release.
+//!
+//! The round trip (`rtt_p50_us`) is measured inside each cell by the workers themselves: every
+//! 8th loop, outside the lock, one `PING` on a plain connection. A shared machine's latency
+//! drifts from second to second, so a figure taken before the cell would not be comparable.
 
 mod support;
 
@@ -20,7 +24,9 @@ use redis_lock::Lock;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const LOCK_EXPIRE: Duration = Duration::from_secs(10);
-const PINGS: usize = 2000;
+/// Every this many loops a worker times one `PING`.
+const PING_EVERY: u64 = 8;
+const WARM_UP_PINGS: usize = 2000;
 const POLLING_RELEASE: &str = r#"
 if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end
 return 0
@@ -58,6 +64,8 @@ struct ThreadStats {
     handoffs: Vec<u64>,
     /// Microseconds for one acquire + release pair.
     cycles: Vec<u64>,
+    /// Microseconds for one `PING`.
+    pings: Vec<u64>,
     held: Duration,
 }
 
@@ -178,7 +186,6 @@ fn run_cell(
     seconds: f64,
 ) -> Result<Cell, Box<dyn std::error::Error>> {
     let name = format!("bench:{}:{concurrency}:{hold_ms}", imp.name());
-    let rtt_p50_us = ping_p50(client)?;
     let hold = Duration::from_millis(hold_ms);
     let duration = Duration::from_secs_f64(seconds);
     let start = Instant::now();
@@ -207,6 +214,7 @@ fn run_cell(
     let mut handoffs: Vec<u64> = per_thread.iter().flat_map(|t| t.handoffs.clone()).collect();
     let mut cycles: Vec<u64> = per_thread.iter().flat_map(|t| t.cycles.clone()).collect();
     let held: Duration = per_thread.iter().map(|t| t.held).sum();
+    let mut pings: Vec<u64> = per_thread.iter().flat_map(|t| t.pings.clone()).collect();
     Ok(Cell {
         imp,
         concurrency,
@@ -225,12 +233,13 @@ fn run_cell(
             .then(|| percentile(&mut cycles, 50.0))
             .flatten(),
         busy_pct: 100.0 * held.as_secs_f64() / wall.as_secs_f64(),
-        rtt_p50_us,
+        rtt_p50_us: percentile(&mut pings, 50.0).unwrap_or(0),
     })
 }
 
 /// The loop both impls share: take the lock, hold it, let go, and time it all.
 fn measure(
+    client: &redis::Client,
     start: Instant,
     end: Instant,
     hold: Duration,
@@ -239,6 +248,7 @@ fn measure(
     mut release: impl FnMut() -> Result<(), String>,
 ) -> Result<ThreadStats, String> {
     let mut stats = ThreadStats::default();
+    let mut pinger = client.get_connection().map_err(|e| e.to_string())?;
     let since_start = |t: Instant| t.duration_since(start).as_nanos() as u64;
     while Instant::now() < end {
         let before = Instant::now();
@@ -261,6 +271,9 @@ fn measure(
         stats
             .cycles
             .push((Instant::now() - before).as_micros() as u64);
+        if stats.acquisitions % PING_EVERY == 0 {
+            stats.pings.push(ping(&mut pinger).map_err(|e| e.to_string())?);
+        }
     }
     Ok(stats)
 }
@@ -278,6 +291,7 @@ fn run_ours(
         .build()
         .map_err(|e| e.to_string())?;
     measure(
+        client,
         start,
         end,
         hold,
@@ -300,6 +314,7 @@ fn run_polling(
     let release_script = redis::Script::new(POLLING_RELEASE);
     let conn = std::cell::RefCell::new(client.get_connection().map_err(|e| e.to_string())?);
     measure(
+        client,
         start,
         end,
         hold,
@@ -338,20 +353,18 @@ fn warm_up(client: &redis::Client) -> Result<(), Box<dyn std::error::Error>> {
         lock.acquire()?;
         lock.release()?;
     }
-    ping_p50(client)?;
+    let mut conn = client.get_connection()?;
+    for _ in 0..WARM_UP_PINGS {
+        ping(&mut conn)?;
+    }
     Ok(())
 }
 
-/// The p50 of `PING` round trips on one connection, in microseconds.
-fn ping_p50(client: &redis::Client) -> Result<u64, Box<dyn std::error::Error>> {
-    let mut conn = client.get_connection()?;
-    let mut samples = Vec::with_capacity(PINGS);
-    for _ in 0..PINGS {
-        let sent = Instant::now();
-        let _: String = redis::cmd("PING").query(&mut conn)?;
-        samples.push(sent.elapsed().as_micros() as u64);
-    }
-    Ok(percentile(&mut samples, 50.0).unwrap_or(0))
+/// One `PING` round trip, in microseconds.
+fn ping(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
+    let sent = Instant::now();
+    let _: String = redis::cmd("PING").query(conn)?;
+    Ok(sent.elapsed().as_micros() as u64)
 }
 
 fn percentile(samples: &mut [u64], pct: f64) -> Option<u64> {
