@@ -272,7 +272,9 @@ fn measure(
             .cycles
             .push((Instant::now() - before).as_micros() as u64);
         if stats.acquisitions % PING_EVERY == 0 {
-            stats.pings.push(ping(&mut pinger).map_err(|e| e.to_string())?);
+            stats
+                .pings
+                .push(ping(&mut pinger).map_err(|e| e.to_string())?);
         }
     }
     Ok(stats)

@@ -32,10 +32,13 @@ impl<'a> LockGuard<'a> {
     /// The lock this guard holds.
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// # let lock = redis_lock::Lock::new(&client, "tickets").unwrap();
-    /// let guard = lock.lock().unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// let guard = lock.lock()?;
     /// assert_eq!(guard.lock().name(), "tickets");
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn lock(&self) -> &'a Lock {
         self.lock
@@ -44,10 +47,13 @@ impl<'a> LockGuard<'a> {
     /// Whether the lock has been lost since it was taken; see [`Lock::lost`]. No round trip.
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// # let lock = redis_lock::Lock::new(&client, "tickets").unwrap();
-    /// let guard = lock.lock().unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// let guard = lock.lock()?;
     /// assert!(!guard.lost());
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn lost(&self) -> bool {
         self.lock.lost()
@@ -56,10 +62,13 @@ impl<'a> LockGuard<'a> {
     /// This acquisition's fencing token; see [`Lock::fencing_token`].
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build().unwrap();
-    /// let guard = lock.lock().unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// let guard = lock.lock()?;
     /// println!("token {:?}", guard.fencing_token());
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn fencing_token(&self) -> Option<u64> {
         self.lock.fencing_token()
@@ -68,14 +77,17 @@ impl<'a> LockGuard<'a> {
     /// Extends the held lock; see [`Lock::extend`].
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
     /// let lock = redis_lock::Lock::builder(&client, "batch")
     ///     .expire(Duration::from_secs(10))
     ///     .build()
-    ///     .unwrap();
-    /// let guard = lock.lock().unwrap();
-    /// guard.extend(Some(Duration::from_secs(30))).unwrap();
+    ///     ?;
+    /// let guard = lock.lock()?;
+    /// guard.extend(Some(Duration::from_secs(30)))?;
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
         self.lock.extend(expire)
@@ -84,10 +96,13 @@ impl<'a> LockGuard<'a> {
     /// Releases now and reports how that went, instead of logging it in drop.
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// # let lock = redis_lock::Lock::new(&client, "tickets").unwrap();
-    /// let guard = lock.lock().unwrap();
-    /// guard.unlock().unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// let guard = lock.lock()?;
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn unlock(self) -> Result<(), Error> {
         let lock = self.lock;

@@ -261,9 +261,12 @@ impl Lock {
     /// The lock's name (the key is `lock:<name>`).
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// let lock = redis_lock::Lock::new(&client, "jobs").unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
     /// assert_eq!(lock.name(), "jobs");
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -272,9 +275,12 @@ impl Lock {
     /// This handle's owner id: what Redis holds while this handle owns the lock.
     ///
     /// ```no_run
-    /// # let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// let lock = redis_lock::Lock::new(&client, "jobs").unwrap();
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
     /// assert_eq!(lock.id().len(), 24);
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn id(&self) -> &str {
         &self.inner.id
@@ -537,15 +543,20 @@ impl Lock {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// let lock = redis_lock::Lock::builder(&client, "ledger")
     ///     .expire(std::time::Duration::from_secs(10))
     ///     .fencing(true)
     ///     .build()?;
     /// let guard = lock.lock()?;
-    /// let token = guard.fencing_token().expect("fencing is on");
-    /// // The store keeps the highest token it has accepted and rejects lower ones, e.g. in
-    /// // SQL: UPDATE ledger SET ..., fence = $token WHERE id = $id AND fence < $token
+    /// if let Some(token) = guard.fencing_token() {
+    ///     // The store keeps the highest token it has accepted and rejects lower ones, e.g.
+    ///     // in SQL: UPDATE ledger SET ..., fence = $token WHERE id = $id AND fence < $token
+    ///     println!("writing with token {token}");
+    /// }
+    /// # Ok(())
+    /// # }
     /// # Ok(())
     /// # }
     /// ```

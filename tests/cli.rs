@@ -72,13 +72,7 @@ fn until(what: &str, mut condition: impl FnMut() -> bool) {
 
 /// Until `n` clients are blocked in BLPOP: a `run` is waiting for its lock.
 fn until_blocked(server: &RedisServer, n: u64) {
-    until("a waiter blocks", || {
-        let info: redis::InfoDict = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut server.conn())
-            .unwrap();
-        info.get::<u64>("blocked_clients").unwrap() >= n
-    });
+    until("a waiter blocks", || server.blocked_clients() >= n);
 }
 
 fn held(server: &RedisServer, name: &str) -> bool {

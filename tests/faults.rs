@@ -3,12 +3,11 @@
 
 mod support;
 
-use std::thread;
 use std::time::Duration;
 
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::RedisServer;
+use support::{spawn_waiter, RedisServer};
 
 fn script_flush(server: &RedisServer) {
     let _: () = redis::cmd("SCRIPT")
@@ -56,22 +55,9 @@ fn a_waiter_survives_a_script_flush_while_it_blocks() {
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
     holder.acquire().unwrap();
-    let waiter_client = client.clone();
-    let waiter = thread::spawn(move || {
-        Lock::new(&waiter_client, "l")
-            .unwrap()
-            .acquire_timeout(Duration::from_secs(60))
-    });
-    loop {
-        let info: redis::InfoDict = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut server.conn())
-            .unwrap();
-        if info.get::<u64>("blocked_clients") == Some(1) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+    let fencing = Lock::builder(&client, "l").fencing(true).build().unwrap();
+    let waiter = spawn_waiter(fencing, Duration::from_secs(60));
+    server.until_blocked(1, Duration::from_secs(20), || waiter.is_finished());
     // The fencing waiter's EVALSHA of acquire.lua is already queued behind its BLPOP; it
     // will meet NOSCRIPT.
     script_flush(&server);

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{reset_all, Lock};
-use support::{ChildProcess, RedisServer};
+use support::{spawn_waiter, ChildProcess, RedisServer};
+
+/// How long a test waits for its waiters to block before it gives up.
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs the other side of a multi-process test when this binary was started as a child.
 #[test]
@@ -83,26 +86,6 @@ fn stress(client: &redis::Client, args: &[String]) {
     println!("overlaps {overlaps}");
 }
 
-fn blocked_clients(server: &RedisServer) -> u64 {
-    let info: redis::InfoDict = redis::cmd("INFO")
-        .arg("clients")
-        .query(&mut server.conn())
-        .unwrap();
-    info.get("blocked_clients").unwrap()
-}
-
-/// Waits (test-side) until `n` clients are blocked in BLPOP, so a release cannot come early.
-fn until_blocked(server: &RedisServer, n: u64) {
-    let started = Instant::now();
-    while blocked_clients(server) < n {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no waiter blocked"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn now_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -116,12 +99,8 @@ fn a_release_in_another_process_wakes_the_waiter() {
     let client = server.client();
     let mut holder = ChildProcess::spawn("hold", &server.url(), &["l", "0"]);
     holder.expect_line("acquired");
-    let waiter = thread::spawn(move || {
-        Lock::new(&client, "l")
-            .unwrap()
-            .acquire_timeout(Duration::from_secs(60))
-    });
-    until_blocked(&server, 1);
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
     holder.send_line("release");
     assert!(waiter.join().unwrap().unwrap());
     // The holder's signal lives for 60 s: it is gone only because the waiter popped it.
@@ -148,7 +127,7 @@ fn a_release_wakes_exactly_one_waiter() {
             })
         })
         .collect();
-    until_blocked(&server, 3);
+    server.until_blocked(3, BLOCK_LIMIT, || false);
     holder.release().unwrap();
     let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
     assert_eq!(results.iter().filter(|(got, _)| *got).count(), 1);
@@ -162,7 +141,7 @@ fn reset_wakes_a_waiter_in_another_process() {
     holder.acquire().unwrap();
     let mut waiter = ChildProcess::spawn("wait", &server.url(), &["l", "60000"]);
     waiter.expect_line("waiting");
-    until_blocked(&server, 1);
+    server.until_blocked(1, BLOCK_LIMIT, || false);
     let operator = Lock::builder(&client, "l")
         .signal_expire(Duration::from_secs(60))
         .build()
@@ -194,7 +173,7 @@ fn reset_all_wakes_waiters_in_another_process() {
     for waiter in &mut waiters {
         waiter.expect_line("waiting");
     }
-    until_blocked(&server, 2);
+    server.until_blocked(2, BLOCK_LIMIT, || false);
     let reset_at = now_ms();
     assert_eq!(reset_all(&client).unwrap(), 2);
     for waiter in &mut waiters {
@@ -246,19 +225,14 @@ fn a_waiter_whose_connection_is_killed_reconnects_and_gets_the_lock() {
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
     holder.acquire().unwrap();
-    let waiter_client = client.clone();
-    let waiter = thread::spawn(move || {
-        Lock::new(&waiter_client, "l")
-            .unwrap()
-            .acquire_timeout(Duration::from_secs(60))
-    });
-    until_blocked(&server, 1);
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
     let killed: u64 = redis::cmd("CLIENT")
         .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
         .query(&mut server.conn())
         .unwrap();
     assert!(killed >= 1);
-    until_blocked(&server, 1);
+    server.until_blocked(1, BLOCK_LIMIT, || false);
     holder.release().unwrap();
     assert!(waiter.join().unwrap().unwrap());
 }
@@ -269,13 +243,8 @@ fn a_waiter_that_missed_its_signal_still_gets_the_lock() {
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
     holder.acquire().unwrap();
-    let waiter_client = client.clone();
-    let waiter = thread::spawn(move || {
-        Lock::new(&waiter_client, "l")
-            .unwrap()
-            .acquire_timeout(Duration::from_secs(60))
-    });
-    until_blocked(&server, 1);
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
     // Free the lock behind the waiter's back: no signal is ever pushed.
     let _: () = server.conn().del("lock:l").unwrap();
     assert!(waiter.join().unwrap().unwrap());

@@ -84,6 +84,14 @@ impl RedisServer {
     }
 }
 
+/// A thread that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
+pub fn spawn_waiter(
+    lock: redis_lock::Lock,
+    timeout: Duration,
+) -> std::thread::JoinHandle<Result<bool, redis_lock::Error>> {
+    std::thread::spawn(move || lock.acquire_timeout(timeout))
+}
+
 /// Sends `signal` ("STOP", "CONT", "KILL", ...) to process `pid` with kill(1).
 pub fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
