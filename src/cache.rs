@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
+use crate::builder::millis;
 use crate::guard::LockGuard;
-use crate::lock::millis;
 use crate::pool::Pool;
 use crate::{Error, Lock};
 

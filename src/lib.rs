@@ -30,6 +30,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod builder;
 mod cache;
 mod error;
 mod guard;
@@ -40,8 +41,9 @@ mod renew;
 mod reset_all;
 mod scripts;
 
+pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use error::Error;
 pub use guard::{with_lock, LockGuard};
-pub use lock::{Lock, LockBuilder};
+pub use lock::Lock;
 pub use reset_all::reset_all;

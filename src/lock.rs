@@ -1,4 +1,4 @@
-//! The lock handle: how it is built, and the acquire, release, extend and reset paths.
+//! The lock handle: the acquire, release, extend and reset paths.
 
 use std::sync::Arc;
 use std::thread;
@@ -7,21 +7,17 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Cmd, Connection, RedisResult, Value};
 
+use crate::builder::{millis, LockBuilder};
 use crate::guard::LockGuard;
 use crate::pool::{Pool, PooledConnection};
 use crate::renew::Renewal;
 use crate::scripts::{self, ACQUIRE, EXTEND, RESET, UNLOCK};
-use crate::{id, Error};
+use crate::Error;
 
 /// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
 /// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
 /// after at most this long, even when the holder has no expiry and the caller no timeout.
 pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
-/// How long the wake-up signal waits for a waiter, as in python-redis-lock.
-pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
-/// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
-/// far below what would overflow Redis's millisecond clock arithmetic.
-const MAX_MILLIS: u64 = 1 << 40;
 /// How long a waiter whose connection dropped keeps trying to reconnect when it has no
 /// timeout of its own.
 const RECONNECT_WINDOW: Duration = Duration::from_secs(10);
@@ -52,30 +48,14 @@ pub struct Lock {
     inner: Arc<Inner>,
 }
 
-/// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
-///
-/// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
-/// use std::time::Duration;
-///
-/// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = redis_lock::Lock::builder(&client, "invoices")
-///     .expire(Duration::from_secs(30))
-///     .id("worker-7")
-///     .build()?;
-/// assert_eq!(lock.id(), "worker-7");
-/// # Ok(())
-/// # }
-/// ```
-#[must_use = "a builder does nothing until build() is called"]
-pub struct LockBuilder<'c> {
-    client: &'c redis::Client,
-    name: String,
-    expire: Option<Duration>,
-    auto_renewal: bool,
-    id: Option<String>,
-    signal_expire: Duration,
-    fencing: bool,
+/// A lock's checked settings, from [`LockBuilder::build`].
+pub(crate) struct Settings {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) expire_ms: Option<u64>,
+    pub(crate) signal_expire_ms: u64,
+    pub(crate) auto_renewal: bool,
+    pub(crate) fencing: bool,
 }
 
 pub(crate) struct Inner {
@@ -132,91 +112,6 @@ pub(crate) enum Extended {
     NoExpiry,
 }
 
-impl<'c> LockBuilder<'c> {
-    /// Makes the lock expire this long after it is taken (or last extended), so a crashed
-    /// holder cannot keep it forever. Rounded up to whole milliseconds; at least 1 ms.
-    pub fn expire(mut self, expire: Duration) -> Self {
-        self.expire = Some(expire);
-        self
-    }
-
-    /// Keeps an expiring lock alive while it is held: a thread extends it every two thirds of
-    /// the expiry until it is released or the handle is dropped. Needs [`expire`](Self::expire).
-    pub fn auto_renewal(mut self, on: bool) -> Self {
-        self.auto_renewal = on;
-        self
-    }
-
-    /// Uses this owner id instead of a random one. Handles with the same id are the same
-    /// owner: either may extend or release the lock. Compared byte for byte; not empty.
-    pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
-        self
-    }
-
-    /// How long a release's wake-up signal waits for a waiter that is about to block
-    /// (default 1000 ms, as in python-redis-lock).
-    pub fn signal_expire(mut self, signal_expire: Duration) -> Self {
-        self.signal_expire = signal_expire;
-        self
-    }
-
-    /// Takes a fencing token with every acquisition: a number from `lock-fence:<name>`,
-    /// greater than any token handed out before for this name. See
-    /// [`Lock::fencing_token`].
-    pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = on;
-        self
-    }
-
-    /// Checks the settings and makes the handle. No connection is opened yet.
-    pub fn build(self) -> Result<Lock, Error> {
-        if self.name.is_empty() {
-            return Err(Error::invalid("the lock name is empty"));
-        }
-        let expire_ms = self.expire.map(|d| millis("expire", d)).transpose()?;
-        let signal_expire_ms = millis("signal_expire", self.signal_expire)?;
-        if self.auto_renewal && expire_ms.is_none() {
-            return Err(Error::invalid("auto_renewal needs an expire"));
-        }
-        let id = match self.id {
-            Some(id) if id.is_empty() => return Err(Error::invalid("the owner id is empty")),
-            Some(id) => id,
-            None => id::random_id()?,
-        };
-        let inner = Inner {
-            key: format!("lock:{}", self.name),
-            signal_key: format!("lock-signal:{}", self.name),
-            fence_key: format!("lock-fence:{}", self.name),
-            name: self.name,
-            id,
-            expire_ms,
-            signal_expire_ms,
-            auto_renewal: self.auto_renewal,
-            fencing: self.fencing,
-            pool: Pool::shared(self.client)?,
-            state: Mutex::new(State::default()),
-        };
-        Ok(Lock {
-            inner: Arc::new(inner),
-        })
-    }
-}
-
-/// Whole milliseconds for Redis, rounded up so a sub-millisecond duration is not zero.
-pub(crate) fn millis(what: &str, d: Duration) -> Result<u64, Error> {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    if ms == 0 {
-        return Err(Error::invalid(format!("{what} must be at least 1 ms")));
-    }
-    match u64::try_from(ms) {
-        Ok(ms) if ms <= MAX_MILLIS => Ok(ms),
-        _ => Err(Error::invalid(format!(
-            "{what} must be at most {MAX_MILLIS} ms"
-        ))),
-    }
-}
-
 impl Lock {
     /// A handle on the lock `name`, with no expiry and a random owner id.
     ///
@@ -247,14 +142,34 @@ impl Lock {
     /// # }
     /// ```
     pub fn builder(client: &redis::Client, name: impl Into<String>) -> LockBuilder<'_> {
-        LockBuilder {
-            client,
-            name: name.into(),
-            expire: None,
-            auto_renewal: false,
-            id: None,
-            signal_expire: DEFAULT_SIGNAL_EXPIRE,
-            fencing: false,
+        LockBuilder::new(client, name.into())
+    }
+
+    /// A handle from settings the builder has checked.
+    pub(crate) fn from_settings(settings: Settings, pool: Arc<Pool>) -> Lock {
+        let Settings {
+            name,
+            id,
+            expire_ms,
+            signal_expire_ms,
+            auto_renewal,
+            fencing,
+        } = settings;
+        let inner = Inner {
+            key: format!("lock:{name}"),
+            signal_key: format!("lock-signal:{name}"),
+            fence_key: format!("lock-fence:{name}"),
+            name,
+            id,
+            expire_ms,
+            signal_expire_ms,
+            auto_renewal,
+            fencing,
+            pool,
+            state: Mutex::new(State::default()),
+        };
+        Lock {
+            inner: Arc::new(inner),
         }
     }
 

@@ -1,6 +1,6 @@
 //! `reset_all`: the operator's way to free every lock at once.
 
-use crate::lock::{millis, DEFAULT_SIGNAL_EXPIRE};
+use crate::builder::{millis, DEFAULT_SIGNAL_EXPIRE};
 use crate::pool::Pool;
 use crate::scripts::RESET_ALL;
 use crate::Error;
