@@ -59,15 +59,10 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Inner {
-    name: String,
+    settings: Settings,
     key: String,
     signal_key: String,
     fence_key: String,
-    id: String,
-    expire_ms: Option<u64>,
-    signal_expire_ms: u64,
-    auto_renewal: bool,
-    fencing: bool,
     pool: Arc<Pool>,
     state: Mutex<State>,
 }
@@ -147,24 +142,11 @@ impl Lock {
 
     /// A handle from settings the builder has checked.
     pub(crate) fn from_settings(settings: Settings, pool: Arc<Pool>) -> Lock {
-        let Settings {
-            name,
-            id,
-            expire_ms,
-            signal_expire_ms,
-            auto_renewal,
-            fencing,
-        } = settings;
         let inner = Inner {
-            key: format!("lock:{name}"),
-            signal_key: format!("lock-signal:{name}"),
-            fence_key: format!("lock-fence:{name}"),
-            name,
-            id,
-            expire_ms,
-            signal_expire_ms,
-            auto_renewal,
-            fencing,
+            key: format!("lock:{}", settings.name),
+            signal_key: format!("lock-signal:{}", settings.name),
+            fence_key: format!("lock-fence:{}", settings.name),
+            settings,
             pool,
             state: Mutex::new(State::default()),
         };
@@ -184,7 +166,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.settings.name
     }
 
     /// This handle's owner id: what Redis holds while this handle owns the lock.
@@ -198,7 +180,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn id(&self) -> &str {
-        &self.inner.id
+        &self.inner.settings.id
     }
 
     /// Blocks until the lock is ours. Waiting happens in `BLPOP`, woken by a release and
@@ -340,7 +322,7 @@ impl Lock {
     pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
         let ms = match expire {
             Some(d) => millis("expire", d)?,
-            None => self.inner.expire_ms.ok_or_else(|| {
+            None => self.inner.settings.expire_ms.ok_or_else(|| {
                 Error::invalid("extend(None) needs an expire configured on the lock")
             })?,
         };
@@ -376,10 +358,10 @@ impl Lock {
                 cmd.arg(2)
                     .arg(&inner.key)
                     .arg(&inner.signal_key)
-                    .arg(inner.signal_expire_ms);
+                    .arg(inner.settings.signal_expire_ms);
             })
         })?;
-        log::info!("lock {:?} reset", inner.name);
+        log::info!("lock {:?} reset", inner.settings.name);
         Ok(deleted > 0)
     }
 
@@ -484,32 +466,32 @@ impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The id stays out: anyone who knows it can release the lock.
         f.debug_struct("Lock")
-            .field("name", &self.inner.name)
-            .field("expire_ms", &self.inner.expire_ms)
-            .field("auto_renewal", &self.inner.auto_renewal)
-            .field("fencing", &self.inner.fencing)
+            .field("name", &self.inner.settings.name)
+            .field("expire_ms", &self.inner.settings.expire_ms)
+            .field("auto_renewal", &self.inner.settings.auto_renewal)
+            .field("fencing", &self.inner.settings.fencing)
             .finish_non_exhaustive()
     }
 }
 
 impl Inner {
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        &self.settings.name
     }
 
     pub(crate) fn expire_ms(&self) -> Option<u64> {
-        self.expire_ms
+        self.settings.expire_ms
     }
 
     fn error(&self, make: impl FnOnce(String) -> Error) -> Error {
-        make(self.name.clone())
+        make(self.settings.name.clone())
     }
 
     /// The acquire path: one try, then `BLPOP` + try in a single round trip until the lock is
     /// ours or `deadline` passes (`None`: wait forever).
     fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Result<bool, Error> {
         self.forget_lost_holding()?;
-        log::debug!("lock {:?}: acquiring", self.name);
+        log::debug!("lock {:?}: acquiring", self.settings.name);
         let mut conn = self.pool.get()?;
         // When the request whose try took the lock was sent: the key was set no earlier, so
         // its expiry is counted from here, never from the reply.
@@ -521,7 +503,10 @@ impl Inner {
             let outcome = match attempt {
                 Ok(outcome) => outcome?,
                 Err(e) if conn.is_broken() => {
-                    log::warn!("lock {:?}: connection lost while waiting: {e}", self.name);
+                    log::warn!(
+                        "lock {:?}: connection lost while waiting: {e}",
+                        self.settings.name
+                    );
                     drop(conn);
                     conn = self.reconnect(deadline)?;
                     reply_lost = true;
@@ -552,7 +537,7 @@ impl Inner {
                     self.acquired(valid_until, token)?;
                     return Ok(true);
                 }
-                Attempt::Busy { owner, pttl_ms } if owner == self.id.as_bytes() => {
+                Attempt::Busy { owner, pttl_ms } if owner == self.settings.id.as_bytes() => {
                     if !reply_lost {
                         return Err(self.error(|name| Error::AlreadyAcquired { name }));
                     }
@@ -569,7 +554,7 @@ impl Inner {
                 Attempt::Busy { pttl_ms, .. } => {
                     reply_lost = false;
                     let Some(block) = self.next_block(deadline, pttl_ms) else {
-                        log::debug!("lock {:?}: not acquired in time", self.name);
+                        log::debug!("lock {:?}: not acquired in time", self.settings.name);
                         return Ok(false);
                     };
                     woken = true;
@@ -582,13 +567,14 @@ impl Inner {
 
     /// When a key set at `set_at` with this handle's expiry expires, if it has one.
     fn expiry_from(&self, set_at: Instant) -> Option<Instant> {
-        self.expire_ms
+        self.settings
+            .expire_ms
             .and_then(|ms| set_at.checked_add(Duration::from_millis(ms)))
     }
 
     /// Whether less than half the expiry is left before `valid_until`.
     fn expires_soon(&self, valid_until: Option<Instant>) -> bool {
-        match (valid_until, self.expire_ms) {
+        match (valid_until, self.settings.expire_ms) {
             (Some(until), Some(ms)) => {
                 until.saturating_duration_since(Instant::now()) < Duration::from_millis(ms) / 2
             }
@@ -598,7 +584,7 @@ impl Inner {
 
     /// Restarts the expiry of a lock just taken; `false` if it is not ours any more.
     fn still_ours(&self, conn: &mut PooledConnection<'_>) -> Result<bool, Error> {
-        let ms = self.expire_ms.unwrap_or(0);
+        let ms = self.settings.expire_ms.unwrap_or(0);
         let code: i64 = conn.run(|c| EXTEND.run(c, |cmd| self.extend_args(cmd, ms)))?;
         Ok(code != 1)
     }
@@ -625,9 +611,9 @@ impl Inner {
         cmd.arg(2)
             .arg(&self.key)
             .arg(&self.fence_key)
-            .arg(&self.id)
-            .arg(self.expire_ms.unwrap_or(0))
-            .arg(if self.fencing { "1" } else { "0" });
+            .arg(&self.settings.id)
+            .arg(self.settings.expire_ms.unwrap_or(0))
+            .arg(if self.settings.fencing { "1" } else { "0" });
     }
 
     /// One try at the lock, after a `BLPOP` of `block` when given. In one pipeline, Redis runs
@@ -647,15 +633,19 @@ impl Inner {
                 .arg(timeout)
                 .ignore();
         }
-        if self.fencing {
+        if self.settings.fencing {
             // The token must be taken atomically with the lock.
             pipe.add_command(ACQUIRE.evalsha(|cmd| self.acquire_args(cmd)));
         } else {
             // Three plain commands cost the server a third of what a script does. They are not
             // atomic, but need not be: if the owner lets go between them, GET finds no owner
             // and the next try follows at once.
-            let set = pipe.cmd("SET").arg(&self.key).arg(&self.id).arg("NX");
-            if let Some(ms) = self.expire_ms {
+            let set = pipe
+                .cmd("SET")
+                .arg(&self.key)
+                .arg(&self.settings.id)
+                .arg("NX");
+            if let Some(ms) = self.settings.expire_ms {
                 set.arg("PX").arg(ms);
             }
             pipe.cmd("GET").arg(&self.key).cmd("PTTL").arg(&self.key);
@@ -699,7 +689,7 @@ impl Inner {
     }
 
     fn current_token(&self, conn: &mut PooledConnection<'_>) -> Result<Option<u64>, Error> {
-        if !self.fencing {
+        if !self.settings.fencing {
             return Ok(None);
         }
         let token: Option<u64> = conn.run(|c| redis::cmd("GET").arg(&self.fence_key).query(c))?;
@@ -718,7 +708,10 @@ impl Inner {
             };
             let remaining = give_up.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                log::error!("lock {:?}: could not reconnect: {error}", self.name);
+                log::error!(
+                    "lock {:?}: could not reconnect: {error}",
+                    self.settings.name
+                );
                 return Err(error.into());
             }
             // Backoff between connection attempts while the server is away; waiting for the
@@ -754,13 +747,17 @@ impl Inner {
         valid_until: Option<Instant>,
         token: Option<u64>,
     ) -> Result<(), Error> {
-        let renewal = match self.expire_ms.filter(|_| self.auto_renewal) {
+        let renewal = match self
+            .settings
+            .expire_ms
+            .filter(|_| self.settings.auto_renewal)
+        {
             Some(ms) => match Renewal::start(self, Duration::from_millis(ms)) {
                 Ok(renewal) => Some(renewal),
                 Err(e) => {
                     // Without its renewal the lock would expire under the holder: give it back.
                     if let Err(release) = self.unlock() {
-                        log::error!("lock {:?}: release failed: {release}", self.name);
+                        log::error!("lock {:?}: release failed: {release}", self.settings.name);
                     }
                     return Err(Error::Thread(e));
                 }
@@ -774,12 +771,12 @@ impl Inner {
             lost: false,
         });
         state.renewal = renewal;
-        log::debug!("lock {:?}: acquired", self.name);
+        log::debug!("lock {:?}: acquired", self.settings.name);
         Ok(())
     }
 
     fn release(&self) -> Result<(), Error> {
-        log::debug!("lock {:?}: releasing", self.name);
+        log::debug!("lock {:?}: releasing", self.settings.name);
         self.stop_renewal();
         let result = self.unlock();
         if result.is_ok() || matches!(result, Err(Error::NotAcquired { .. })) {
@@ -794,8 +791,8 @@ impl Inner {
                 cmd.arg(2)
                     .arg(&self.key)
                     .arg(&self.signal_key)
-                    .arg(&self.id)
-                    .arg(self.signal_expire_ms);
+                    .arg(&self.settings.id)
+                    .arg(self.settings.signal_expire_ms);
             })
         })?;
         match code {
@@ -831,7 +828,7 @@ impl Inner {
     }
 
     fn extend_args(&self, cmd: &mut Cmd, ms: u64) {
-        cmd.arg(1).arg(&self.key).arg(&self.id).arg(ms);
+        cmd.arg(1).arg(&self.key).arg(&self.settings.id).arg(ms);
     }
 
     /// Whether the known deadline of the lock this handle holds has passed.

@@ -12,17 +12,9 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{Cache, Error};
-use support::{ChildProcess, RedisServer};
+use support::{ms, secs, ChildProcess, RedisServer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 /// Runs the other side of a multi-process test when this binary was started as a child.
 #[test]
@@ -52,6 +44,22 @@ fn compute_until_killed(client: &redis::Client, args: &[String]) {
 }
 
 /// Polls (test-side) until `check` holds, for at most `limit`.
+/// Runs `call` on `n` threads released together, and returns what each returned.
+fn all_at_once<T: Send>(n: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(n);
+    thread::scope(|s| {
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    call()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
 fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let started = Instant::now();
     while !check() {
@@ -142,23 +150,14 @@ fn sixty_four_concurrent_misses_compute_once() {
     let client = server.client();
     let cache = Cache::new(&client).unwrap();
     let calls = AtomicUsize::new(0);
-    let barrier = Barrier::new(64);
-    let values: Vec<String> = thread::scope(|s| {
-        let threads: Vec<_> = (0..64)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    cache
-                        .get_or_set("k", secs(60), || {
-                            calls.fetch_add(1, Ordering::SeqCst);
-                            thread::sleep(ms(200));
-                            Ok::<_, Error>("computed".to_string())
-                        })
-                        .unwrap()
-                })
+    let values: Vec<String> = all_at_once(64, || {
+        cache
+            .get_or_set("k", secs(60), || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(ms(200));
+                Ok::<_, Error>("computed".to_string())
             })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
+            .unwrap()
     });
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(values.len(), 64);
@@ -193,27 +192,18 @@ fn waiters_behind_a_failed_computation_get_an_error_or_a_later_success() {
     let client = server.client();
     let cache = Cache::new(&client).unwrap();
     let calls = AtomicUsize::new(0);
-    let barrier = Barrier::new(16);
-    let results: Vec<Result<String, String>> = thread::scope(|s| {
-        let threads: Vec<_> = (0..16)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    cache
-                        .get_or_set("k", secs(60), || {
-                            let call = calls.fetch_add(1, Ordering::SeqCst);
-                            thread::sleep(ms(200));
-                            if call == 0 {
-                                Err::<String, BoxError>("first try failed".into())
-                            } else {
-                                Ok(format!("computed by call {call}"))
-                            }
-                        })
-                        .map_err(|e| e.to_string())
-                })
+    let results: Vec<Result<String, String>> = all_at_once(16, || {
+        cache
+            .get_or_set("k", secs(60), || {
+                let call = calls.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(ms(200));
+                if call == 0 {
+                    Err::<String, BoxError>("first try failed".into())
+                } else {
+                    Ok(format!("computed by call {call}"))
+                }
             })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
+            .map_err(|e| e.to_string())
     });
     // The failure reached only the caller whose computation failed; the next waiter
     // computed, and everyone after it read that value.
@@ -274,24 +264,15 @@ fn a_missing_value_with_revalidate_is_computed_once_while_others_wait() {
     let client = server.client();
     let cache = Cache::new(&client).unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let barrier = Barrier::new(16);
-    let values: Vec<String> = thread::scope(|s| {
-        let threads: Vec<_> = (0..16)
-            .map(|_| {
-                s.spawn(|| {
-                    let calls = Arc::clone(&calls);
-                    barrier.wait();
-                    cache
-                        .get_or_revalidate("k", secs(30), secs(60), move || {
-                            calls.fetch_add(1, Ordering::SeqCst);
-                            thread::sleep(ms(200));
-                            Ok::<_, Error>("computed".to_string())
-                        })
-                        .unwrap()
-                })
+    let values: Vec<String> = all_at_once(16, || {
+        let calls = Arc::clone(&calls);
+        cache
+            .get_or_revalidate("k", secs(30), secs(60), move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(ms(200));
+                Ok::<_, Error>("computed".to_string())
             })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
+            .unwrap()
     });
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(values.iter().all(|v| v == "computed"), "{values:?}");
@@ -309,26 +290,17 @@ fn sixty_four_readers_of_a_stale_value_get_it_at_once_while_one_refreshes() {
     let cache = Cache::new(&client).unwrap();
     stale_value(&server, &cache, "k");
     let calls = Arc::new(AtomicUsize::new(0));
-    let barrier = Barrier::new(64);
-    let results: Vec<(String, Duration)> = thread::scope(|s| {
-        let threads: Vec<_> = (0..64)
-            .map(|_| {
-                s.spawn(|| {
-                    let calls = Arc::clone(&calls);
-                    barrier.wait();
-                    let started = Instant::now();
-                    let value: String = cache
-                        .get_or_revalidate("k", secs(30), secs(60), move || {
-                            calls.fetch_add(1, Ordering::SeqCst);
-                            thread::sleep(secs(2));
-                            Ok::<_, Error>("new".to_string())
-                        })
-                        .unwrap();
-                    (value, started.elapsed())
-                })
+    let results: Vec<(String, Duration)> = all_at_once(64, || {
+        let calls = Arc::clone(&calls);
+        let started = Instant::now();
+        let value: String = cache
+            .get_or_revalidate("k", secs(30), secs(60), move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(secs(2));
+                Ok::<_, Error>("new".to_string())
             })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
+            .unwrap();
+        (value, started.elapsed())
     });
     for (value, took) in &results {
         assert_eq!(value, "old");

@@ -17,15 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::{ChildProcess, Proxy, RedisServer};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use support::{ms, secs, ChildProcess, Proxy, RedisServer};
 
 /// Runs the other side of a multi-process test when this binary was started as a child.
 #[test]

@@ -6,11 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{reset_all, with_lock, Error, Lock};
-use support::RedisServer;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{ms, RedisServer};
 
 #[test]
 fn try_acquire_fails_while_another_owner_holds_it() {

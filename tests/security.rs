@@ -8,17 +8,13 @@ use std::thread;
 use std::time::Duration;
 
 use redis_lock::{reset_all, Error, Lock};
-use support::RedisServer;
+use support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
      resetchannels -@all +set +get +pttl +exists +blpop +evalsha +eval +scan +incr +pexpire \
      +del +lpush +type";
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn admin(server: &RedisServer, args: &[&str]) {
     let _: redis::Value = redis::cmd(args[0])

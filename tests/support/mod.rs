@@ -84,6 +84,14 @@ impl RedisServer {
     }
 }
 
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
 /// A thread that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
 pub fn spawn_waiter(
     lock: redis_lock::Lock,
