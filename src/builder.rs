@@ -1,16 +1,47 @@
-//! Building a lock handle: its settings and the checks on them.
+//! Building a lock handle: `Lock::new`, `Lock::builder` and the builder's settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::lock::{Lock, Settings};
-use crate::pool::Pool;
-use crate::{id, Error};
+use crate::lock::Lock;
+use crate::settings::{millis, Settings, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
+use crate::transport::server::Server;
+use crate::transport::Transport;
+use crate::{id, CancelToken, Error};
 
-/// How long the wake-up signal waits for a waiter, as in python-redis-lock.
-pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
-/// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
-/// far below what would overflow Redis's millisecond clock arithmetic.
-const MAX_MILLIS: u64 = 1 << 40;
+impl Lock {
+    /// A handle on the lock `name`, with no expiry and a random owner id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "cron:cleanup")?;
+    /// if lock.try_acquire()? {
+    ///     // ... only one process in the fleet gets here at a time ...
+    ///     lock.release()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(client: &redis::Client, name: impl Into<String>) -> Result<Lock, Error> {
+        Lock::builder(client, name).build()
+    }
+
+    /// A builder for a handle on the lock `name`; see [`LockBuilder`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::builder(&client, "cron:cleanup")
+    ///     .expire(std::time::Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(client: &redis::Client, name: impl Into<String>) -> LockBuilder<'_> {
+        LockBuilder::new(client, name.into())
+    }
+}
 
 /// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
 ///
@@ -36,6 +67,8 @@ pub struct LockBuilder<'c> {
     id: Option<String>,
     signal_expire: Duration,
     fencing: bool,
+    io_timeout: Duration,
+    cancel: Option<CancelToken>,
 }
 
 impl<'c> LockBuilder<'c> {
@@ -48,6 +81,8 @@ impl<'c> LockBuilder<'c> {
             id: None,
             signal_expire: DEFAULT_SIGNAL_EXPIRE,
             fencing: false,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            cancel: None,
         }
     }
 
@@ -142,6 +177,44 @@ impl<'c> LockBuilder<'c> {
         self
     }
 
+    /// The deadline of every call that has none of its own (release, extend, reset, the
+    /// owner queries, `try_acquire`, and each round trip of `acquire()`), default 5 s. A frozen
+    /// or unreachable server costs a call at most this long, however many replies it waits
+    /// for. A wait with a timeout ends by that timeout, plus at most the round trip under way
+    /// (at most the smaller of this and 250 ms).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_lock::Lock::builder(&client, "job")
+    ///     .io_timeout(Duration::from_millis(500))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let token = redis_lock::CancelToken::new();
+    /// let lock = redis_lock::Lock::builder(&client, "job")
+    ///     .cancel_token(token.clone())
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cancel_token(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
     /// Checks the settings and makes the handle. No connection is opened yet.
     ///
     /// ```no_run
@@ -169,6 +242,9 @@ impl<'c> LockBuilder<'c> {
             Some(id) => id,
             None => id::random_id()?,
         };
+        if self.io_timeout < Duration::from_millis(1) {
+            return Err(Error::invalid("io_timeout must be at least 1 ms"));
+        }
         let settings = Settings {
             name: self.name,
             id,
@@ -176,21 +252,10 @@ impl<'c> LockBuilder<'c> {
             signal_expire_ms,
             auto_renewal: self.auto_renewal,
             fencing: self.fencing,
+            io_timeout: self.io_timeout,
+            cancel: self.cancel,
         };
-        Ok(Lock::from_settings(settings, Pool::shared(self.client)?))
-    }
-}
-
-/// Whole milliseconds for Redis, rounded up so a sub-millisecond duration is not zero.
-pub(crate) fn millis(what: &str, d: Duration) -> Result<u64, Error> {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    if ms == 0 {
-        return Err(Error::invalid(format!("{what} must be at least 1 ms")));
-    }
-    match u64::try_from(ms) {
-        Ok(ms) if ms <= MAX_MILLIS => Ok(ms),
-        _ => Err(Error::invalid(format!(
-            "{what} must be at most {MAX_MILLIS} ms"
-        ))),
+        let transport: Arc<dyn Transport> = Server::shared(self.client)?;
+        Ok(Lock::from_settings(settings, transport))
     }
 }

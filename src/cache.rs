@@ -6,14 +6,15 @@ use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis::{FromRedisValue, ToRedisArgs, Value};
+use redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
 
-use crate::builder::millis;
-use crate::guard::LockGuard;
-use crate::pool::Pool;
-use crate::{Error, Lock};
+use crate::protocol::requests::Request;
+use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
+use crate::transport::server::Server;
+use crate::transport::{send_repeatable, Transport};
+use crate::{Error, Lock, LockGuard};
 
 /// How long a computing worker's lock lives without a renewal, unless
 /// [`Cache::lock_expire`] says otherwise. The renewal thread keeps it alive while the worker
@@ -58,9 +59,9 @@ const FRESH_SUFFIX: &str = ":fresh";
 /// ```
 #[derive(Clone)]
 pub struct Cache {
-    /// Locks are built from a client; the pool inside is the same shared one.
+    /// Locks are built from a client; their connections are the same shared ones.
     client: redis::Client,
-    pool: Arc<Pool>,
+    transport: Arc<dyn Transport>,
     prefix: String,
     lock_expire: Duration,
 }
@@ -95,7 +96,7 @@ impl Cache {
     pub fn new(client: &redis::Client) -> Result<Cache, Error> {
         Ok(Cache {
             client: client.clone(),
-            pool: Pool::shared(client)?,
+            transport: Server::shared(client)?,
             prefix: String::new(),
             lock_expire: DEFAULT_LOCK_EXPIRE,
         })
@@ -183,16 +184,9 @@ impl Cache {
         }
         let value = compute()?;
         single_arg(&value)?;
-        self.pool
-            .run(|c| {
-                redis::cmd("SET")
-                    .arg(&keys.value)
-                    .arg(&value)
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .query::<()>(c)
-            })
-            .map_err(Error::from)?;
+        let mut set = redis::cmd("SET");
+        set.arg(&keys.value).arg(&value).arg("PX").arg(ttl_ms);
+        self.query::<()>(vec![set])?;
         release(guard, &keys);
         Ok(value)
     }
@@ -304,18 +298,15 @@ impl Cache {
     }
 
     fn get<T: FromRedisValue>(&self, keys: &Keys) -> Result<Option<T>, Error> {
-        Ok(self
-            .pool
-            .run(|c| redis::cmd("GET").arg(&keys.value).query(c))?)
+        let mut get = redis::cmd("GET");
+        get.arg(&keys.value);
+        self.query(vec![get])
     }
 
     fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
-        let (value, fresh): (Option<T>, Option<Value>) = self.pool.run(|c| {
-            redis::cmd("MGET")
-                .arg(&keys.value)
-                .arg(&keys.fresh)
-                .query(c)
-        })?;
+        let mut mget = redis::cmd("MGET");
+        mget.arg(&keys.value).arg(&keys.fresh);
+        let (value, fresh): (Option<T>, Option<Value>) = self.query(vec![mget])?;
         Ok(match (value, fresh) {
             (Some(value), Some(_)) => Lookup::Fresh(value),
             (Some(value), None) => Lookup::Stale(value),
@@ -333,24 +324,33 @@ impl Cache {
         keep_ms: u64,
     ) -> Result<(), Error> {
         single_arg(value)?;
-        self.pool.run(|c| {
-            redis::pipe()
-                .atomic()
-                .cmd("SET")
-                .arg(&keys.value)
-                .arg(value)
-                .arg("PX")
-                .arg(keep_ms)
-                .ignore()
-                .cmd("SET")
-                .arg(&keys.fresh)
-                .arg(1)
-                .arg("PX")
-                .arg(fresh_ms)
-                .ignore()
-                .query::<()>(c)
-        })?;
-        Ok(())
+        let mut set_value = redis::cmd("SET");
+        set_value.arg(&keys.value).arg(value).arg("PX").arg(keep_ms);
+        let mut set_fresh = redis::cmd("SET");
+        set_fresh.arg(&keys.fresh).arg(1).arg("PX").arg(fresh_ms);
+        let written: Vec<Value> = self.query(vec![
+            redis::cmd("MULTI"),
+            set_value,
+            set_fresh,
+            redis::cmd("EXEC"),
+        ])?;
+        match written.as_slice() {
+            [Value::Okay, Value::Okay] => Ok(()),
+            _ => Err(Error::unexpected(&written)),
+        }
+    }
+
+    /// Sends `cmds` together and reads the last reply as `T`. Every cache request is a read
+    /// or a plain overwrite, so a lost reply is simply asked again.
+    fn query<T: FromRedisValue>(&self, cmds: Vec<Cmd>) -> Result<T, Error> {
+        let request = Request::repeatable(cmds);
+        let deadline = Instant::now() + DEFAULT_IO_TIMEOUT;
+        let mut answered = send_repeatable(&*self.transport, &request, deadline)?;
+        let last = answered.replies.pop().unwrap_or(Value::Nil);
+        if let Value::ServerError(e) = last {
+            return Err(Error::Redis(e.into()));
+        }
+        T::from_redis_value(last).map_err(|e| Error::UnexpectedReply(e.to_string()))
     }
 
     /// Starts the refresh of a stale value unless someone else is already at it. Never waits
@@ -361,36 +361,29 @@ impl Cache {
         E: fmt::Display,
         F: FnOnce() -> Result<T, E> + Send + 'static,
     {
-        let lock = match self
+        let guard = match self
             .lock(&keys)
-            .and_then(|lock| Ok(lock.try_acquire()?.then_some(lock)))
+            .and_then(|lock| Arc::new(lock).try_lock_arc())
         {
-            Ok(Some(lock)) => Arc::new(lock),
+            Ok(Some(guard)) => guard,
             Ok(None) => return,
             Err(e) => {
                 log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
                 return;
             }
         };
-        let worker_lock = Arc::clone(&lock);
         let cache = self.clone();
-        let worker_keys = keys.clone();
+        let name = keys.name.clone();
         let spawned = thread::Builder::new()
             // A fixed name: keys may hold bytes a thread name cannot (NUL).
             .name("redis-lock-refresh".to_string())
             .spawn(move || {
-                let guard = LockGuard::new(&worker_lock);
-                cache.refresh(&worker_keys, fresh_ms, keep_ms, compute);
-                release(guard, &worker_keys);
+                cache.refresh(&keys, fresh_ms, keep_ms, compute);
+                released(guard.unlock(), &keys);
             });
+        // When the thread could not start, the closure and its guard are dropped: released.
         if let Err(e) = spawned {
-            log::error!(
-                "cache {:?}: could not start a refresh thread: {e}",
-                keys.name
-            );
-            if let Err(e) = lock.release() {
-                log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
-            }
+            log::error!("cache {name:?}: could not start a refresh thread: {e}");
         }
     }
 
@@ -403,10 +396,9 @@ impl Cache {
     {
         // Our read and our try of the lock were two round trips: another worker may have
         // refreshed the value and released in between.
-        match self
-            .pool
-            .run(|c| redis::cmd("EXISTS").arg(&keys.fresh).query::<bool>(c))
-        {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(&keys.fresh);
+        match self.query::<bool>(vec![exists]) {
             Ok(true) => return,
             Ok(false) => {}
             Err(e) => {
@@ -446,7 +438,11 @@ impl fmt::Debug for Cache {
 /// Releases a computing worker's lock. A failure is logged, not returned: the caller already
 /// has a good value, and the lock expires by itself.
 fn release(guard: LockGuard<'_>, keys: &Keys) {
-    if let Err(e) = guard.unlock() {
+    released(guard.unlock(), keys);
+}
+
+fn released(result: Result<(), Error>, keys: &Keys) {
+    if let Err(e) = result {
         log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
     }
 }

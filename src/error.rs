@@ -37,6 +37,35 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// The wait was cancelled through the lock's [`CancelToken`](crate::CancelToken); no lock
+    /// was left held by it.
+    #[error("waiting for lock {name:?} was cancelled")]
+    Cancelled {
+        /// The lock's name.
+        name: String,
+    },
+    /// A request that may change the lock was sent, but its reply was lost (the connection
+    /// dropped, or the deadline passed) and Redis could not be asked what happened before
+    /// the deadline. The handle asks Redis before it next acquires or releases, and a
+    /// release settles it: see the crate docs' outcome rules.
+    #[error("the outcome of {operation} on lock {name:?} is unknown: {source}")]
+    OutcomeUnknown {
+        /// The lock's name.
+        name: String,
+        /// `"acquire"` or `"release"`.
+        operation: &'static str,
+        /// Why the reply was lost.
+        source: redis::RedisError,
+    },
+    /// A key of the lock holds something no lock writes (a list at `lock:<name>`, a
+    /// fencing counter that is not a non-negative integer). Nothing was written.
+    #[error("{key:?} is corrupt: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An argument was out of range or missing; the message says which.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -32,18 +32,21 @@
 
 mod builder;
 mod cache;
+mod cancel;
 mod error;
 mod guard;
 mod id;
 mod lock;
-mod pool;
+mod protocol;
 mod renew;
 mod reset_all;
-mod scripts;
+mod settings;
+mod transport;
 
 pub use builder::LockBuilder;
 pub use cache::Cache;
+pub use cancel::CancelToken;
 pub use error::Error;
-pub use guard::{with_lock, LockGuard};
-pub use lock::Lock;
+pub use guard::{with_lock, ArcLockGuard, LockGuard};
+pub use lock::{Holder, Lock};
 pub use reset_all::reset_all;

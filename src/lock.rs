@@ -1,26 +1,20 @@
-//! The lock handle: the acquire, release, extend and reset paths.
+//! The lock handle and the blocking driver: the acquire, release, extend and reset paths, over
+//! the protocol core and the connection seam.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Cmd, Connection, RedisResult, Value};
+use redis::Value;
 
-use crate::builder::{millis, LockBuilder};
-use crate::guard::LockGuard;
-use crate::pool::{Pool, PooledConnection};
+use crate::protocol::keys::Keys;
+use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure};
+use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
 use crate::renew::Renewal;
-use crate::scripts::{self, ACQUIRE, EXTEND, RESET, UNLOCK};
+use crate::settings::{millis, Settings};
+use crate::transport::{self, Admin, Answered, Fault, Transport, Waiter};
 use crate::Error;
-
-/// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
-/// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
-/// after at most this long, even when the holder has no expiry and the caller no timeout.
-pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
-/// How long a waiter whose connection dropped keeps trying to reconnect when it has no
-/// timeout of its own.
-const RECONNECT_WINDOW: Duration = Duration::from_secs(10);
 
 /// A distributed lock on one Redis key, `lock:<name>`.
 ///
@@ -45,110 +39,79 @@ const RECONNECT_WINDOW: Duration = Duration::from_secs(10);
 /// # }
 /// ```
 pub struct Lock {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-/// A lock's checked settings, from [`LockBuilder::build`].
-pub(crate) struct Settings {
-    pub(crate) name: String,
-    pub(crate) id: String,
-    pub(crate) expire_ms: Option<u64>,
-    pub(crate) signal_expire_ms: u64,
-    pub(crate) auto_renewal: bool,
-    pub(crate) fencing: bool,
+/// Who holds a lock, from [`Lock::holder`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner id in `lock:<name>` (converted lossily if it is not UTF-8).
+    pub id: String,
+    /// What is left of its expiry; `None` when it has none.
+    pub ttl: Option<Duration>,
 }
 
 pub(crate) struct Inner {
-    settings: Settings,
-    key: String,
-    signal_key: String,
-    fence_key: String,
-    pool: Arc<Pool>,
+    pub(crate) settings: Settings,
+    keys: Keys,
+    transport: Arc<dyn Transport>,
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
-    holding: Option<Holding>,
+    belief: Belief,
+    /// The epoch of the latest acquisition.
+    epoch: u64,
     renewal: Option<Renewal>,
 }
 
-/// What this handle knows about the lock it acquired, without asking Redis.
+/// How long a caller waits for the lock.
 #[derive(Clone, Copy)]
-struct Holding {
-    /// When the key expires at the earliest, as far as this process can tell.
-    valid_until: Option<Instant>,
-    token: Option<u64>,
-    lost: bool,
+pub(crate) enum Wait {
+    /// One try.
+    Never,
+    Until(Instant),
+    Forever,
 }
 
-impl Holding {
-    fn is_lost(&self, now: Instant) -> bool {
-        self.lost || self.valid_until.is_some_and(|t| now >= t)
-    }
-}
-
-/// One try at the lock, as Redis reports it.
-enum Attempt {
+/// What one try found, settled: a lost reply has been resolved by reading the owner.
+enum Tried {
     Acquired {
+        valid_until: Option<Instant>,
         token: Option<u64>,
+        /// When it followed a wait, the send that may have set the key, to be confirmed.
+        attempt: Attempting,
     },
-    /// `owner` is empty when the lock came free during the try.
     Busy {
-        owner: Vec<u8>,
-        pttl_ms: i64,
+        owner: Option<Vec<u8>>,
+        pttl: Pttl,
+        /// When the reply came: the holder's TTL counts from no later than this.
+        at: Instant,
     },
 }
 
-/// How a call to `extend.lua` came out.
-pub(crate) enum Extended {
-    Yes,
-    NotOurs,
-    NoExpiry,
+/// Logs a refusal of `CLIENT UNBLOCK` / `CLIENT KILL` once per process.
+static UNBLOCK_REFUSED: AtomicBool = AtomicBool::new(false);
+static KILL_REFUSED: AtomicBool = AtomicBool::new(false);
+
+fn log_refused_once(flag: &AtomicBool, what: &str) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        log::warn!("the server refuses {what}; see the ACL rule in the crate docs");
+    }
 }
 
 impl Lock {
-    /// A handle on the lock `name`, with no expiry and a random owner id.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "cron:cleanup")?;
-    /// if lock.try_acquire()? {
-    ///     // ... only one process in the fleet gets here at a time ...
-    ///     lock.release()?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn new(client: &redis::Client, name: impl Into<String>) -> Result<Lock, Error> {
-        Lock::builder(client, name).build()
-    }
-
-    /// A builder for a handle on the lock `name`; see [`LockBuilder`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "cron:cleanup")
-    ///     .expire(std::time::Duration::from_secs(10))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder(client: &redis::Client, name: impl Into<String>) -> LockBuilder<'_> {
-        LockBuilder::new(client, name.into())
-    }
-
-    /// A handle from settings the builder has checked.
-    pub(crate) fn from_settings(settings: Settings, pool: Arc<Pool>) -> Lock {
+    pub(crate) fn from_settings(settings: Settings, transport: Arc<dyn Transport>) -> Lock {
         let inner = Inner {
-            key: format!("lock:{}", settings.name),
-            signal_key: format!("lock-signal:{}", settings.name),
-            fence_key: format!("lock-fence:{}", settings.name),
+            keys: Keys::new(&settings.name),
             settings,
-            pool,
-            state: Mutex::new(State::default()),
+            transport,
+            state: Mutex::new(State {
+                belief: Belief::Free,
+                epoch: 0,
+                renewal: None,
+            }),
         };
         Lock {
             inner: Arc::new(inner),
@@ -184,10 +147,11 @@ impl Lock {
     }
 
     /// Blocks until the lock is ours. Waiting happens in `BLPOP`, woken by a release and
-    /// bounded by the holder's remaining expiry, so a crashed holder's lock is taken within
-    /// milliseconds of its expiry.
+    /// ended by the client at the holder's expiry, so a crashed holder's lock is taken within
+    /// milliseconds of its expiry. Each round trip is bounded by the handle's I/O timeout.
     ///
-    /// Fails with [`Error::AlreadyAcquired`] if this owner id already holds the lock.
+    /// Fails with [`Error::AlreadyAcquired`] if this owner id already holds the lock, and with
+    /// [`Error::Cancelled`] when the handle's [`CancelToken`](crate::CancelToken) is cancelled.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -199,7 +163,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire(&self) -> Result<(), Error> {
-        self.inner.acquire(None).map(|_| ())
+        self.inner.acquire(Wait::Forever).map(|_| ())
     }
 
     /// Takes the lock if it is free, never blocking. `Ok(false)` when someone else holds it.
@@ -209,17 +173,20 @@ impl Lock {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// let lock = redis_lock::Lock::new(&client, "jobs")?;
     /// if !lock.try_acquire()? {
-    ///     println!("busy, held by {:?}", lock.owner_id()?);
+    ///     println!("busy, held by {:?}", lock.holder()?);
     /// }
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "the lock may not have been taken"]
     pub fn try_acquire(&self) -> Result<bool, Error> {
-        self.inner.acquire(Some(Instant::now()))
+        Ok(self.inner.acquire(Wait::Never)?.is_some())
     }
 
     /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in time. A zero
-    /// timeout is a single try; any size is allowed, including longer than the expiry.
+    /// timeout is a single try; any size is allowed, including longer than the expiry. The
+    /// call returns by `timeout` plus at most the round trip under way (see
+    /// [`LockBuilder::io_timeout`](crate::LockBuilder::io_timeout)).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -231,63 +198,17 @@ impl Lock {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "the lock may not have been taken"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
-        self.inner.acquire(Instant::now().checked_add(timeout))
+        Ok(self.inner.acquire(wait_for(timeout))?.is_some())
     }
 
-    /// Blocks until the lock is ours and returns a guard that releases it on drop.
+    /// Releases the lock and wakes one waiter.
     ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
-    /// {
-    ///     let _guard = lock.lock()?;
-    ///     // ... critical section ...
-    /// } // released here
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lock(&self) -> Result<LockGuard<'_>, Error> {
-        self.acquire()?;
-        Ok(LockGuard::new(self))
-    }
-
-    /// The guard if the lock is free now, `None` if someone else holds it; never blocks.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
-    /// match lock.try_lock()? {
-    ///     Some(_guard) => println!("got it"),
-    ///     None => println!("busy"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>, Error> {
-        Ok(self.try_acquire()?.then(|| LockGuard::new(self)))
-    }
-
-    /// The guard if the lock comes free within `timeout`, else `None`.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
-    /// if let Some(_guard) = lock.try_lock_for(std::time::Duration::from_millis(500))? {
-    ///     // ... critical section ...
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_>>, Error> {
-        Ok(self.acquire_timeout(timeout)?.then(|| LockGuard::new(self)))
-    }
-
-    /// Releases the lock and wakes one waiter. Fails with [`Error::NotAcquired`], changing
-    /// nothing, when the lock is not held under this handle's id.
+    /// Fails with [`Error::NotAcquired`], changing nothing, when the lock is not held under
+    /// this handle's id. Never says so about a lock its own unlock released: when a reply was
+    /// lost and the retry finds the lock gone, that is success. When Redis could not be
+    /// reached in time it is [`Error::OutcomeUnknown`], and the next acquire asks Redis.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -298,7 +219,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn release(&self) -> Result<(), Error> {
-        self.inner.release()
+        self.inner.release(None)
     }
 
     /// Gives the lock a new expiry: `expire`, or the handle's configured one when `None`.
@@ -337,8 +258,12 @@ impl Lock {
         }
     }
 
-    /// Deletes the lock whoever holds it and wakes one waiter: an operator's tool for a lock
-    /// left by a holder that will never release it. Returns whether there was a lock.
+    /// Frees the lock whoever holds it and wakes one waiter: an operator's tool for a lock
+    /// left by a holder that will never release it. Returns whether the lock was held.
+    ///
+    /// It reads the owner, then deletes the lock only if that owner still holds it, so it can
+    /// never delete a lock taken after it looked. A key at `lock:<name>` that is not a string
+    /// is not a lock: it is left alone and reported as [`Error::Corrupt`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -350,19 +275,34 @@ impl Lock {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "says whether there was a lock to reset"]
     pub fn reset(&self) -> Result<bool, Error> {
-        self.inner.stop_holding();
-        let inner = &self.inner;
-        let deleted: i64 = inner.pool.run(|c| {
-            RESET.run(c, |cmd| {
-                cmd.arg(2)
-                    .arg(&inner.key)
-                    .arg(&inner.signal_key)
-                    .arg(inner.settings.signal_expire_ms);
-            })
-        })?;
-        log::info!("lock {:?} reset", inner.settings.name);
-        Ok(deleted > 0)
+        self.inner.reset()
+    }
+
+    /// Who holds the lock and for how much longer, read in one round trip; `None` when it is
+    /// free.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// match lock.holder()? {
+    ///     Some(holder) => println!("held by {} for {:?}", holder.id, holder.ttl),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn holder(&self) -> Result<Option<Holder>, Error> {
+        let observed = self.inner.observe()?;
+        Ok(observed.owner.map(|id| Holder {
+            id: String::from_utf8_lossy(&id).into_owned(),
+            ttl: match observed.pttl {
+                Pttl::Left(left) => Some(left),
+                Pttl::Forever | Pttl::Gone => None,
+            },
+        }))
     }
 
     /// Whether anyone holds the lock (one round trip).
@@ -376,15 +316,11 @@ impl Lock {
     /// # }
     /// ```
     pub fn locked(&self) -> Result<bool, Error> {
-        let key = &self.inner.key;
-        Ok(self
-            .inner
-            .pool
-            .run(|c| redis::cmd("EXISTS").arg(key).query(c))?)
+        Ok(self.inner.observe()?.owner.is_some())
     }
 
-    /// The id of the lock's current owner, or `None` when it is free (one round trip). An id
-    /// that is not UTF-8 (written by another client) is converted lossily.
+    /// The id of the lock's current owner, or `None` when it is free (one round trip); see
+    /// [`holder`](Self::holder) for the remaining expiry too.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
@@ -396,50 +332,44 @@ impl Lock {
     /// # }
     /// ```
     pub fn owner_id(&self) -> Result<Option<String>, Error> {
-        let key = &self.inner.key;
-        let owner: Option<Vec<u8>> = self
-            .inner
-            .pool
-            .run(|c| redis::cmd("GET").arg(key).query(c))?;
-        Ok(owner.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+        Ok(self.holder()?.map(|h| h.id))
     }
 
-    /// Whether the lock this handle acquired has been lost: its renewal was refused, or its
-    /// expiry passed without a renewal. No round trip: this is what the handle knows. Once
-    /// true it stays true (someone else may have held the lock meanwhile) until the handle
-    /// releases or acquires again; `false` when the handle does not hold the lock.
+    /// Whether the lock this handle acquired has been lost since: its expiry passed without a
+    /// renewal getting through, or a renewal or [`extend`](Self::extend) found another id in
+    /// the key. No round trip: it is what this handle knows. Stays true until the lock is
+    /// released or acquired again; false when the handle holds nothing.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
     /// let lock = redis_lock::Lock::builder(&client, "jobs")
-    ///     .expire(std::time::Duration::from_secs(5))
+    ///     .expire(Duration::from_secs(10))
     ///     .auto_renewal(true)
     ///     .build()?;
     /// let guard = lock.lock()?;
-    /// for step in 0..100 {
-    ///     if lock.lost() {
-    ///         break; // someone else may hold it now: stop writing
-    ///     }
-    ///     // ... step ...
+    /// if guard.lost() {
+    ///     // stop writing: someone else may hold the lock now
     /// }
     /// # Ok(())
     /// # }
     /// ```
     pub fn lost(&self) -> bool {
-        let state = self.inner.state.lock();
-        state.holding.is_some_and(|h| h.is_lost(Instant::now()))
+        match self.inner.state.lock().belief {
+            Belief::Held(lease) => lease.is_lost(Instant::now()),
+            Belief::Free | Belief::Unsure(_) => false,
+        }
     }
 
     /// The fencing token of the current acquisition, when the lock was built with
-    /// [`fencing(true)`](LockBuilder::fencing) and is held.
+    /// [`fencing(true)`](crate::LockBuilder::fencing) and is held.
     ///
     /// Tokens grow with every acquisition of the name, so a storage system that remembers the
     /// highest token it has seen can refuse a write from a holder that lost the lock (paused
     /// past its expiry) after someone else took it:
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
     /// # fn main() -> Result<(), redis_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// let lock = redis_lock::Lock::builder(&client, "ledger")
@@ -454,11 +384,23 @@ impl Lock {
     /// }
     /// # Ok(())
     /// # }
-    /// # Ok(())
-    /// # }
     /// ```
     pub fn fencing_token(&self) -> Option<u64> {
-        self.inner.state.lock().holding.and_then(|h| h.token)
+        match self.inner.state.lock().belief {
+            Belief::Held(lease) => lease.token,
+            Belief::Free | Belief::Unsure(_) => None,
+        }
+    }
+}
+
+/// A wait of `timeout`; zero is a single try.
+pub(crate) fn wait_for(timeout: Duration) -> Wait {
+    if timeout.is_zero() {
+        return Wait::Never;
+    }
+    match Instant::now().checked_add(timeout) {
+        Some(deadline) => Wait::Until(deadline),
+        None => Wait::Forever,
     }
 }
 
@@ -475,377 +417,603 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Inner {
-    pub(crate) fn name(&self) -> &str {
-        &self.settings.name
-    }
-
-    pub(crate) fn expire_ms(&self) -> Option<u64> {
-        self.settings.expire_ms
-    }
-
     fn error(&self, make: impl FnOnce(String) -> Error) -> Error {
         make(self.settings.name.clone())
     }
 
-    /// The acquire path: one try, then `BLPOP` + try in a single round trip until the lock is
-    /// ours or `deadline` passes (`None`: wait forever).
-    fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Result<bool, Error> {
-        self.forget_lost_holding()?;
-        log::debug!("lock {:?}: acquiring", self.settings.name);
-        let mut conn = self.pool.get()?;
-        // When the request whose try took the lock was sent: the key was set no earlier, so
-        // its expiry is counted from here, never from the reply.
-        let mut sent = Instant::now();
-        let mut attempt = conn.run(|c| self.try_lock(c, None));
-        let mut woken = false;
-        let mut reply_lost = false;
-        loop {
-            let outcome = match attempt {
-                Ok(outcome) => outcome?,
-                Err(e) if conn.is_broken() => {
-                    log::warn!(
-                        "lock {:?}: connection lost while waiting: {e}",
-                        self.settings.name
-                    );
-                    drop(conn);
-                    conn = self.reconnect(deadline)?;
-                    reply_lost = true;
-                    woken = false;
-                    sent = Instant::now();
-                    attempt = conn.run(|c| self.try_lock(c, None));
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            match outcome {
-                Attempt::Acquired { token } => {
-                    let mut valid_until = self.expiry_from(sent);
-                    if woken && self.expires_soon(valid_until) {
-                        // After a long wait the count from the send is near its end, though
-                        // the key was most likely set just now (or long ago, if the reply was
-                        // held up): one extend says which.
-                        let confirmed = Instant::now();
-                        if !self.still_ours(&mut conn)? {
-                            woken = false;
-                            sent = Instant::now();
-                            attempt = conn.run(|c| self.try_lock(c, None));
-                            continue;
-                        }
-                        valid_until = self.expiry_from(confirmed);
-                    }
-                    drop(conn);
-                    self.acquired(valid_until, token)?;
-                    return Ok(true);
-                }
-                Attempt::Busy { owner, pttl_ms } if owner == self.settings.id.as_bytes() => {
-                    if !reply_lost {
-                        return Err(self.error(|name| Error::AlreadyAcquired { name }));
-                    }
-                    // Our own try got through before the connection dropped; only its reply
-                    // was lost. What is left of the lock is its TTL, counted from this try.
-                    let token = self.current_token(&mut conn)?;
-                    drop(conn);
-                    let valid_until = u64::try_from(pttl_ms)
-                        .ok()
-                        .and_then(|ms| sent.checked_add(Duration::from_millis(ms)));
-                    self.acquired(valid_until, token)?;
-                    return Ok(true);
-                }
-                Attempt::Busy { pttl_ms, .. } => {
-                    reply_lost = false;
-                    let Some(block) = self.next_block(deadline, pttl_ms) else {
-                        log::debug!("lock {:?}: not acquired in time", self.settings.name);
-                        return Ok(false);
-                    };
-                    woken = true;
-                    sent = Instant::now();
-                    attempt = conn.run(|c| self.try_lock(c, Some(block)));
-                }
-            }
+    fn unknown(&self, operation: &'static str, source: redis::RedisError) -> Error {
+        Error::OutcomeUnknown {
+            name: self.settings.name.clone(),
+            operation,
+            source,
         }
     }
 
-    /// When a key set at `set_at` with this handle's expiry expires, if it has one.
-    fn expiry_from(&self, set_at: Instant) -> Option<Instant> {
+    fn is_ours(&self, owner: Option<&[u8]>) -> bool {
+        owner == Some(self.settings.id.as_bytes())
+    }
+
+    fn cancelled(&self) -> bool {
         self.settings
-            .expire_ms
-            .and_then(|ms| set_at.checked_add(Duration::from_millis(ms)))
+            .cancel
+            .as_ref()
+            .is_some_and(|t| t.is_cancelled())
     }
 
-    /// Whether less than half the expiry is left before `valid_until`.
-    fn expires_soon(&self, valid_until: Option<Instant>) -> bool {
-        match (valid_until, self.settings.expire_ms) {
-            (Some(until), Some(ms)) => {
-                until.saturating_duration_since(Instant::now()) < Duration::from_millis(ms) / 2
+    /// The end of a round trip started now: the I/O timeout, and for a wait with a deadline,
+    /// no later than the deadline plus the grace.
+    fn io_deadline(&self, wait: Wait) -> Instant {
+        let io = Instant::now() + self.settings.io_timeout;
+        match wait {
+            Wait::Until(deadline) => io.min(deadline + self.settings.grace()),
+            Wait::Never | Wait::Forever => io,
+        }
+    }
+
+    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        transport::send(&*self.transport, request, deadline)
+    }
+
+    fn call_again(&self, request: &Request, deadline: Instant) -> Result<Answered, Error> {
+        Ok(transport::send_repeatable(
+            &*self.transport,
+            request,
+            deadline,
+        )?)
+    }
+
+    fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// Reads owner, TTL and (with fencing) the counter in one round trip.
+    fn observe_by(&self, deadline: Instant) -> Result<(Observed, Instant), Error> {
+        let request = requests::observe(&self.keys, self.settings.fencing);
+        let answered = self.call_again(&request, deadline)?;
+        Ok((
+            requests::parse_observe(&self.keys, &answered.replies)?,
+            answered.sent,
+        ))
+    }
+
+    fn observe(&self) -> Result<Observed, Error> {
+        Ok(self.observe_by(self.io_deadline(Wait::Never))?.0)
+    }
+
+    /// The acquire path: one try on a short connection, then `BLPOP` + try in a single round
+    /// trip on a connection of the wait's own, until the lock is ours or the wait is over.
+    /// Returns the acquisition's epoch.
+    pub(crate) fn acquire(self: &Arc<Self>, wait: Wait) -> Result<Option<u64>, Error> {
+        if self.cancelled() {
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        if let Some(epoch) = self.before_acquire(wait)? {
+            return Ok(Some(epoch));
+        }
+        log::debug!("lock {:?}: acquiring", self.name());
+        let mut waiter: Option<Box<dyn Waiter + '_>> = None;
+        let mut tried = self.try_short(wait)?;
+        loop {
+            match tried {
+                Tried::Acquired {
+                    mut valid_until,
+                    token,
+                    attempt,
+                } => {
+                    let now = Instant::now();
+                    if attempt.needs_confirming(now, self.settings.expire()) {
+                        match self.confirm(wait)? {
+                            Some(confirmed) => valid_until = confirmed,
+                            None => {
+                                tried = self.try_short(wait)?;
+                                continue;
+                            }
+                        }
+                    }
+                    if self.cancelled() {
+                        // Granted just as the wait was cancelled: give it back, which also
+                        // passes the wake-up on to the next waiter.
+                        self.unlock_quietly();
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    if let Some(waiter) = waiter.take() {
+                        waiter.finish(true);
+                    }
+                    return self.acquired(valid_until, token).map(Some);
+                }
+                Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
+                    return Err(self.error(|name| Error::AlreadyAcquired { name }));
+                }
+                Tried::Busy { pttl, at, .. } => {
+                    if self.cancelled() {
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    let deadline = match wait {
+                        Wait::Never => return Ok(None),
+                        Wait::Until(deadline) => Some(deadline),
+                        Wait::Forever => None,
+                    };
+                    tried = match lease::next(at, deadline, pttl) {
+                        Next::GiveUp => {
+                            log::debug!("lock {:?}: not acquired in time", self.name());
+                            if let Some(waiter) = waiter.take() {
+                                waiter.finish(false);
+                            }
+                            return Ok(None);
+                        }
+                        Next::TryNow => self.try_short(wait)?,
+                        Next::Block(block) => self.wait_once(&mut waiter, at + block, wait)?,
+                    };
+                }
             }
-            _ => false,
         }
     }
 
-    /// Restarts the expiry of a lock just taken; `false` if it is not ours any more.
-    fn still_ours(&self, conn: &mut PooledConnection<'_>) -> Result<bool, Error> {
-        let ms = self.settings.expire_ms.unwrap_or(0);
-        let code: i64 = conn.run(|c| EXTEND.run(c, |cmd| self.extend_args(cmd, ms)))?;
-        Ok(code != 1)
+    /// One try on a short connection; a lost reply is settled by reading the owner.
+    fn try_short(&self, wait: Wait) -> Result<Tried, Error> {
+        let request = requests::try_lock(
+            &self.keys,
+            &self.settings.id,
+            self.settings.expire_ms,
+            self.settings.fencing,
+        );
+        let deadline = self.io_deadline(wait);
+        let sent = Instant::now();
+        match self.call(&request, deadline) {
+            Ok(replies) => self.tried(&replies, Attempting::new(sent, false)),
+            Err(Fault::NotSent(e)) => Err(e.into()),
+            Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait),
+        }
     }
 
-    /// How long to block before the next try: never past the caller's deadline, the holder's
-    /// expiry or [`MAX_BLOCK`]. `None` when the deadline has passed.
-    fn next_block(&self, deadline: Option<Instant>, pttl_ms: i64) -> Option<Duration> {
-        let mut block = MAX_BLOCK;
-        if let Some(deadline) = deadline {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return None;
-            }
-            block = block.min(remaining);
-        }
-        if let Ok(pttl) = u64::try_from(pttl_ms) {
-            // One millisecond past the expiry, so the next try finds the key gone.
-            block = block.min(Duration::from_millis(pttl.saturating_add(1)));
-        }
-        Some(block)
-    }
-
-    fn acquire_args(&self, cmd: &mut Cmd) {
-        cmd.arg(2)
-            .arg(&self.key)
-            .arg(&self.fence_key)
-            .arg(&self.settings.id)
-            .arg(self.settings.expire_ms.unwrap_or(0))
-            .arg(if self.settings.fencing { "1" } else { "0" });
-    }
-
-    /// One try at the lock, after a `BLPOP` of `block` when given. In one pipeline, Redis runs
-    /// the try the moment the `BLPOP` returns, so a woken waiter has the lock one network trip
-    /// after the release.
-    fn try_lock(
-        &self,
-        conn: &mut Connection,
-        block: Option<Duration>,
-    ) -> RedisResult<Result<Attempt, Error>> {
-        let mut pipe = redis::pipe();
-        if let Some(block) = block {
-            let ms = block.as_millis().max(1);
-            let timeout = format!("{}.{:03}", ms / 1000, ms % 1000);
-            pipe.cmd("BLPOP")
-                .arg(&self.signal_key)
-                .arg(timeout)
-                .ignore();
-        }
-        if self.settings.fencing {
-            // The token must be taken atomically with the lock.
-            pipe.add_command(ACQUIRE.evalsha(|cmd| self.acquire_args(cmd)));
-        } else {
-            // Three plain commands cost the server a third of what a script does. They are not
-            // atomic, but need not be: if the owner lets go between them, GET finds no owner
-            // and the next try follows at once.
-            let set = pipe
-                .cmd("SET")
-                .arg(&self.key)
-                .arg(&self.settings.id)
-                .arg("NX");
-            if let Some(ms) = self.settings.expire_ms {
-                set.arg("PX").arg(ms);
-            }
-            pipe.cmd("GET").arg(&self.key).cmd("PTTL").arg(&self.key);
-        }
-        let reply: Vec<Value> = match pipe.query(conn) {
-            Ok(reply) => reply,
-            // Only the EVALSHA can say NOSCRIPT, so any BLPOP is done: just try again.
-            Err(e) if scripts::is_noscript(&e) => {
-                vec![ACQUIRE.run(conn, |cmd| self.acquire_args(cmd))?]
-            }
-            Err(e) => return Err(e),
+    /// Blocks in `BLPOP` until `until` at the latest, then tries, all in one round trip on
+    /// the wait's own connection. The client keeps the time: at `until` it ends the `BLPOP`
+    /// with `CLIENT UNBLOCK`, instead of waiting for the server's timer (up to 100 ms late at
+    /// the default `hz 10`).
+    fn wait_once<'t>(
+        &'t self,
+        slot: &mut Option<Box<dyn Waiter + 't>>,
+        until: Instant,
+        wait: Wait,
+    ) -> Result<Tried, Error> {
+        let conn = match slot {
+            Some(conn) => conn,
+            None => slot.insert(self.waiter_conn(wait)?),
         };
-        Ok(self.parse_attempt(&reply))
+        let block = until.saturating_duration_since(Instant::now());
+        let request = requests::wait_then_try(
+            &self.keys,
+            &self.settings.id,
+            self.settings.expire_ms,
+            self.settings.fencing,
+            Some(block),
+        );
+        let id = conn.id();
+        // While registered, a cancel ends the `BLPOP` from the cancelling thread.
+        let registration = match (&self.settings.cancel, id) {
+            (Some(token), Some(id)) => match token.blocking(&self.transport, id) {
+                Some(registration) => Some(registration),
+                None => return Err(self.error(|name| Error::Cancelled { name })),
+            },
+            _ => None,
+        };
+        let sent = Instant::now();
+        let attempt = Attempting::new(sent, true);
+        let outcome = self.exchange_wait(conn.as_mut(), &request, until, wait);
+        drop(registration);
+        match outcome {
+            Ok((replies, refused)) => match (self.tried(&replies, attempt)?, refused) {
+                (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
+                    key: self.keys.signal.clone(),
+                    reason: "it holds a value that is not a list, so waiters cannot block on it"
+                        .into(),
+                }),
+                (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
+                (tried, _) => Ok(tried),
+            },
+            Err(fault) => {
+                // The connection was closed on the failure; the next wait takes another.
+                *slot = None;
+                match fault {
+                    Fault::NotSent(e) => Err(e.into()),
+                    Fault::Lost { conn, error } => self.settle_try(conn, error, wait),
+                }
+            }
+        }
     }
 
-    fn parse_attempt(&self, reply: &[Value]) -> Result<Attempt, Error> {
-        match reply {
-            [Value::Okay, _, _] => Ok(Attempt::Acquired { token: None }),
-            [Value::Nil, Value::BulkString(owner), Value::Int(pttl_ms)] => Ok(Attempt::Busy {
-                owner: owner.clone(),
-                pttl_ms: *pttl_ms,
-            }),
-            [Value::Nil, Value::Nil, _] => Ok(Attempt::Busy {
-                owner: Vec::new(),
-                pttl_ms: 0,
-            }),
-            [Value::Array(script)] => match script.as_slice() {
-                [Value::Int(1), Value::Int(token)] => Ok(Attempt::Acquired {
-                    token: u64::try_from(*token).ok(),
-                }),
-                [Value::Int(0), Value::BulkString(owner), Value::Int(pttl_ms)] => {
-                    Ok(Attempt::Busy {
-                        owner: owner.clone(),
-                        pttl_ms: *pttl_ms,
+    fn waiter_conn(&self, wait: Wait) -> Result<Box<dyn Waiter + '_>, Error> {
+        self.reconnecting(wait, |deadline| {
+            self.transport.waiter(deadline).map_err(|fault| {
+                let e = fault.into_error();
+                log::warn!("lock {:?}: no connection to wait on: {e}", self.name());
+                e.into()
+            })
+        })
+    }
+
+    /// Sends the `BLPOP` + try and reads the try's replies (the `BLPOP`'s own is not needed).
+    fn exchange_wait(
+        &self,
+        conn: &mut dyn Waiter,
+        request: &Request,
+        until: Instant,
+        wait: Wait,
+    ) -> Result<(Vec<Value>, Option<redis::ServerError>), Fault> {
+        conn.send(request, self.io_deadline(wait))?;
+        let blpop = conn.recv(until)?;
+        if blpop.is_none() {
+            // Our clock says the wait is over; the late `BLPOP` reply will be skipped.
+            if let Some(id) = conn.id() {
+                match self.transport.unblock(id, self.io_deadline(wait)) {
+                    Ok(Admin::Refused) => log_refused_once(&UNBLOCK_REFUSED, "CLIENT UNBLOCK"),
+                    Ok(Admin::Done | Admin::Nothing) => {}
+                    // The try's reply is what tells; reading it below meets the same fault.
+                    Err(fault) => log::debug!("lock {:?}: unblock failed: {fault:?}", self.name()),
+                }
+            }
+        }
+        let reply_deadline = self.io_deadline(wait);
+        let mut replies = Vec::with_capacity(request.cmds.len());
+        // A `BLPOP` refused (the signal key is not a list) still lets the try run.
+        let refused = match blpop {
+            Some(Value::ServerError(e)) => Some(e),
+            _ => None,
+        };
+        for _ in 1..request.cmds.len() {
+            match conn.recv(reply_deadline)? {
+                Some(reply) => replies.push(reply),
+                None => {
+                    return Err(Fault::Lost {
+                        conn: conn.id(),
+                        error: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no reply to the try before the deadline",
+                        )
+                        .into(),
                     })
                 }
-                _ => Err(Error::unexpected(&script)),
+            }
+        }
+        // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
+        if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
+            if let Some(reply) = self.transport.call(&retry, reply_deadline)?.pop() {
+                replies[at] = reply;
+            }
+        }
+        Ok((replies, refused))
+    }
+
+    fn tried(&self, replies: &[Value], attempt: Attempting) -> Result<Tried, Error> {
+        Ok(match requests::parse_try(&self.keys, replies)? {
+            Attempt::Acquired { token } => Tried::Acquired {
+                valid_until: attempt.valid_until(self.settings.expire()),
+                token,
+                attempt,
             },
-            _ => Err(Error::unexpected(&reply)),
+            Attempt::Busy { owner, pttl } => Tried::Busy {
+                owner,
+                pttl,
+                at: Instant::now(),
+            },
+        })
+    }
+
+    /// A try whose reply was lost: close its connection at the server, so the try cannot run
+    /// after the read, then read whose id the key holds. If that cannot be done in time the
+    /// outcome is unknown, and the next call asks Redis first.
+    fn settle_try(
+        &self,
+        conn: Option<u64>,
+        error: redis::RedisError,
+        wait: Wait,
+    ) -> Result<Tried, Error> {
+        log::warn!(
+            "lock {:?}: reply to a try lost ({error}); settling",
+            self.name()
+        );
+        match self.settle(conn, wait) {
+            Ok((observed, sent)) if self.is_ours(observed.owner.as_deref()) => {
+                Ok(Tried::Acquired {
+                    valid_until: lease::valid_from_read(sent, observed.pttl),
+                    token: observed.fence,
+                    attempt: Attempting::new(sent, false),
+                })
+            }
+            Ok((observed, _)) => Ok(Tried::Busy {
+                owner: observed.owner,
+                pttl: observed.pttl,
+                at: Instant::now(),
+            }),
+            Err(_) => {
+                self.state.lock().belief = Belief::Unsure(Unsure {
+                    conn,
+                    releasing: false,
+                });
+                Err(self.unknown("acquire", error))
+            }
         }
     }
 
-    fn current_token(&self, conn: &mut PooledConnection<'_>) -> Result<Option<u64>, Error> {
-        if !self.settings.fencing {
-            return Ok(None);
-        }
-        let token: Option<u64> = conn.run(|c| redis::cmd("GET").arg(&self.fence_key).query(c))?;
-        Ok(token)
+    /// Closes `conn` at the server (where allowed) and reads the lock.
+    /// Keeps trying while the server is away (a restart, a failover), until the caller's
+    /// deadline plus the grace, or for the I/O timeout when there is none.
+    fn settle(&self, conn: Option<u64>, wait: Wait) -> Result<(Observed, Instant), Error> {
+        self.reconnecting(wait, |deadline| {
+            if let Some(conn) = conn {
+                match self.transport.kill(conn, deadline) {
+                    Ok(Admin::Refused) => log_refused_once(&KILL_REFUSED, "CLIENT KILL"),
+                    Ok(Admin::Done | Admin::Nothing) => {}
+                    Err(fault) => return Err(fault.into_error().into()),
+                }
+            }
+            self.observe_by(deadline)
+        })
     }
 
-    /// A new connection after one dropped mid-wait, trying until the caller's deadline (or for
-    /// [`RECONNECT_WINDOW`] when there is none); the last error if the server stays away.
-    fn reconnect(&self, deadline: Option<Instant>) -> Result<PooledConnection<'_>, Error> {
-        let give_up = deadline.unwrap_or_else(|| Instant::now() + RECONNECT_WINDOW);
+    /// Runs `step` with its round trip's deadline, again after a pause while it fails for
+    /// want of a connection, until the wait's end. Backoff for a server that is away, never a
+    /// way of waiting for the lock.
+    fn reconnecting<T>(
+        &self,
+        wait: Wait,
+        mut step: impl FnMut(Instant) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let give_up = match wait {
+            Wait::Until(deadline) => deadline + self.settings.grace(),
+            Wait::Never | Wait::Forever => Instant::now() + self.settings.io_timeout,
+        };
         let mut pause = Duration::from_millis(10);
         loop {
-            let error = match self.pool.get() {
-                Ok(conn) => return Ok(conn),
-                Err(e) => e,
+            let deadline = (Instant::now() + self.settings.io_timeout).min(give_up);
+            let error = match step(deadline) {
+                Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => e,
+                other => return other,
             };
-            let remaining = give_up.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                log::error!(
-                    "lock {:?}: could not reconnect: {error}",
-                    self.settings.name
-                );
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left <= pause {
                 return Err(error.into());
             }
-            // Backoff between connection attempts while the server is away; waiting for the
-            // lock itself is never done this way.
-            thread::sleep(pause.min(remaining));
+            log::debug!(
+                "lock {:?}: server away ({error}); trying again",
+                self.name()
+            );
+            std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
 
-    /// A handle that thinks it holds a lock that has since been lost may try again; one that
-    /// still holds it may not.
-    fn forget_lost_holding(&self) -> Result<(), Error> {
-        let mut state = self.state.lock();
-        match state.holding {
-            Some(h) if !h.is_lost(Instant::now()) => {
+    /// Before a new acquisition: a handle that holds the lock may not take it again; one
+    /// whose lock was lost may; one that is unsure asks Redis, and if the lock turns out to be
+    /// ours it is acquired (its epoch is returned).
+    fn before_acquire(self: &Arc<Self>, wait: Wait) -> Result<Option<u64>, Error> {
+        let belief = self.state.lock().belief;
+        match belief {
+            Belief::Free => Ok(None),
+            Belief::Held(lease) if !lease.is_lost(Instant::now()) => {
                 Err(self.error(|name| Error::AlreadyAcquired { name }))
             }
-            Some(_) => {
-                state.holding = None;
-                let renewal = state.renewal.take();
-                drop(state);
-                if let Some(renewal) = renewal {
-                    renewal.stop();
-                }
-                Ok(())
+            Belief::Held(_) => {
+                self.forget();
+                Ok(None)
             }
-            None => Ok(()),
+            Belief::Unsure(unsure) => {
+                let (observed, sent) = self.settle(unsure.conn, wait)?;
+                self.forget();
+                if !self.is_ours(observed.owner.as_deref()) {
+                    return Ok(None);
+                }
+                if self.cancelled() {
+                    self.unlock_quietly();
+                    return Err(self.error(|name| Error::Cancelled { name }));
+                }
+                self.acquired(lease::valid_from_read(sent, observed.pttl), observed.fence)
+                    .map(Some)
+            }
         }
+    }
+
+    /// Restarts the expiry of a lock just taken after a wait; `None` if it is not ours.
+    fn confirm(&self, wait: Wait) -> Result<Option<Option<Instant>>, Error> {
+        let ms = self.settings.expire_ms.unwrap_or(0);
+        let request = requests::extend(&self.keys, &self.settings.id, ms);
+        let answered = self.call_again(&request, self.io_deadline(wait))?;
+        Ok(
+            match requests::parse_extend(&self.keys, answered.first())? {
+                Extended::NotOurs => None,
+                Extended::Yes | Extended::NoExpiry => {
+                    Some(Attempting::new(answered.sent, false).valid_until(self.settings.expire()))
+                }
+            },
+        )
     }
 
     fn acquired(
         self: &Arc<Self>,
         valid_until: Option<Instant>,
         token: Option<u64>,
-    ) -> Result<(), Error> {
+    ) -> Result<u64, Error> {
         let renewal = match self
             .settings
-            .expire_ms
+            .expire()
             .filter(|_| self.settings.auto_renewal)
         {
-            Some(ms) => match Renewal::start(self, Duration::from_millis(ms)) {
+            Some(expire) => match Renewal::start(self, expire * 2 / 3, Inner::renew) {
                 Ok(renewal) => Some(renewal),
                 Err(e) => {
                     // Without its renewal the lock would expire under the holder: give it back.
-                    if let Err(release) = self.unlock() {
-                        log::error!("lock {:?}: release failed: {release}", self.settings.name);
-                    }
+                    self.unlock_quietly();
                     return Err(Error::Thread(e));
                 }
             },
             None => None,
         };
         let mut state = self.state.lock();
-        state.holding = Some(Holding {
-            valid_until,
-            token,
-            lost: false,
-        });
+        state.epoch += 1;
+        state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
         state.renewal = renewal;
-        log::debug!("lock {:?}: acquired", self.settings.name);
-        Ok(())
+        log::debug!("lock {:?}: acquired", self.name());
+        Ok(state.epoch)
     }
 
-    fn release(&self) -> Result<(), Error> {
-        log::debug!("lock {:?}: releasing", self.settings.name);
+    /// Releases the lock: any acquisition (`epoch` `None`), or only acquisition `epoch`, as a
+    /// guard does.
+    pub(crate) fn release(&self, epoch: Option<u64>) -> Result<(), Error> {
+        let belief = {
+            let state = self.state.lock();
+            match (epoch, state.belief) {
+                (Some(epoch), Belief::Held(lease)) if lease.epoch != epoch => {
+                    return Err(self.error(|name| Error::NotAcquired { name }))
+                }
+                (Some(_), Belief::Free) => {
+                    return Err(self.error(|name| Error::NotAcquired { name }))
+                }
+                (_, belief) => belief,
+            }
+        };
+        log::debug!("lock {:?}: releasing", self.name());
         self.stop_renewal();
-        let result = self.unlock();
-        if result.is_ok() || matches!(result, Err(Error::NotAcquired { .. })) {
-            self.state.lock().holding = None;
+        let deadline = self.io_deadline(Wait::Never);
+        let mut unsure_release = false;
+        if let Belief::Unsure(unsure) = belief {
+            unsure_release = unsure.releasing;
+            if let Some(conn) = unsure.conn {
+                if let Err(fault) = self.transport.kill(conn, deadline) {
+                    return Err(self.unknown("release", fault.into_error()));
+                }
+            }
         }
-        result
+        let request = requests::unlock(
+            &self.keys,
+            self.settings.id.as_bytes(),
+            self.settings.signal_expire_ms,
+        );
+        match self.call_again(&request, deadline) {
+            Ok(answered) => {
+                let released = requests::parse_unlock(&self.keys, answered.first())?;
+                self.state.lock().belief = Belief::Free;
+                if released || answered.lost_before || unsure_release {
+                    Ok(())
+                } else {
+                    Err(self.error(|name| Error::NotAcquired { name }))
+                }
+            }
+            Err(e) => {
+                // It may have run: the next acquire asks Redis instead of trusting a belief.
+                self.state.lock().belief = Belief::Unsure(Unsure {
+                    conn: None,
+                    releasing: true,
+                });
+                match e {
+                    Error::Redis(source) => Err(self.unknown("release", source)),
+                    other => Err(other),
+                }
+            }
+        }
     }
 
-    fn unlock(&self) -> Result<(), Error> {
-        let code: i64 = self.pool.run(|c| {
-            UNLOCK.run(c, |cmd| {
-                cmd.arg(2)
-                    .arg(&self.key)
-                    .arg(&self.signal_key)
-                    .arg(&self.settings.id)
-                    .arg(self.settings.signal_expire_ms);
-            })
-        })?;
-        match code {
-            0 => Ok(()),
-            1 => Err(self.error(|name| Error::NotAcquired { name })),
-            other => Err(Error::unexpected(&other)),
+    /// Gives back a lock no caller will hold; a failure is logged, and the lock frees itself
+    /// at its expiry.
+    fn unlock_quietly(&self) {
+        let request = requests::unlock(
+            &self.keys,
+            self.settings.id.as_bytes(),
+            self.settings.signal_expire_ms,
+        );
+        if let Err(e) = self.call_again(&request, self.io_deadline(Wait::Never)) {
+            log::error!("lock {:?}: release failed: {e}", self.name());
         }
     }
 
     /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
     pub(crate) fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
-        let sent = Instant::now();
-        let code: i64 = self
-            .pool
-            .run(|c| EXTEND.run(c, |cmd| self.extend_args(cmd, ms)))?;
-        match code {
-            0 => {
-                if let Some(holding) = self.state.lock().holding.as_mut() {
-                    // Once lost, always lost: after the deadline passed someone else may have
-                    // held the lock, even if the key is ours again now.
-                    if holding.is_lost(sent) {
-                        holding.lost = true;
-                    } else {
-                        holding.valid_until = sent.checked_add(Duration::from_millis(ms));
-                    }
-                }
-                Ok(Extended::Yes)
+        let request = requests::extend(&self.keys, &self.settings.id, ms);
+        let answered = self.call_again(&request, self.io_deadline(Wait::Never))?;
+        let extended = requests::parse_extend(&self.keys, answered.first())?;
+        if extended == Extended::Yes {
+            if let Belief::Held(lease) = &mut self.state.lock().belief {
+                lease.extended(answered.sent, Duration::from_millis(ms));
             }
-            1 => Ok(Extended::NotOurs),
-            2 => Ok(Extended::NoExpiry),
-            other => Err(Error::unexpected(&other)),
+        }
+        Ok(extended)
+    }
+
+    fn reset(&self) -> Result<bool, Error> {
+        let deadline = self.io_deadline(Wait::Never);
+        let (observed, _) = self.observe_by(deadline)?;
+        let Some(owner) = observed.owner else {
+            return Ok(false);
+        };
+        if self.is_ours(Some(&owner)) {
+            self.forget();
+        }
+        let request = requests::unlock(&self.keys, &owner, self.settings.signal_expire_ms);
+        let answered = self.call_again(&request, deadline)?;
+        // Deleted now, or released by its owner in between: either way that owner's lock is
+        // gone, and no later one was touched.
+        requests::parse_unlock(&self.keys, answered.first())?;
+        log::info!("lock {:?} reset", self.name());
+        Ok(true)
+    }
+
+    /// One renewal, from the renewal thread: the wait before the next, or `None` to stop.
+    fn renew(&self) -> Option<Duration> {
+        let expire = self.settings.expire()?;
+        let interval = expire * 2 / 3;
+        match self.extend_ms(self.settings.expire_ms?) {
+            Ok(Extended::Yes) => {
+                log::debug!("lock {:?}: renewed", self.name());
+                Some(interval)
+            }
+            Ok(Extended::NotOurs) => {
+                self.mark_lost();
+                log::error!("lock {:?}: lost (it is no longer ours)", self.name());
+                None
+            }
+            Ok(Extended::NoExpiry) => {
+                log::warn!(
+                    "lock {:?}: its expiry was removed; renewal not needed",
+                    self.name()
+                );
+                None
+            }
+            Err(e) if self.expired() => {
+                self.mark_lost();
+                log::error!(
+                    "lock {:?}: lost (expired before a renewal got through: {e})",
+                    self.name()
+                );
+                None
+            }
+            Err(e) => {
+                // Try again soon: the lock is lost if the expiry passes first.
+                log::warn!("lock {:?}: renewal failed, retrying: {e}", self.name());
+                Some((interval / 8).max(Duration::from_millis(1)))
+            }
         }
     }
 
-    fn extend_args(&self, cmd: &mut Cmd, ms: u64) {
-        cmd.arg(1).arg(&self.key).arg(&self.settings.id).arg(ms);
-    }
-
-    /// Whether the known deadline of the lock this handle holds has passed.
-    pub(crate) fn expired(&self) -> bool {
-        let state = self.state.lock();
-        state.holding.is_some_and(|h| h.is_lost(Instant::now()))
+    fn expired(&self) -> bool {
+        matches!(self.state.lock().belief, Belief::Held(lease) if lease.is_lost(Instant::now()))
     }
 
     pub(crate) fn mark_lost(&self) {
-        if let Some(holding) = self.state.lock().holding.as_mut() {
-            holding.lost = true;
+        if let Belief::Held(lease) = &mut self.state.lock().belief {
+            lease.mark_lost();
         }
     }
 
-    /// Forgets the holding and stops its renewal (a reset took the lock away).
-    fn stop_holding(&self) {
-        self.state.lock().holding = None;
+    /// Whether acquisition `epoch` is over or lost.
+    pub(crate) fn lost_since(&self, epoch: u64) -> bool {
+        match self.state.lock().belief {
+            Belief::Held(lease) if lease.epoch == epoch => lease.is_lost(Instant::now()),
+            _ => true,
+        }
+    }
+
+    /// Forgets the acquisition and stops its renewal.
+    fn forget(&self) {
+        self.state.lock().belief = Belief::Free;
         self.stop_renewal();
     }
 
@@ -859,9 +1027,18 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The lock itself is left to expire, as python-redis-lock does; only renewing stops.
+        // A held lock is left to expire, as python-redis-lock does; only renewing stops.
         if let Some(renewal) = self.state.get_mut().renewal.take() {
             renewal.stop();
+        }
+        // But an unsettled request may have taken the lock for nobody: settle it now, or a
+        // lock without expiry would stay held for good.
+        if let Belief::Unsure(unsure) = self.state.get_mut().belief {
+            let deadline = Instant::now() + self.settings.io_timeout;
+            if let Some(conn) = unsure.conn {
+                let _ = self.transport.kill(conn, deadline);
+            }
+            self.unlock_quietly();
         }
     }
 }

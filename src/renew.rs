@@ -1,15 +1,14 @@
 //! The renewal thread: keeps an expiring lock alive while its holder works.
 //!
-//! It holds only a `Weak` reference to the lock, so dropping the handle stops the renewing and
-//! the lock then expires on its own; release stops it through a channel and joins it.
+//! It holds only a `Weak` reference to what it renews, so dropping the handle stops the
+//! renewing and the lock then expires on its own; release stops it through a channel and
+//! joins it. What one renewal does is the lock's business: this is only the thread.
 
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-
-use crate::lock::{Extended, Inner};
 
 /// What the renewal threads are called (Linux shows the first 15 bytes).
 const THREAD_NAME: &str = "redis-lock-renew";
@@ -20,15 +19,19 @@ pub(crate) struct Renewal {
 }
 
 impl Renewal {
-    /// Starts renewing `lock` for `expire` every two thirds of `expire`.
-    pub(crate) fn start(lock: &Arc<Inner>, expire: Duration) -> std::io::Result<Renewal> {
+    /// Calls `renew` on `target` after `first`, and again after each wait it returns, until
+    /// it returns `None`, the renewal is stopped, or `target` is dropped.
+    pub(crate) fn start<T: Send + Sync + 'static>(
+        target: &Arc<T>,
+        first: Duration,
+        renew: fn(&T) -> Option<Duration>,
+    ) -> std::io::Result<Renewal> {
         let (stop, stopped) = crossbeam_channel::bounded(0);
-        let weak = Arc::downgrade(lock);
+        let weak = Arc::downgrade(target);
         // A fixed name: lock names may hold bytes a thread name cannot (NUL).
         let thread = thread::Builder::new()
             .name(THREAD_NAME.to_string())
-            .spawn(move || renew_until_stopped(&weak, &stopped, expire))?;
-        log::debug!("lock {:?}: renewal started", lock.name());
+            .spawn(move || renew_until_stopped(&weak, &stopped, first, renew))?;
         Ok(Renewal { stop, thread })
     }
 
@@ -42,49 +45,23 @@ impl Renewal {
     }
 }
 
-fn renew_until_stopped(lock: &Weak<Inner>, stopped: &Receiver<()>, expire: Duration) {
-    let interval = expire * 2 / 3;
-    // After a failed renewal, try again soon: the lock is lost if the expiry passes first.
-    let retry = (interval / 8).max(Duration::from_millis(1));
-    let mut wait = interval;
+fn renew_until_stopped<T>(
+    target: &Weak<T>,
+    stopped: &Receiver<()>,
+    first: Duration,
+    renew: fn(&T) -> Option<Duration>,
+) {
+    let mut wait = first;
     loop {
         if stopped.recv_timeout(wait) != Err(RecvTimeoutError::Timeout) {
-            break;
+            return;
         }
-        let Some(lock) = lock.upgrade() else { break };
-        let Some(ms) = lock.expire_ms() else { break };
-        match lock.extend_ms(ms) {
-            Ok(Extended::Yes) => {
-                log::debug!("lock {:?}: renewal refreshed", lock.name());
-                wait = interval;
-            }
-            Ok(Extended::NotOurs) => {
-                lock.mark_lost();
-                log::error!("lock {:?}: lost (it is no longer ours)", lock.name());
-                break;
-            }
-            Ok(Extended::NoExpiry) => {
-                log::warn!(
-                    "lock {:?}: its expiry was removed; renewal not needed",
-                    lock.name()
-                );
-                break;
-            }
-            Err(e) if lock.expired() => {
-                lock.mark_lost();
-                log::error!(
-                    "lock {:?}: lost (expired before a renewal got through: {e})",
-                    lock.name()
-                );
-                break;
-            }
-            Err(e) => {
-                log::warn!("lock {:?}: renewal failed, retrying: {e}", lock.name());
-                wait = retry;
-            }
+        let Some(target) = target.upgrade() else {
+            return;
+        };
+        match renew(&target) {
+            Some(next) => wait = next,
+            None => return,
         }
-    }
-    if let Some(lock) = lock.upgrade() {
-        log::debug!("lock {:?}: renewal stopped", lock.name());
     }
 }

@@ -1,72 +1,34 @@
 //! The operator's commands: `status`, `reset` and `reset-all`.
 
+use redis_lock::{Holder, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
-use std::time::Duration;
-
-use redis_lock::Lock;
 
 use crate::{exit, Failure, Outcome};
 
-/// Long enough for a slow server, short enough that a black-holed address does not hang a
-/// cron job or an operator's shell.
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Who holds a lock, and for how long yet, read in one atomic step.
-pub(crate) struct Holder {
-    pub(crate) owner: String,
-    /// `None` when the lock has no expiry.
-    pub(crate) ttl_ms: Option<u64>,
-}
-
-impl Holder {
-    /// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control
-    /// characters reach the terminal).
-    pub(crate) fn describe(&self) -> String {
-        let mut text = format!("held by {:?}", self.owner);
-        match self.ttl_ms {
-            Some(ms) => {
-                let _ = write!(text, ", expires in {}.{:03} s", ms / 1000, ms % 1000);
-            }
-            None => text.push_str(", with no expiry"),
+/// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
+/// reach the terminal).
+pub(crate) fn describe(holder: &Holder) -> String {
+    let mut text = format!("held by {:?}", holder.id);
+    match holder.ttl {
+        Some(ttl) => {
+            let ms = ttl.as_millis();
+            let _ = write!(text, ", expires in {}.{:03} s", ms / 1000, ms % 1000);
         }
-        text
+        None => text.push_str(", with no expiry"),
     }
-}
-
-/// The current holder of lock `name`, or `None` when it is free.
-pub(crate) fn holder(client: &redis::Client, name: &str) -> Result<Option<Holder>, Failure> {
-    let key = format!("lock:{name}");
-    let mut conn = client
-        .get_connection_with_timeout(TIMEOUT)
-        .map_err(Failure::redis)?;
-    conn.set_read_timeout(Some(TIMEOUT))
-        .and_then(|()| conn.set_write_timeout(Some(TIMEOUT)))
-        .map_err(Failure::redis)?;
-    // One MULTI, so the TTL belongs to the owner read with it.
-    let (owner, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
-        .atomic()
-        .cmd("GET")
-        .arg(&key)
-        .cmd("PTTL")
-        .arg(&key)
-        .query(&mut conn)
-        .map_err(Failure::redis)?;
-    Ok(owner.map(|bytes| Holder {
-        owner: String::from_utf8_lossy(&bytes).into_owned(),
-        // PTTL is -1 for a key without expiry.
-        ttl_ms: u64::try_from(pttl).ok(),
-    }))
+    text
 }
 
 pub(crate) fn status(client: &redis::Client, name: &str, json: bool) -> Outcome {
-    let holder = holder(client, name)?;
+    let lock = Lock::new(client, name).map_err(Failure::lock)?;
+    let holder = lock.holder().map_err(Failure::lock)?;
     if json {
         let (owner, ttl) = match &holder {
             Some(h) => (
-                json_string(&h.owner),
-                h.ttl_ms
-                    .map_or_else(|| "null".to_string(), |ms| ms.to_string()),
+                json_string(&h.id),
+                h.ttl
+                    .map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string()),
             ),
             None => ("null".to_string(), "null".to_string()),
         };
@@ -77,7 +39,7 @@ pub(crate) fn status(client: &redis::Client, name: &str, json: bool) -> Outcome 
         );
     } else {
         match holder {
-            Some(h) => out!("lock {name:?}: {}", h.describe()),
+            Some(h) => out!("lock {name:?}: {}", describe(&h)),
             None => out!("lock {name:?}: free"),
         }
     }

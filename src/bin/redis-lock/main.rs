@@ -168,10 +168,6 @@ impl Failure {
         };
         Failure::new(code, e.to_string())
     }
-
-    fn redis(e: redis::RedisError) -> Self {
-        Failure::new(exit::REDIS, format!("redis: {e}"))
-    }
 }
 
 type Outcome = Result<u8, Failure>;

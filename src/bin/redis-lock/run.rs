@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_lock::{Error, Lock};
+use redis_lock::{CancelToken, Error, Lock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -39,9 +39,11 @@ enum Taken {
 }
 
 pub(crate) fn run(client: &redis::Client, args: RunArgs) -> Outcome {
+    let cancel = CancelToken::new();
     let mut builder = Lock::builder(client, &args.name)
         .expire(args.expire)
-        .auto_renewal(true);
+        .auto_renewal(true)
+        .cancel_token(cancel.clone());
     if let Some(id) = &args.id {
         builder = builder.id(id.as_str());
     }
@@ -50,11 +52,11 @@ pub(crate) fn run(client: &redis::Client, args: RunArgs) -> Outcome {
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    match take(client, &lock, &args, &events, &received)? {
+    match take(&lock, &cancel, &args, &events, &received)? {
         Taken::Yes => {}
         Taken::Busy => {
-            let holder = match admin::holder(client, &args.name) {
-                Ok(Some(holder)) => format!(", {}", holder.describe()),
+            let holder = match lock.holder() {
+                Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
                 // Freed just now, or Redis went away: the busy answer stands either way.
                 Ok(None) | Err(_) => String::new(),
             };
@@ -93,10 +95,10 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 }
 
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
-/// on a thread, so that a signal can end the wait.
+/// on a thread, which a signal ends through the lock's cancel token.
 fn take(
-    client: &redis::Client,
     lock: &Arc<Lock>,
+    cancel: &CancelToken,
     args: &RunArgs,
     events: &Sender<Event>,
     received: &Receiver<Event>,
@@ -114,7 +116,7 @@ fn take(
         return Ok(Taken::Busy);
     }
     let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
-    let waiting = WaitingLine::show(client, &args.name);
+    let waiting = WaitingLine::show(lock);
     let waiter = Arc::clone(lock);
     let events = events.clone();
     thread::Builder::new()
@@ -128,21 +130,32 @@ fn take(
             let _ = events.send(Event::Acquired(result));
         })
         .map_err(|e| Failure::new(exit::OS, format!("cannot start a thread: {e}")))?;
-    let taken = match received.recv() {
-        Ok(Event::Acquired(result)) => {
-            acquired(result).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
+    let mut interrupted = None;
+    let taken = loop {
+        match received.recv() {
+            Ok(Event::Acquired(result)) => break result,
+            Ok(Event::Signal(origin)) if interrupted.is_none() => {
+                // Ends the wait; a grant that lands after this is released by the wait
+                // itself, and the wake-up it used is passed on.
+                interrupted = Some(origin.signal);
+                cancel.cancel();
+            }
+            Ok(Event::Signal(_)) => {}
+            // Unreachable: `events` outlives this wait.
+            Err(mpsc::RecvError) => {
+                return Err(Failure::new(exit::OS, "the wait for the lock was cut off"))
+            }
         }
-        Ok(Event::Signal(origin)) => {
-            // The acquire thread cannot be stopped, and may have taken the lock in the
-            // meantime: give it back if so (a no-op on a lock held by someone else).
-            release_quietly(lock);
-            Ok(Taken::Interrupted(origin.signal))
-        }
-        // Unreachable: `events` outlives this wait.
-        Err(mpsc::RecvError) => Err(Failure::new(exit::OS, "the wait for the lock was cut off")),
     };
     waiting.clear();
-    taken
+    if let Some(signal) = interrupted {
+        // The lock was taken before the cancel reached the wait: give it back.
+        if matches!(taken, Ok(true)) {
+            release_quietly(lock);
+        }
+        return Ok(Taken::Interrupted(signal));
+    }
+    acquired(taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
 }
 
 /// Whether the lock was taken; held under our id elsewhere (`--id` shared with another
@@ -286,13 +299,14 @@ struct WaitingLine {
 }
 
 impl WaitingLine {
-    fn show(client: &redis::Client, name: &str) -> WaitingLine {
+    fn show(lock: &Lock) -> WaitingLine {
         let mut stderr = std::io::stderr();
         if !stderr.is_terminal() {
             return WaitingLine { shown: false };
         }
-        let holder = match admin::holder(client, name) {
-            Ok(Some(holder)) => format!(", {}", holder.describe()),
+        let name = lock.name();
+        let holder = match lock.holder() {
+            Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
             // Informational only: the wait itself will meet any Redis error.
             Ok(None) | Err(_) => String::new(),
         };

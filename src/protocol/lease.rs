@@ -1,0 +1,249 @@
+//! What a handle knows about its lock, and when to wait how long: plain code, time passed in.
+
+use std::time::{Duration, Instant};
+
+use super::requests::Pttl;
+
+/// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
+/// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
+/// after at most this long, even when the holder has no expiry and the caller no timeout.
+pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
+
+/// What to do after a try found the lock busy.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The lock came free during the try: try again at once.
+    TryNow,
+    /// Block in `BLPOP` for this long, counted from when the busy reply arrived.
+    Block(Duration),
+    /// The caller's deadline has passed.
+    GiveUp,
+}
+
+/// How long to block after a busy try whose reply arrived at `now`: until the holder's expiry
+/// + 1 ms (so the next try finds the key gone), the caller's deadline, or [`MAX_BLOCK`],
+///   whichever comes first.
+pub(crate) fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
+    let mut block = MAX_BLOCK;
+    if let Some(deadline) = deadline {
+        let remaining = deadline.saturating_duration_since(now);
+        if remaining.is_zero() {
+            return Next::GiveUp;
+        }
+        block = block.min(remaining);
+    }
+    match pttl {
+        Pttl::Gone => return Next::TryNow,
+        Pttl::Forever => {}
+        Pttl::Left(left) => block = block.min(left + Duration::from_millis(1)),
+    }
+    Next::Block(block)
+}
+
+/// One acquisition in progress: when the request that may take the lock was sent, and whether
+/// it followed a wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempting {
+    sent: Instant,
+    woken: bool,
+}
+
+impl Attempting {
+    /// A try sent at `sent`, straight away (`woken` false) or behind a `BLPOP`.
+    pub(crate) fn new(sent: Instant, woken: bool) -> Self {
+        Attempting { sent, woken }
+    }
+
+    /// When a key this try set with `expire` expires at the earliest: it was set no earlier
+    /// than the request was sent, so the count starts there, never at the reply.
+    pub(crate) fn valid_until(&self, expire: Option<Duration>) -> Option<Instant> {
+        expire.and_then(|e| self.sent.checked_add(e))
+    }
+
+    /// After a wait the count from the send may be near its end, though the key was most
+    /// likely set just now (or long ago, if the reply was held up): with less than half the
+    /// expiry left at `now`, one extend must say which before the lock is handed over.
+    pub(crate) fn needs_confirming(&self, now: Instant, expire: Option<Duration>) -> bool {
+        match (self.woken, self.valid_until(expire), expire) {
+            (true, Some(until), Some(expire)) => until.saturating_duration_since(now) < expire / 2,
+            _ => false,
+        }
+    }
+}
+
+/// When a lock found holding our id by a read sent at `sent` expires at the earliest. Used
+/// when the reply of the request that took it was lost.
+pub(crate) fn valid_from_read(sent: Instant, pttl: Pttl) -> Option<Instant> {
+    match pttl {
+        Pttl::Left(left) => sent.checked_add(left),
+        // `Gone` cannot hold our id; it reads as already expired.
+        Pttl::Gone => Some(sent),
+        Pttl::Forever => None,
+    }
+}
+
+/// A lock this handle acquired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// Which acquisition of this handle it is: a guard releases only its own.
+    pub(crate) epoch: u64,
+    /// When the key expires at the earliest, as far as this process can tell.
+    pub(crate) valid_until: Option<Instant>,
+    pub(crate) token: Option<u64>,
+    /// Once lost, always lost: after the deadline passed someone else may have held the
+    /// lock, even if the key is ours again now.
+    lost: bool,
+}
+
+impl Lease {
+    pub(crate) fn new(epoch: u64, valid_until: Option<Instant>, token: Option<u64>) -> Self {
+        Lease {
+            epoch,
+            valid_until,
+            token,
+            lost: false,
+        }
+    }
+
+    pub(crate) fn is_lost(&self, now: Instant) -> bool {
+        self.lost || self.valid_until.is_some_and(|t| now >= t)
+    }
+
+    pub(crate) fn mark_lost(&mut self) {
+        self.lost = true;
+    }
+
+    /// An extend of `expire` sent at `sent` succeeded.
+    pub(crate) fn extended(&mut self, sent: Instant, expire: Duration) {
+        if self.is_lost(sent) {
+            self.lost = true;
+        } else {
+            self.valid_until = sent.checked_add(expire);
+        }
+    }
+}
+
+/// What a handle believes about its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Belief {
+    /// Not held by this handle.
+    Free,
+    Held(Lease),
+    /// A request that may have taken or released the lock lost its reply and could not be
+    /// settled in time: Redis must be asked before anything is assumed.
+    Unsure(Unsure),
+}
+
+/// A request whose outcome is not known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unsure {
+    /// The connection it went out on (its `CLIENT ID`), to close at the server before
+    /// reading state, so that the request cannot run after the read.
+    pub(crate) conn: Option<u64>,
+    /// Whether it was a release (else a try): a release's own unlock may be why the lock is
+    /// gone, so "not ours" afterwards is not `NotAcquired`.
+    pub(crate) releasing: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_wait_ends_one_millisecond_after_the_holders_expiry() {
+        let now = Instant::now();
+        assert_eq!(next(now, None, Pttl::Left(ms(250))), Next::Block(ms(251)));
+    }
+
+    #[test]
+    fn a_wait_ends_at_the_callers_deadline() {
+        let now = Instant::now();
+        let deadline = Some(now + ms(40));
+        assert_eq!(
+            next(now, deadline, Pttl::Left(ms(250))),
+            Next::Block(ms(40))
+        );
+        assert_eq!(next(now, deadline, Pttl::Forever), Next::Block(ms(40)));
+    }
+
+    #[test]
+    fn a_lock_without_expiry_and_no_deadline_is_waited_on_at_most_max_block() {
+        assert_eq!(
+            next(Instant::now(), None, Pttl::Forever),
+            Next::Block(MAX_BLOCK)
+        );
+    }
+
+    #[test]
+    fn a_key_gone_during_the_try_is_tried_again_at_once() {
+        let now = Instant::now();
+        assert_eq!(next(now, Some(now + ms(100)), Pttl::Gone), Next::TryNow);
+    }
+
+    #[test]
+    fn a_passed_deadline_gives_up_even_on_a_free_lock() {
+        let now = Instant::now();
+        assert_eq!(next(now, Some(now), Pttl::Gone), Next::GiveUp);
+    }
+
+    #[test]
+    fn validity_counts_from_the_send_not_the_reply() {
+        let sent = Instant::now();
+        let a = Attempting::new(sent, false);
+        assert_eq!(a.valid_until(Some(ms(100))), Some(sent + ms(100)));
+        assert_eq!(a.valid_until(None), None);
+    }
+
+    #[test]
+    fn a_woken_try_with_most_of_its_expiry_gone_must_be_confirmed() {
+        let sent = Instant::now();
+        let woken = Attempting::new(sent, true);
+        assert!(!woken.needs_confirming(sent + ms(40), Some(ms(100))));
+        assert!(woken.needs_confirming(sent + ms(60), Some(ms(100))));
+        let straight = Attempting::new(sent, false);
+        assert!(!straight.needs_confirming(sent + ms(60), Some(ms(100))));
+        assert!(!woken.needs_confirming(sent + ms(60), None));
+    }
+
+    #[test]
+    fn a_lock_settled_by_reading_counts_from_the_read() {
+        let sent = Instant::now();
+        assert_eq!(
+            valid_from_read(sent, Pttl::Left(ms(80))),
+            Some(sent + ms(80))
+        );
+        assert_eq!(valid_from_read(sent, Pttl::Forever), None);
+    }
+
+    #[test]
+    fn a_lease_is_lost_at_its_deadline_and_stays_lost() {
+        let t = Instant::now();
+        let mut lease = Lease::new(1, Some(t + ms(100)), None);
+        assert!(!lease.is_lost(t + ms(99)));
+        assert!(lease.is_lost(t + ms(100)));
+        lease.extended(t + ms(150), ms(100));
+        assert!(
+            lease.is_lost(t + ms(160)),
+            "an extend after the deadline does not undo it"
+        );
+    }
+
+    #[test]
+    fn an_extend_in_time_moves_the_deadline_from_its_send() {
+        let t = Instant::now();
+        let mut lease = Lease::new(1, Some(t + ms(100)), None);
+        lease.extended(t + ms(50), ms(100));
+        assert_eq!(lease.valid_until, Some(t + ms(150)));
+        assert!(!lease.is_lost(t + ms(149)));
+    }
+
+    #[test]
+    fn a_lease_without_expiry_is_never_lost_by_time() {
+        let lease = Lease::new(1, None, None);
+        assert!(!lease.is_lost(Instant::now() + Duration::from_secs(1 << 30)));
+    }
+}

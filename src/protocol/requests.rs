@@ -1,0 +1,619 @@
+//! Requests as commands to send, and replies as facts about the lock: no I/O here.
+//!
+//! Each builder says whether its request is safe to send twice ([`Request::repeatable`]); the
+//! drivers never re-send one that is not, but settle its outcome by reading state.
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::keys::Keys;
+use super::scripts::{Script, ACQUIRE, EXTEND, RESET_ALL, UNLOCK};
+use crate::Error;
+
+/// Commands sent together in one round trip.
+pub(crate) struct Request {
+    pub(crate) cmds: Vec<Cmd>,
+    /// The script call among `cmds`, if any, and the same call with the script's text.
+    eval: Option<(usize, Cmd)>,
+    /// Whether running it twice does no more than running it once.
+    pub(crate) repeatable: bool,
+}
+
+impl Request {
+    fn new(cmds: Vec<Cmd>, repeatable: bool) -> Self {
+        Request {
+            cmds,
+            eval: None,
+            repeatable,
+        }
+    }
+
+    /// Commands that do no more when run twice (reads, plain overwrites).
+    pub(crate) fn repeatable(cmds: Vec<Cmd>) -> Self {
+        Request::new(cmds, true)
+    }
+
+    /// One command on its own.
+    pub(crate) fn single(cmd: Cmd, repeatable: bool) -> Self {
+        Request::new(vec![cmd], repeatable)
+    }
+
+    fn with_script(mut self, script: &Script, keys: &[&[u8]], args: &[&[u8]]) -> Self {
+        self.eval = Some((self.cmds.len(), script.eval(keys, args)));
+        self.cmds.push(script.evalsha(keys, args));
+        self
+    }
+
+    /// The request's bytes on the wire.
+    pub(crate) fn packed(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for cmd in &self.cmds {
+            cmd.write_packed_command(&mut out);
+        }
+        out
+    }
+
+    /// When the server answered `NOSCRIPT` to the script call, the request that sends its
+    /// text, and where in `replies` its reply goes (`replies` answer the commands after the
+    /// first `skipped`). The refused call ran nothing, so this is safe whatever the request
+    /// is; the other commands ran and are not sent again.
+    pub(crate) fn noscript_retry(
+        &self,
+        replies: &[Value],
+        skipped: usize,
+    ) -> Option<(usize, Request)> {
+        let (at, eval) = self.eval.as_ref()?;
+        let at = at.checked_sub(skipped)?;
+        match replies.get(at) {
+            Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                Some((at, Request::new(vec![eval.clone()], self.repeatable)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `ms` as the decimal text Redis takes.
+fn num(n: u64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// One try at the lock. Without fencing it is `SET NX [PX]`, `GET`, `PTTL`: plain commands
+/// cost the server a third of a script, and need not be atomic (if the owner lets go between
+/// them, `GET` finds no owner and the next try follows at once). With fencing, `acquire.lua`
+/// takes the token and the lock together, or neither.
+///
+/// Not repeatable: a second run could take a lock freed after the first. A lost reply is
+/// settled by reading the owner ([`holder`]).
+pub(crate) fn try_lock(keys: &Keys, id: &str, expire_ms: Option<u64>, fencing: bool) -> Request {
+    wait_then_try(keys, id, expire_ms, fencing, None)
+}
+
+/// [`try_lock`] behind a `BLPOP` of the signal list for `block` when given: in one pipeline,
+/// Redis runs the try the moment the `BLPOP` returns, so a woken waiter has the lock one
+/// network trip after the release.
+pub(crate) fn wait_then_try(
+    keys: &Keys,
+    id: &str,
+    expire_ms: Option<u64>,
+    fencing: bool,
+    block: Option<Duration>,
+) -> Request {
+    let mut cmds = Vec::with_capacity(4);
+    if let Some(block) = block {
+        let ms = block.as_millis().max(1);
+        let mut blpop = redis::cmd("BLPOP");
+        blpop
+            .arg(&keys.signal)
+            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+        cmds.push(blpop);
+    }
+    if fencing {
+        let expire = num(expire_ms.unwrap_or(0));
+        return Request::new(cmds, false).with_script(
+            &ACQUIRE,
+            &[keys.lock.as_bytes(), keys.fence.as_bytes()],
+            &[id.as_bytes(), &expire],
+        );
+    }
+    let mut set = redis::cmd("SET");
+    set.arg(&keys.lock).arg(id).arg("NX");
+    if let Some(ms) = expire_ms {
+        set.arg("PX").arg(ms);
+    }
+    cmds.push(set);
+    let mut get = redis::cmd("GET");
+    get.arg(&keys.lock);
+    cmds.push(get);
+    let mut pttl = redis::cmd("PTTL");
+    pttl.arg(&keys.lock);
+    cmds.push(pttl);
+    Request::new(cmds, false)
+}
+
+/// How long a key has left, as `PTTL` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pttl {
+    /// -2: the key is gone (expired or deleted since it was read).
+    Gone,
+    /// -1: the key has no expiry.
+    Forever,
+    Left(Duration),
+}
+
+impl Pttl {
+    fn parse(value: &Value) -> Result<Pttl, Error> {
+        match value {
+            Value::Int(-2) => Ok(Pttl::Gone),
+            Value::Int(-1) => Ok(Pttl::Forever),
+            Value::Int(ms) => u64::try_from(*ms)
+                .map(|ms| Pttl::Left(Duration::from_millis(ms)))
+                .map_err(|_| Error::unexpected(value)),
+            other => Err(reply_error(other)),
+        }
+    }
+}
+
+/// How one try came out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Acquired {
+        token: Option<u64>,
+    },
+    /// `owner` is `None` when the lock came free between the try's commands.
+    Busy {
+        owner: Option<Vec<u8>>,
+        pttl: Pttl,
+    },
+}
+
+/// The try's replies (after any `BLPOP` reply), for the lock with `keys`.
+pub(crate) fn parse_try(keys: &Keys, replies: &[Value]) -> Result<Attempt, Error> {
+    match replies {
+        [set, get, pttl] => {
+            let owner = owner(keys, get)?;
+            match set {
+                Value::Okay => Ok(Attempt::Acquired { token: None }),
+                Value::Nil => Ok(Attempt::Busy {
+                    pttl: if owner.is_some() {
+                        Pttl::parse(pttl)?
+                    } else {
+                        Pttl::Gone
+                    },
+                    owner,
+                }),
+                other => Err(reply_error(other)),
+            }
+        }
+        [script] => parse_acquire_script(keys, script),
+        _ => Err(Error::unexpected(&replies)),
+    }
+}
+
+fn parse_acquire_script(keys: &Keys, reply: &Value) -> Result<Attempt, Error> {
+    let Value::Array(items) = reply else {
+        return Err(reply_error(reply));
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(token)] => Ok(Attempt::Acquired {
+            token: Some(u64::try_from(*token).map_err(|_| Error::unexpected(reply))?),
+        }),
+        [Value::Int(0), owner_reply, pttl] => Ok(Attempt::Busy {
+            owner: owner(keys, owner_reply)?,
+            pttl: Pttl::parse(pttl)?,
+        }),
+        [Value::Int(-1), Value::Int(which), Value::BulkString(reason)] => Err(Error::Corrupt {
+            key: if *which == 1 {
+                keys.lock.clone()
+            } else {
+                keys.fence.clone()
+            },
+            reason: String::from_utf8_lossy(reason).into_owned(),
+        }),
+        _ => Err(Error::unexpected(reply)),
+    }
+}
+
+/// The owner id in a `GET` of the lock key; a key of another type is not a lock.
+fn owner(keys: &Keys, reply: &Value) -> Result<Option<Vec<u8>>, Error> {
+    match reply {
+        Value::Nil => Ok(None),
+        Value::BulkString(id) => Ok(Some(id.clone())),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
+            key: keys.lock.clone(),
+            reason: "it holds a value that is not a string, so it is not a lock".into(),
+        }),
+        other => Err(reply_error(other)),
+    }
+}
+
+/// An error reply as the server's error; anything else as a reply the lock never expects.
+fn reply_error(reply: &Value) -> Error {
+    match reply {
+        Value::ServerError(e) => Error::Redis(e.clone().into()),
+        other => Error::unexpected(other),
+    }
+}
+
+/// What a read of the lock found, in one atomic step.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Observed {
+    pub(crate) owner: Option<Vec<u8>>,
+    pub(crate) pttl: Pttl,
+    /// The fencing counter, when asked for.
+    pub(crate) fence: Option<u64>,
+}
+
+/// `GET`, `PTTL` (and the fencing counter) in one `MULTI`, so the TTL belongs to the owner
+/// read with it. A read: repeatable.
+pub(crate) fn observe(keys: &Keys, with_fence: bool) -> Request {
+    let mut cmds = vec![redis::cmd("MULTI")];
+    let mut get = redis::cmd("GET");
+    get.arg(&keys.lock);
+    cmds.push(get);
+    let mut pttl = redis::cmd("PTTL");
+    pttl.arg(&keys.lock);
+    cmds.push(pttl);
+    if with_fence {
+        let mut fence = redis::cmd("GET");
+        fence.arg(&keys.fence);
+        cmds.push(fence);
+    }
+    cmds.push(redis::cmd("EXEC"));
+    Request::new(cmds, true)
+}
+
+pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, Error> {
+    // MULTI's +OK and each QUEUED come first; EXEC's array has the answers.
+    let Some(exec) = replies.last() else {
+        return Err(Error::unexpected(&replies));
+    };
+    let Value::Array(items) = exec else {
+        return Err(reply_error(exec));
+    };
+    let (get, pttl, fence) = match items.as_slice() {
+        [get, pttl] => (get, pttl, None),
+        [get, pttl, fence] => (get, pttl, Some(fence)),
+        _ => return Err(Error::unexpected(exec)),
+    };
+    let owner = owner(keys, get)?;
+    let fence = match fence {
+        None | Some(Value::Nil) => None,
+        Some(Value::BulkString(text)) => Some(
+            std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| Error::Corrupt {
+                    key: keys.fence.clone(),
+                    reason: "the fencing counter is not a non-negative integer".into(),
+                })?,
+        ),
+        Some(other) => return Err(reply_error(other)),
+    };
+    Ok(Observed {
+        pttl: if owner.is_some() {
+            Pttl::parse(pttl)?
+        } else {
+            Pttl::Gone
+        },
+        owner,
+        fence,
+    })
+}
+
+/// Releases the lock held by `owner` and wakes one waiter (python-redis-lock's unlock). Also
+/// the operator's reset, with the owner it read. Owner-checked, so repeatable: a second run
+/// finds the key gone or someone else's, and changes nothing.
+pub(crate) fn unlock(keys: &Keys, owner: &[u8], signal_expire_ms: u64) -> Request {
+    Request::new(Vec::new(), true).with_script(
+        &UNLOCK,
+        &[keys.lock.as_bytes(), keys.signal.as_bytes()],
+        &[owner, &num(signal_expire_ms)],
+    )
+}
+
+/// Whether an unlock released the lock: `false` when it was not held by that owner.
+pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
+    match reply {
+        Value::Int(0) => Ok(true),
+        Value::Int(1) => Ok(false),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
+            key: keys.lock.clone(),
+            reason: "it holds a value that is not a string, so it is not a lock".into(),
+        }),
+        other => Err(reply_error(other)),
+    }
+}
+
+/// Sets a new expiry of `ms` on the lock if `id` holds it. Owner-checked, so repeatable.
+pub(crate) fn extend(keys: &Keys, id: &str, ms: u64) -> Request {
+    Request::new(Vec::new(), true).with_script(
+        &EXTEND,
+        &[keys.lock.as_bytes()],
+        &[id.as_bytes(), &num(ms)],
+    )
+}
+
+/// How an extend came out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Extended {
+    Yes,
+    NotOurs,
+    NoExpiry,
+}
+
+pub(crate) fn parse_extend(keys: &Keys, reply: &Value) -> Result<Extended, Error> {
+    match reply {
+        Value::Int(0) => Ok(Extended::Yes),
+        Value::Int(1) => Ok(Extended::NotOurs),
+        Value::Int(2) => Ok(Extended::NoExpiry),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
+            key: keys.lock.clone(),
+            reason: "it holds a value that is not a string, so it is not a lock".into(),
+        }),
+        other => Err(reply_error(other)),
+    }
+}
+
+/// One `SCAN` step over the lock keys. A read.
+pub(crate) fn scan(cursor: u64, count: usize) -> Request {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(super::keys::LOCK_PATTERN)
+        .arg("COUNT")
+        .arg(count);
+    Request::new(vec![cmd], true)
+}
+
+/// The next cursor and the keys found.
+pub(crate) fn parse_scan(reply: &Value) -> Result<(u64, Vec<Vec<u8>>), Error> {
+    let Value::Array(items) = reply else {
+        return Err(reply_error(reply));
+    };
+    let [Value::BulkString(cursor), Value::Array(keys)] = items.as_slice() else {
+        return Err(Error::unexpected(reply));
+    };
+    let cursor = std::str::from_utf8(cursor)
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| Error::unexpected(reply))?;
+    let keys = keys
+        .iter()
+        .map(|k| match k {
+            Value::BulkString(k) => Ok(k.clone()),
+            other => Err(Error::unexpected(other)),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((cursor, keys))
+}
+
+/// The owners of the lock keys found by a scan (`MGET`: `nil` for a key that is gone or not
+/// a string). A read.
+pub(crate) fn owners(lock_keys: &[Vec<u8>]) -> Request {
+    let mut cmd = redis::cmd("MGET");
+    cmd.arg(lock_keys);
+    Request::new(vec![cmd], true)
+}
+
+pub(crate) fn parse_owners(reply: &Value, n: usize) -> Result<Vec<Option<Vec<u8>>>, Error> {
+    match reply {
+        Value::Array(items) if items.len() == n => items
+            .iter()
+            .map(|v| match v {
+                Value::Nil => Ok(None),
+                Value::BulkString(id) => Ok(Some(id.clone())),
+                other => Err(Error::unexpected(other)),
+            })
+            .collect(),
+        other => Err(reply_error(other)),
+    }
+}
+
+/// Resets every lock in `held` (lock key, its signal list, the owner read) that the owner
+/// still holds, waking a waiter on each. Owner-checked, so repeatable, and never deletes a
+/// lock taken after the owners were read.
+pub(crate) fn reset_batch(held: &[(Vec<u8>, Vec<u8>, Vec<u8>)], signal_expire_ms: u64) -> Request {
+    let keys: Vec<&[u8]> = held
+        .iter()
+        .flat_map(|(lock, signal, _)| [lock.as_slice(), signal.as_slice()])
+        .collect();
+    let expire = num(signal_expire_ms);
+    let mut args: Vec<&[u8]> = vec![&expire];
+    args.extend(held.iter().map(|(_, _, owner)| owner.as_slice()));
+    Request::new(Vec::new(), true).with_script(&RESET_ALL, &keys, &args)
+}
+
+/// How many locks a reset batch deleted.
+pub(crate) fn parse_count(reply: &Value) -> Result<usize, Error> {
+    match reply {
+        Value::Int(n) => usize::try_from(*n).map_err(|_| Error::unexpected(reply)),
+        other => Err(reply_error(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::new("l")
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn server_error(text: &str) -> Value {
+        Value::ServerError(
+            redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).map_or_else(
+                |e| panic!("{e}"),
+                |v| match v {
+                    Value::ServerError(e) => e,
+                    other => panic!("{other:?}"),
+                },
+            ),
+        )
+    }
+
+    #[test]
+    fn a_try_without_fencing_is_three_plain_commands() {
+        let req = try_lock(&keys(), "me", Some(500), false);
+        assert_eq!(req.cmds.len(), 3);
+        assert!(!req.repeatable);
+        let wire = String::from_utf8(req.packed()).unwrap();
+        assert!(
+            wire.contains("SET\r\n$6\r\nlock:l\r\n$2\r\nme\r\n$2\r\nNX\r\n$2\r\nPX\r\n$3\r\n500")
+        );
+    }
+
+    #[test]
+    fn a_wait_puts_the_blpop_first_with_millisecond_timeout() {
+        let req = wait_then_try(
+            &keys(),
+            "me",
+            None,
+            false,
+            Some(Duration::from_millis(1500)),
+        );
+        assert_eq!(req.cmds.len(), 4);
+        let wire = String::from_utf8(req.packed()).unwrap();
+        assert!(wire.starts_with("*3\r\n$5\r\nBLPOP\r\n$13\r\nlock-signal:l\r\n$5\r\n1.500\r\n"));
+    }
+
+    #[test]
+    fn a_taken_try_is_acquired() {
+        let replies = [Value::Okay, bulk("me"), Value::Int(500)];
+        assert_eq!(
+            parse_try(&keys(), &replies).unwrap(),
+            Attempt::Acquired { token: None }
+        );
+    }
+
+    #[test]
+    fn a_busy_try_reports_owner_and_ttl() {
+        let replies = [Value::Nil, bulk("other"), Value::Int(250)];
+        assert_eq!(
+            parse_try(&keys(), &replies).unwrap(),
+            Attempt::Busy {
+                owner: Some(b"other".to_vec()),
+                pttl: Pttl::Left(Duration::from_millis(250))
+            }
+        );
+    }
+
+    #[test]
+    fn a_key_expiring_between_get_and_pttl_reads_as_gone_not_forever() {
+        let replies = [Value::Nil, bulk("other"), Value::Int(-2)];
+        assert_eq!(
+            parse_try(&keys(), &replies).unwrap(),
+            Attempt::Busy {
+                owner: Some(b"other".to_vec()),
+                pttl: Pttl::Gone
+            }
+        );
+    }
+
+    #[test]
+    fn a_lock_freed_between_set_and_get_is_gone() {
+        let replies = [Value::Nil, Value::Nil, Value::Int(-1)];
+        assert_eq!(
+            parse_try(&keys(), &replies).unwrap(),
+            Attempt::Busy {
+                owner: None,
+                pttl: Pttl::Gone
+            }
+        );
+    }
+
+    #[test]
+    fn a_list_at_the_lock_key_is_corrupt() {
+        let replies = [
+            Value::Nil,
+            server_error("WRONGTYPE Operation"),
+            Value::Int(-1),
+        ];
+        let err = parse_try(&keys(), &replies).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { ref key, .. } if key == "lock:l"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_fencing_script_reports_a_corrupt_counter() {
+        let reply = Value::Array(vec![Value::Int(-1), Value::Int(2), bulk("not an integer")]);
+        let err = parse_try(&keys(), &[reply]).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { ref key, .. } if key == "lock-fence:l"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_fencing_script_hands_out_its_token() {
+        let reply = Value::Array(vec![Value::Int(1), Value::Int(7)]);
+        assert_eq!(
+            parse_try(&keys(), &[reply]).unwrap(),
+            Attempt::Acquired { token: Some(7) }
+        );
+    }
+
+    #[test]
+    fn an_observation_reads_the_exec_answers() {
+        let replies = [
+            Value::Okay,
+            Value::SimpleString("QUEUED".into()),
+            Value::SimpleString("QUEUED".into()),
+            Value::SimpleString("QUEUED".into()),
+            Value::Array(vec![bulk("me"), Value::Int(-1), bulk("12")]),
+        ];
+        assert_eq!(
+            parse_observe(&keys(), &replies).unwrap(),
+            Observed {
+                owner: Some(b"me".to_vec()),
+                pttl: Pttl::Forever,
+                fence: Some(12)
+            }
+        );
+    }
+
+    #[test]
+    fn unlock_and_reset_are_repeatable_but_a_try_is_not() {
+        assert!(unlock(&keys(), b"me", 1000).repeatable);
+        assert!(extend(&keys(), "me", 1000).repeatable);
+        assert!(observe(&keys(), true).repeatable);
+        assert!(!try_lock(&keys(), "me", None, true).repeatable);
+    }
+
+    #[test]
+    fn noscript_resends_only_the_script_with_its_text() {
+        let req = wait_then_try(&keys(), "me", Some(100), true, Some(Duration::from_secs(1)));
+        let replies = [Value::Nil, server_error("NOSCRIPT No matching script")];
+        let (at, retry) = req.noscript_retry(&replies, 0).unwrap();
+        assert_eq!(at, 1);
+        assert_eq!(retry.cmds.len(), 1);
+        assert!(String::from_utf8(retry.packed())
+            .unwrap()
+            .contains("EVAL\r\n"));
+        assert!(req
+            .noscript_retry(&[Value::Nil, Value::Int(0)], 0)
+            .is_none());
+        let (at, _) = req.noscript_retry(&replies[1..], 1).unwrap();
+        assert_eq!(at, 0, "after the BLPOP's reply is left out");
+    }
+
+    #[test]
+    fn a_reset_batch_declares_every_key_it_touches() {
+        let held = vec![(
+            b"lock:a".to_vec(),
+            b"lock-signal:a".to_vec(),
+            b"id".to_vec(),
+        )];
+        let wire = String::from_utf8(reset_batch(&held, 1000).packed()).unwrap();
+        assert!(wire.contains(
+            "$1\r\n2\r\n$6\r\nlock:a\r\n$13\r\nlock-signal:a\r\n$4\r\n1000\r\n$2\r\nid\r\n"
+        ));
+    }
+}

@@ -1,0 +1,43 @@
+//! The Lua scripts in `scripts/`, sent by SHA; the text follows only when the server has
+//! forgotten them (`SCRIPT FLUSH`, a restart, a failover), which it says with `NOSCRIPT`.
+
+use std::sync::LazyLock;
+
+use redis::Cmd;
+
+pub(crate) struct Script {
+    code: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(code: &'static str) -> Self {
+        let sha = redis::Script::new(code).get_hash().to_owned();
+        Script { code, sha }
+    }
+
+    /// `EVALSHA` with `keys` and `args`.
+    pub(crate) fn evalsha(&self, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
+        self.command("EVALSHA", &self.sha, keys, args)
+    }
+
+    /// The same call with the script's text, for a server that answered `NOSCRIPT`.
+    pub(crate) fn eval(&self, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
+        self.command("EVAL", self.code, keys, args)
+    }
+
+    fn command(&self, verb: &str, script: &str, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+}
+
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/acquire.lua")));
+pub(crate) static UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/unlock.lua")));
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/extend.lua")));
+pub(crate) static RESET_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));

@@ -1,0 +1,52 @@
+//! A lock's checked settings and the limits on them.
+
+use std::time::Duration;
+
+use crate::{CancelToken, Error};
+
+/// How long the wake-up signal waits for a waiter, as in python-redis-lock.
+pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
+/// The deadline of a call that has none of its own, and of each round trip of `acquire()`.
+pub(crate) const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
+/// far below what would overflow Redis's millisecond clock arithmetic.
+const MAX_MILLIS: u64 = 1 << 40;
+
+/// What [`LockBuilder::build`](crate::LockBuilder::build) checked.
+pub(crate) struct Settings {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) expire_ms: Option<u64>,
+    pub(crate) signal_expire_ms: u64,
+    pub(crate) auto_renewal: bool,
+    pub(crate) fencing: bool,
+    pub(crate) io_timeout: Duration,
+    pub(crate) cancel: Option<CancelToken>,
+}
+
+impl Settings {
+    pub(crate) fn expire(&self) -> Option<Duration> {
+        self.expire_ms.map(Duration::from_millis)
+    }
+
+    /// How long after a caller's deadline the round trip under way may still finish: enough
+    /// for the `CLIENT UNBLOCK` and the try that follow a wait's end on a live server, short
+    /// enough that a frozen one does not hold the caller much past its deadline.
+    pub(crate) fn grace(&self) -> Duration {
+        self.io_timeout.min(Duration::from_millis(250))
+    }
+}
+
+/// Whole milliseconds for Redis, rounded up so a sub-millisecond duration is not zero.
+pub(crate) fn millis(what: &str, d: Duration) -> Result<u64, Error> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    if ms == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1 ms")));
+    }
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_MILLIS => Ok(ms),
+        _ => Err(Error::invalid(format!(
+            "{what} must be at most {MAX_MILLIS} ms"
+        ))),
+    }
+}

@@ -1,0 +1,137 @@
+//! The seam between the protocol core and where requests go. One server today; a cluster, a
+//! sentinel-managed primary or a quorum plug in here without touching the core or the driver.
+
+pub(crate) mod server;
+
+use std::time::Instant;
+
+use redis::{RedisError, Value};
+
+use crate::protocol::requests::Request;
+
+/// Why a request came back without its replies.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// Nothing reached the server: the request did not run.
+    NotSent(RedisError),
+    /// The request was sent but its replies did not all come back: it may have run, and it
+    /// may still run unless `conn` is closed at the server first.
+    Lost {
+        conn: Option<u64>,
+        error: RedisError,
+    },
+}
+
+impl Fault {
+    pub(crate) fn into_error(self) -> RedisError {
+        match self {
+            Fault::NotSent(error) | Fault::Lost { error, .. } => error,
+        }
+    }
+}
+
+/// How an administrative command (`CLIENT UNBLOCK`, `CLIENT KILL`) came out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admin {
+    /// It acted on the connection.
+    Done,
+    /// There was nothing to do: the connection was not blocked, or is already gone.
+    Nothing,
+    /// The server refused the command (an ACL without the right).
+    Refused,
+}
+
+/// Where a lock's requests go.
+pub(crate) trait Transport: Send + Sync {
+    /// Sends `request` over a connection that never blocks at the server and returns its
+    /// replies, all by `deadline`. Taking a connection counts against the same deadline.
+    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault>;
+
+    /// A connection of its own for one wait, kept apart from those of short requests so that
+    /// waiters can never starve a holder of the connection it needs to release.
+    fn waiter(&self, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault>;
+
+    /// Ends the `BLPOP` that connection `conn` is blocked in now, as if it had timed out.
+    fn unblock(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault>;
+
+    /// Closes connection `conn` at the server: whatever it sent and the server has not run
+    /// yet never runs.
+    fn kill(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault>;
+}
+
+/// A connection lent to one wait.
+pub(crate) trait Waiter: Send {
+    /// Its id at the server (`CLIENT ID`), when the server told it.
+    fn id(&self) -> Option<u64>;
+
+    /// Sends `request` by `deadline`, without reading the replies.
+    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault>;
+
+    /// The next reply, waiting until `until`. `Ok(None)` if none came by then: the connection
+    /// stays usable, and that late reply is skipped when it comes.
+    fn recv(&mut self, until: Instant) -> Result<Option<Value>, Fault>;
+
+    /// Gives the connection back after a wait that ended with all its replies read. One that
+    /// took the lock may go to short requests, so the holder is sure of one for its release.
+    fn finish(self: Box<Self>, acquired: bool);
+}
+
+/// Sends `request`, and its script's text in a second round trip if the server answered
+/// `NOSCRIPT` (the refused call ran nothing).
+pub(crate) fn send(
+    transport: &dyn Transport,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Vec<Value>, Fault> {
+    let mut replies = transport.call(request, deadline)?;
+    if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
+        if let Some(reply) = transport.call(&retry, deadline)?.pop() {
+            replies[at] = reply;
+        }
+    }
+    Ok(replies)
+}
+
+/// The replies of a repeatable request.
+pub(crate) struct Answered {
+    pub(crate) replies: Vec<Value>,
+    /// When the send that was answered went out.
+    pub(crate) sent: Instant,
+    /// Whether an earlier send lost its reply, and so may have run too.
+    pub(crate) lost_before: bool,
+}
+
+impl Answered {
+    /// The first reply (`nil` if, against the protocol, there was none).
+    pub(crate) fn first(&self) -> &Value {
+        self.replies.first().unwrap_or(&Value::Nil)
+    }
+}
+
+/// Sends a repeatable request, once more on a new connection if the first reply was lost:
+/// running it twice does no more than running it once.
+pub(crate) fn send_repeatable(
+    transport: &dyn Transport,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Answered, RedisError> {
+    debug_assert!(request.repeatable);
+    let mut lost_before = false;
+    loop {
+        let sent = Instant::now();
+        match send(transport, request, deadline) {
+            Ok(replies) => {
+                return Ok(Answered {
+                    replies,
+                    sent,
+                    lost_before,
+                })
+            }
+            Err(Fault::Lost { error, .. }) if !lost_before && Instant::now() < deadline => {
+                log::debug!("reply lost ({error}); sending again");
+                lost_before = true;
+            }
+            Err(fault) => return Err(fault.into_error()),
+        }
+    }
+}

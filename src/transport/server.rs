@@ -1,0 +1,358 @@
+//! One Redis server: connections for short requests and connections for waits, kept apart,
+//! each call bounded by its deadline down to the socket.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use redis::{Connection, ConnectionLike, ErrorKind, RedisError, Value};
+
+use super::{Admin, Fault, Transport, Waiter};
+use crate::protocol::requests::Request;
+use crate::Error;
+
+/// Idle connections kept per pool; more are closed when they come back.
+const MAX_IDLE: usize = 16;
+/// A socket timeout this much longer than the time left is still close enough: setting it
+/// again would cost a system call on every request.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+static SERVERS: LazyLock<Mutex<HashMap<String, Arc<Server>>>> = LazyLock::new(Default::default);
+
+pub(crate) struct Server {
+    client: redis::Client,
+    /// Connections that never block at the server: tries, releases, extends, reads.
+    short: Pool,
+    /// Connections lent to waits for their `BLPOP`.
+    waiting: Pool,
+}
+
+impl Server {
+    /// The backend for the server, database and credentials that `client` points at, shared
+    /// by every handle in the process.
+    pub(crate) fn shared(client: &redis::Client) -> Result<Arc<Server>, Error> {
+        let info = client.get_connection_info();
+        let settings = info.redis_settings();
+        // The Debug form of the settings hides the password, which must still tell pools apart.
+        let key = format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password());
+        let mut servers = SERVERS.lock();
+        if let Some(server) = servers.get(&key) {
+            return Ok(Arc::clone(server));
+        }
+        // Lock traffic is small request/reply pairs: Nagle's algorithm would only add latency.
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let client = redis::Client::open(info.clone().set_tcp_settings(tcp))?;
+        let server = Arc::new(Server {
+            client,
+            short: Pool::default(),
+            waiting: Pool::default(),
+        });
+        servers.insert(key, Arc::clone(&server));
+        Ok(server)
+    }
+
+    /// A new connection, set up by `deadline`, that knows its id at the server.
+    fn connect(&self, deadline: Instant) -> Result<Conn, RedisError> {
+        let remaining = remaining(deadline)?;
+        let con = self.client.get_connection_with_timeout(remaining)?;
+        let mut conn = Conn {
+            con,
+            id: None,
+            read_timeout: None,
+            write_timeout: None,
+        };
+        conn.send(
+            &redis::cmd("CLIENT").arg("ID").get_packed_command(),
+            deadline,
+        )?;
+        // Refused by an ACL: the connection works, but cannot be unblocked or killed by id.
+        if let Value::Int(id) = conn.recv(deadline)? {
+            conn.id = u64::try_from(id).ok();
+        }
+        Ok(conn)
+    }
+
+    /// An idle short connection, else a new one; when the server refuses new ones (its
+    /// `maxclients`) while some of ours are busy, the first of those to come back.
+    fn short_conn(&self, deadline: Instant) -> Result<Loan<'_>, RedisError> {
+        if let Some(loan) = self.short.take_idle() {
+            return Ok(loan);
+        }
+        match self.connect(deadline) {
+            Ok(conn) => Ok(self.short.lend_new(conn)),
+            Err(e) if self.short.live() > 0 && !e.is_timeout() => {
+                log::debug!("no new connection ({e}); waiting for one of ours to come back");
+                self.short.wait_idle(deadline).ok_or(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs a short administrative command about connection `conn`.
+    fn admin(&self, cmd: &redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
+        // Killing or unblocking twice does no more than once.
+        let request = Request::single(cmd.clone(), true);
+        let answered = super::send_repeatable(self, &request, deadline).map_err(Fault::NotSent)?;
+        Ok(match answered.replies.first() {
+            Some(Value::Int(0)) => Admin::Nothing,
+            Some(Value::Int(_) | Value::Okay) => Admin::Done,
+            // `CLIENT KILL` of a connection that is gone.
+            Some(Value::ServerError(e))
+                if e.details().is_some_and(|d| d.contains("No such client")) =>
+            {
+                Admin::Nothing
+            }
+            // NOPERM from an ACL, or a server too old for the command.
+            Some(Value::ServerError(_)) => Admin::Refused,
+            other => {
+                log::warn!(
+                    "unexpected reply to {:?}: {other:?}",
+                    cmd.args_iter().next()
+                );
+                Admin::Nothing
+            }
+        })
+    }
+}
+
+impl Transport for Server {
+    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        let mut loan = self.short_conn(deadline).map_err(Fault::NotSent)?;
+        let result = loan
+            .conn()
+            .map_err(Fault::NotSent)
+            .and_then(|conn| conn.exchange(request, deadline));
+        if let Err(Fault::Lost { error, .. }) = &result {
+            loan.discard();
+            if error.is_connection_dropped() {
+                // The server closed it: likely a restart or a kill of every client, which
+                // the idle ones met too. Better a new connection than a dead one.
+                self.short.drop_idle();
+            }
+        }
+        result
+    }
+
+    fn waiter(&self, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
+        let loan = match self.waiting.take_idle() {
+            Some(loan) => loan,
+            None => self
+                .waiting
+                .lend_new(self.connect(deadline).map_err(Fault::NotSent)?),
+        };
+        Ok(Box::new(WaitConn { server: self, loan }))
+    }
+
+    fn unblock(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("UNBLOCK").arg(conn).arg("TIMEOUT");
+        self.admin(&cmd, deadline)
+    }
+
+    fn kill(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("KILL").arg("ID").arg(conn);
+        self.admin(&cmd, deadline)
+    }
+}
+
+struct WaitConn<'a> {
+    server: &'a Server,
+    loan: Loan<'a>,
+}
+
+impl Waiter for WaitConn<'_> {
+    fn id(&self) -> Option<u64> {
+        self.loan.conn.as_ref().and_then(|c| c.id)
+    }
+
+    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
+        let conn = self.loan.conn().map_err(Fault::NotSent)?;
+        let id = conn.id;
+        conn.send(&request.packed(), deadline).map_err(|error| {
+            self.loan.discard();
+            Fault::Lost { conn: id, error }
+        })
+    }
+
+    fn recv(&mut self, until: Instant) -> Result<Option<Value>, Fault> {
+        let conn = self
+            .loan
+            .conn()
+            .map_err(|error| Fault::Lost { conn: None, error })?;
+        let id = conn.id;
+        match conn.recv(until) {
+            Ok(value) => Ok(Some(value)),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(error) => {
+                self.loan.discard();
+                Err(Fault::Lost { conn: id, error })
+            }
+        }
+    }
+
+    fn finish(mut self: Box<Self>, acquired: bool) {
+        if acquired && self.server.short.live() == 0 {
+            if let Some(conn) = self.loan.take() {
+                drop(self.server.short.lend_new(conn));
+            }
+        }
+    }
+}
+
+/// A connection and the socket timeouts last set on it.
+struct Conn {
+    con: Connection,
+    id: Option<u64>,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+impl Conn {
+    /// Sends `request` and reads all its replies by `deadline`. A failure after the send is
+    /// `Lost`: the server may have run the request.
+    fn exchange(&mut self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        let lost = |id, error| Fault::Lost { conn: id, error };
+        self.send(&request.packed(), deadline)
+            .map_err(|e| lost(self.id, e))?;
+        let mut replies = Vec::with_capacity(request.cmds.len());
+        for _ in 0..request.cmds.len() {
+            replies.push(self.recv(deadline).map_err(|e| lost(self.id, e))?);
+        }
+        Ok(replies)
+    }
+
+    fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RedisError> {
+        let remaining = remaining(deadline)?;
+        if !close_enough(self.write_timeout, remaining) {
+            self.con.set_write_timeout(Some(remaining))?;
+            self.write_timeout = Some(remaining);
+        }
+        self.con.send_packed_command(bytes)
+    }
+
+    /// One reply by `deadline`: the socket's timeout is the time left for the whole call,
+    /// never a fixed amount per reply.
+    fn recv(&mut self, deadline: Instant) -> Result<Value, RedisError> {
+        let remaining = remaining(deadline)?;
+        if !close_enough(self.read_timeout, remaining) {
+            self.con.set_read_timeout(Some(remaining))?;
+            self.read_timeout = Some(remaining);
+        }
+        self.con.recv_response()
+    }
+}
+
+/// Whether a socket timeout of `set` ends no earlier than `remaining` and not much later.
+fn close_enough(set: Option<Duration>, remaining: Duration) -> bool {
+    set.is_some_and(|set| set >= remaining && set <= remaining + TIMEOUT_SLACK)
+}
+
+/// The time left until `deadline`, or a timeout error when there is none: a zero socket
+/// timeout would mean "wait forever".
+fn remaining(deadline: Instant) -> Result<Duration, RedisError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed").into());
+    }
+    Ok(left)
+}
+
+/// Connections of one kind: the idle ones, and how many are open in all.
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<Vec<Conn>>,
+    live: AtomicUsize,
+    returned: Condvar,
+}
+
+impl Pool {
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    fn drop_idle(&self) {
+        let dropped = std::mem::take(&mut *self.idle.lock());
+        self.live.fetch_sub(dropped.len(), Ordering::SeqCst);
+    }
+
+    fn take_idle(&self) -> Option<Loan<'_>> {
+        let conn = self.idle.lock().pop()?;
+        Some(Loan {
+            pool: self,
+            conn: Some(conn),
+        })
+    }
+
+    fn lend_new(&self, conn: Conn) -> Loan<'_> {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Loan {
+            pool: self,
+            conn: Some(conn),
+        }
+    }
+
+    /// The first connection given back by `deadline`.
+    fn wait_idle(&self, deadline: Instant) -> Option<Loan<'_>> {
+        let mut idle = self.idle.lock();
+        loop {
+            if let Some(conn) = idle.pop() {
+                return Some(Loan {
+                    pool: self,
+                    conn: Some(conn),
+                });
+            }
+            if self.returned.wait_until(&mut idle, deadline).timed_out() {
+                return None;
+            }
+        }
+    }
+}
+
+/// A connection on loan from a [`Pool`]: back to the idle list on drop, unless discarded.
+struct Loan<'a> {
+    pool: &'a Pool,
+    /// `Some` until it is given back or discarded.
+    conn: Option<Conn>,
+}
+
+impl Loan<'_> {
+    fn conn(&mut self) -> Result<&mut Conn, RedisError> {
+        self.conn.as_mut().ok_or_else(|| {
+            RedisError::from((
+                ErrorKind::Client,
+                "the connection was closed after a failure",
+            ))
+        })
+    }
+
+    /// Closes the connection: after a failure its next reply could belong to an old request.
+    fn discard(&mut self) {
+        if self.conn.take().is_some() {
+            self.pool.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn take(&mut self) -> Option<Conn> {
+        let conn = self.conn.take()?;
+        self.pool.live.fetch_sub(1, Ordering::SeqCst);
+        Some(conn)
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        let mut idle = self.pool.idle.lock();
+        if idle.len() < MAX_IDLE && conn.con.is_open() {
+            idle.push(conn);
+            drop(idle);
+            self.pool.returned.notify_one();
+        } else {
+            self.pool.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
