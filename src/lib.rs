@@ -1,10 +1,13 @@
-//! Distributed locks on Redis, modeled on (and wire-compatible with) python-redis-lock.
+//! Distributed locks on Redis that wait in `BLPOP` instead of polling; wire-compatible with
+//! [python-redis-lock](https://github.com/ionelmc/python-redis-lock).
 //!
 //! A lock is the key `lock:<name>` holding its owner's random id, taken with `SET NX` (with an
 //! optional expiry) and released by a Lua script that checks the owner. Waiters never poll:
 //! a failed acquire blocks in `BLPOP lock-signal:<name>`, and a release pushes one element to
-//! that list, waking exactly one waiter. Every `BLPOP` is also bounded by the holder's remaining
-//! expiry, so when a holder crashes the next waiter takes the lock as soon as it expires.
+//! that list, waking exactly one waiter. Every wait is also bounded by the holder's remaining
+//! expiry, so when a holder crashes the next waiter takes the lock as soon as it expires. A
+//! Python service using python-redis-lock and a Rust service using this crate can share a lock by
+//! name: each blocks the other and each wakes the other's waiters.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_lock::Error> {
@@ -28,6 +31,446 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Usage
+//!
+//! The same tour as python-redis-lock's README, in Rust. Every call that talks to Redis returns
+//! `Result<_, redis_lock::Error>`; a handle ([`Lock`]) is `Send + Sync` and may be shared
+//! between threads.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::time::Duration;
+//! use redis_lock::Lock;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//!
+//! // Explicit style: blocks until the lock is ours.
+//! let lock = Lock::new(&client, "name-of-the-lock")?;
+//! lock.acquire()?;
+//! // ... critical section ...
+//! lock.release()?;
+//!
+//! // Non-blocking: Ok(false) if someone else holds it.
+//! if lock.try_acquire()? {
+//!     lock.release()?;
+//! } else {
+//!     println!("someone else has it: {:?}", lock.owner_id()?);
+//! }
+//!
+//! // Waiting, up to a limit (any Duration; zero is one try).
+//! if lock.acquire_timeout(Duration::from_secs(3))? {
+//!     lock.release()?;
+//! }
+//!
+//! // Guard style, like parking_lot: released when the guard is dropped.
+//! {
+//!     let _guard = lock.lock()?;
+//!     // ... critical section ...
+//! }
+//! if let Some(guard) = lock.try_lock_for(Duration::from_millis(500))? {
+//!     guard.unlock()?; // release now and see any error, instead of logging it in drop
+//! }
+//!
+//! // Closure style: acquire, run, release (also when the closure panics).
+//! let answer = redis_lock::with_lock(&client, "name-of-the-lock", || 6 * 7)?;
+//! assert_eq!(answer, 42);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The free function [`with_lock`] takes the lock with a 30 s expiry that a renewal thread keeps
+//! alive while the closure runs, so a crashed process does not hold it forever. For other
+//! settings, build the lock and call `Lock::with_lock` on it:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::time::Duration;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = redis_lock::Lock::builder(&client, "nightly-report")
+//!     .expire(Duration::from_secs(120))
+//!     .auto_renewal(true)
+//!     .fencing(true)
+//!     .build()?;
+//! let rows = lock.with_lock(|| 6 * 7)?;
+//! assert_eq!(rows, 42);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Owner ids
+//!
+//! Each handle has an owner id, 18 random bytes from the OS, base64-encoded (24 characters), as in
+//! python-redis-lock. Give your own to let another handle or process act as the same owner:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use redis_lock::Lock;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = Lock::builder(&client, "invoices").id("worker-7").build()?;
+//! lock.acquire()?;
+//! assert_eq!(lock.owner_id()?.as_deref(), Some("worker-7"));
+//!
+//! // Another handle with the same id may extend and release it...
+//! let same = Lock::builder(&client, "invoices").id("worker-7").build()?;
+//! same.release()?;
+//! // ...but acquiring a lock your own id already holds is an error: locks are not reentrant.
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Expiry, auto-renewal and `lost()`
+//!
+//! Without an expiry a lock held by a crashed process stays until an operator resets it. With one,
+//! it frees itself; auto-renewal keeps it alive while the holder works (a thread extends it every
+//! two thirds of the expiry).
+//!
+//! An expiring lock can be **lost** without its holder doing anything wrong: a pause (GC, swap, a
+//! stopped VM) or a network stall outlasts the expiry, or the server restarts without the key.
+//! [`Lock::lost`] (and [`LockGuard::lost`]) is what the handle knows, with no round trip: it is
+//! true once the expiry passed without a renewal getting through, or a renewal or `extend` found
+//! another id in the key, and it stays true until the handle releases or acquires again. The
+//! expiry is counted from when the request that took the lock was *sent*, never from when its
+//! reply came, so a late reply cannot make a holder believe in a lock that has already expired.
+//! A holder that sees `lost()` must stop writing: someone else may hold the lock now.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::time::Duration;
+//! use redis_lock::Lock;
+//!
+//! # fn process(_batch: u32) {}
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = Lock::builder(&client, "rebuild-index")
+//!     .expire(Duration::from_secs(60))
+//!     .auto_renewal(true) // a thread extends it every 40 s while held
+//!     .build()?;
+//! let guard = lock.lock()?;
+//! for batch in 0..100 {
+//!     if guard.lost() {
+//!         // The renewal failed until the expiry passed, or someone took the lock away:
+//!         // another worker may be in here now. Stop writing.
+//!         break;
+//!     }
+//!     process(batch);
+//! }
+//! drop(guard);
+//!
+//! // By hand: a new expiry, or the configured one again.
+//! lock.acquire()?;
+//! lock.extend(Some(Duration::from_secs(300)))?;
+//! lock.extend(None)?;
+//! lock.release()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The renewal thread holds only a weak reference: drop the handle and the renewing stops, so the
+//! lock expires. Release stops and joins it. A renewal error is logged and retried until the
+//! expiry; after that, or when the key holds another id, the lock counts as lost and an error is
+//! logged. A lock without an expiry never counts as lost; use an expiry and
+//! `auto_renewal(true)` when you need `lost()`.
+//!
+//! ## Fencing tokens
+//!
+//! `lost()` can only notice after the fact. No lock can stop a holder that was paused past its
+//! expiry from waking up and writing; a fencing token lets the storage refuse that stale write.
+//! With [`fencing(true)`](LockBuilder::fencing) every acquisition takes a number from
+//! `lock-fence:<name>` in the same round trip, greater than every token handed out before for
+//! that name:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::time::Duration;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = redis_lock::Lock::builder(&client, "ledger")
+//!     .expire(Duration::from_secs(10))
+//!     .fencing(true)
+//!     .build()?;
+//! let guard = lock.lock()?;
+//! let token = guard.fencing_token().expect("fencing is on");
+//! // The store keeps the highest token it has accepted and refuses lower ones, e.g. in SQL:
+//! //   UPDATE ledger SET balance = $1, fence = $token WHERE id = $2 AND fence < $token
+//! println!("writing with token {token}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Tokens are only as durable as `lock-fence:<name>`: a restart without persistence, or a
+//! failover to a replica that missed the `INCR`, starts them again at 1; use persistence (AOF) if
+//! your store relies on them across restarts. Holders using python-redis-lock do not advance the
+//! token; mixing them with fencing is safe for mutual exclusion but gives their writes no token
+//! to check.
+//!
+//! ## Looking at a lock, and resetting it
+//!
+//! [`Lock::locked`] and [`Lock::owner_id`] each cost one round trip; `Lock::holder` reads the
+//! owner's id and the remaining expiry together, in one round trip (`ttl` is `None` for a lock
+//! without an expiry):
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = redis_lock::Lock::new(&client, "nightly-report")?;
+//! match lock.holder()? {
+//!     Some(holder) => println!("held by {} for {:?} more", holder.id, holder.ttl),
+//!     None => println!("free"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! An operator frees a lock whose holder will never release it with [`Lock::reset`], or every
+//! lock at once with [`reset_all`]:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use redis_lock::Lock;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! // One lock, whoever holds it (wakes one waiter):
+//! Lock::new(&client, "stuck-job")?.reset()?;
+//! // Every lock: returns how many it deleted.
+//! let n = redis_lock::reset_all(&client)?;
+//! println!("reset {n} locks");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `reset` deletes only the owner it read, so it never deletes a lock someone took after it
+//! looked. `reset_all` finds `lock:*` keys with `SCAN` from the client, a batch of 1000 at a time,
+//! and resets each batch in one script call, so a big keyspace never blocks the server
+//! (python-redis-lock's version runs `KEYS` inside a script). Keys under `lock:*` that are not
+//! strings are not locks and are left alone.
+//!
+//! ## Deadlines
+//!
+//! Every round trip to Redis has a deadline, so a frozen or unreachable server costs a bounded
+//! time and never hangs a thread:
+//!
+//! - waits have the caller's deadline: [`Lock::acquire_timeout`] and [`Lock::try_lock_for`] take a
+//!   `Duration`, `Lock::try_lock_until` an `Instant` (handy when one deadline covers several
+//!   locks); [`Lock::acquire`] and [`Lock::lock`] wait as long as it takes;
+//! - calls without a timeout of their own (release, extend, reset, the holder and owner queries,
+//!   and each round trip of `acquire()`) end after `LockBuilder::io_timeout`, 5 s by default: a
+//!   frozen server costs at most that, never more.
+//!
+//! Waits end to the millisecond at the holder's expiry or the caller's deadline, whatever the
+//! server's `hz` setting: the client keeps the time itself and ends its `BLPOP` with
+//! `CLIENT UNBLOCK <id> TIMEOUT` (see [Least privilege](#least-privilege) for the rights this
+//! needs, and what happens without them).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::time::{Duration, Instant};
+//! use redis_lock::Lock;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let deadline = Instant::now() + Duration::from_secs(2);
+//! let a = Lock::builder(&client, "account:1")
+//!     .io_timeout(Duration::from_millis(500))
+//!     .build()?;
+//! let b = Lock::builder(&client, "account:2")
+//!     .io_timeout(Duration::from_millis(500))
+//!     .build()?;
+//! // Both locks within the same two seconds, or neither.
+//! if let Some(ga) = a.try_lock_until(deadline)? {
+//!     if let Some(gb) = b.try_lock_until(deadline)? {
+//!         // ... move money from account 1 to account 2 ...
+//!         gb.unlock()?;
+//!     }
+//!     ga.unlock()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Cancelling a wait
+//!
+//! A wait can also end because the program no longer wants the lock (shutdown, a client that went
+//! away). Give the handle a `CancelToken`; cancelling it from any thread ends a wait on that
+//! handle with `Error::Cancelled { name }`. A grant that lands after the cancel is released
+//! again, and its wake-up is passed on to the next waiter, so a cancelled waiter never keeps a
+//! lock nobody uses.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use redis_lock::{CancelToken, Error, Lock};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let token = CancelToken::new();
+//! let lock = Lock::builder(&client, "exports")
+//!     .cancel_token(token.clone())
+//!     .build()?;
+//!
+//! // Elsewhere, e.g. in a shutdown handler: `token.cancel()`.
+//! let canceller = token.clone();
+//! std::thread::spawn(move || {
+//!     std::thread::sleep(std::time::Duration::from_secs(10));
+//!     canceller.cancel();
+//! });
+//!
+//! match lock.lock() {
+//!     Ok(guard) => {
+//!         // ... export ...
+//!         guard.unlock()?;
+//!     }
+//!     Err(Error::Cancelled { name, .. }) => println!("stopped waiting for {name}"),
+//!     Err(e) => return Err(e),
+//! }
+//! assert!(token.is_cancelled());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Owned guards for threads
+//!
+//! A [`LockGuard`] borrows its [`Lock`]. To hand a held lock to another thread, share the handle
+//! in an `Arc` and take an owned guard, as with parking_lot's `lock_arc`: `Lock::lock_arc`,
+//! `try_lock_arc`, `try_lock_arc_for(duration)` and `try_lock_arc_until(instant)` return an
+//! `ArcLockGuard`, which is `'static` and can be moved into a thread:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lock::Error> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use redis_lock::Lock;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = Arc::new(
+//!     Lock::builder(&client, "exports")
+//!         .expire(Duration::from_secs(30))
+//!         .auto_renewal(true)
+//!         .build()?,
+//! );
+//! let guard = lock.lock_arc()?;
+//! let worker = std::thread::spawn(move || {
+//!     // ... export, checking guard.lost() between steps ...
+//!     drop(guard); // released here, on the worker thread
+//! });
+//! worker.join().expect("the worker panicked");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Dogpile protection
+//!
+//! When a hot cache entry is missing or expires, every request tends to recompute it at once (a
+//! cache stampede). [`Cache::get_or_set`] lets one caller compute it under the lock
+//! `get_or_set:<key>` while the others wait in `BLPOP` and then read the stored value;
+//! [`Cache::get_or_revalidate`] serves a stale value to everyone while one background thread
+//! recomputes it. See [`Cache`] for the details and the keys it writes.
+//!
+//! # Outcome rules
+//!
+//! A reply can be lost: the connection is killed, the network drops, the server stalls past the
+//! deadline. The request may or may not have run. Every request the lock sends is in one of two
+//! classes:
+//!
+//! - **Safe to send twice**: reads; `SET NX` with our id, whose outcome is settled by reading the
+//!   owner; `extend`, which checks the owner; the owner-checked unlock and reset.
+//! - **Not safe to send twice**: everything else.
+//!
+//! Either way, a request whose reply is lost is never sent again blind:
+//!
+//! 1. First the connection it went out on is closed at the server (`CLIENT KILL ID`), so the
+//!    request cannot still run later, after the client has moved on.
+//! 2. Then the outcome is settled by reading state: whose id `lock:<name>` holds.
+//! 3. When that cannot be done before the deadline, the call returns
+//!    `Error::OutcomeUnknown { name, operation }`, and the handle asks Redis before its next
+//!    acquire instead of trusting what it believed.
+//!
+//! What callers can rely on as a result:
+//!
+//! - [`Lock::release`] never reports [`Error::NotAcquired`] for a lock its own unlock released.
+//! - [`Lock::reset`] deletes only the owner it read, so it can never delete a lock taken after it
+//!   looked.
+//! - A guard releases only its own acquisition: a guard dropped late never releases a later
+//!   acquisition of the same handle.
+//!
+//! # Least privilege
+//!
+//! A Redis user needs exactly this:
+//!
+//! ```text
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* resetchannels -@all +set +get +pttl +exists +blpop +evalsha +eval +scan +incr +pexpire +del +lpush +type +client|id +client|unblock +client|kill
+//! ```
+//!
+//! - `+scan` is for [`reset_all`].
+//! - `+client|id +client|unblock +client|kill` let the client end its own `BLPOP` on time and
+//!   close a connection whose reply was lost (see [Deadlines](#deadlines) and
+//!   [Outcome rules](#outcome-rules)). Without them the lock still works: waits end at the
+//!   server's own timer (up to 100 ms late at the default `hz 10`), and lost replies are settled
+//!   by reading state only; the lock says so once in its log. Note that these rights are not
+//!   limited by key patterns: a user holding them may unblock or kill any connection on the
+//!   server. Leave them out where that matters more than the lateness.
+//! - On Redis 7.2+ also add `+client|setinfo`, which the `redis` crate sends when it connects (and
+//!   ignores if refused).
+//!
+//! A missing right is an [`Error::Redis`]: `NOPERM` for a command the client sends; for a command
+//! inside a script Redis 7.0 answers
+//! `ERR The user executing the script can't run this command or subcommand`.
+//!
+//! # Passwords and TLS
+//!
+//! Credentials go in the URL: `redis://:password@host:6379/` or `redis://user:password@host/`
+//! (percent-encode special characters). A wrong password is an [`Error::Redis`].
+//!
+//! With the `tls` feature (the `redis` crate's rustls support with the ring provider) `rediss://`
+//! URLs work and trust the system's root certificates. For a private CA:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[cfg(feature = "tls")]
+//! # {
+//! let client = redis::Client::build_with_tls(
+//!     "rediss://redis.internal:6380/",
+//!     redis::TlsCertificates { client_tls: None, root_cert: Some(std::fs::read("ca.pem")?) },
+//! )?;
+//! let lock = redis_lock::Lock::new(&client, "report")?;
+//! # }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! If your application also enables rustls's `aws-lc-rs` provider, install one process-wide
+//! provider before connecting (`rustls::crypto::ring::default_provider().install_default()`).
+//!
+//! # Errors
+//!
+//! [`Error`] has a variant for each thing a caller may want to handle: `AlreadyAcquired` (this id
+//! already holds the lock), `NotAcquired` (release or extend of a lock that is not ours; nothing
+//! changed), `NotExpirable`, `InvalidArgument` (empty name or id, an expiry of zero or over
+//! 2^40 ms, auto-renewal without an expiry; checked when the handle is built), `Redis` (the
+//! server's own message: `WRONGTYPE`, `NOPERM`, `READONLY`, a refused connection, ...),
+//! `UnexpectedReply`, `Random` (the OS random source failed: no weaker fallback) and `Thread`;
+//! and, with the deadline and outcome rules above, `Cancelled { name }` (the handle's
+//! `CancelToken` was cancelled during a wait), `OutcomeUnknown { name, operation }` (a reply was
+//! lost and the outcome could not be settled by reading Redis before the deadline) and
+//! `Corrupt { key, reason }` (a key of the lock holds something no lock writes, such as a
+//! non-integer fencing counter or a list at `lock:<name>`). No call panics on any input or any
+//! reply. Log lines go through the `log` crate and name the lock.
+//!
+//! # Keys
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `lock:<name>` | string | the owner's id, with a `PX` expiry when the lock has one |
+//! | `lock-signal:<name>` | list | one element pushed by a release or reset; expires after `signal_expire` |
+//! | `lock-fence:<name>` | string (counter) | the last fencing token handed out (only with `.fencing(true)`) |
+//!
+//! These are python-redis-lock 4.x's key names, ids and unlock script, which is what makes the
+//! two interoperate. How waiting works, the connection pool and the scripts are described in the
+//! repository's `docs/design.md`.
+//!
+//! # Cargo features
+//!
+//! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider.
+//! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset);
+//!   see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
 mod builder;
