@@ -7,8 +7,6 @@
 //! safety: no two critical sections overlap unless the holder was told its lock was lost, and
 //! fencing tokens only grow.
 
-mod support;
-
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,21 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::{ms, secs, ChildProcess, Proxy, RedisServer};
 
-/// Runs the other side of a multi-process test when this binary was started as a child.
-#[test]
-fn child_process_role() {
-    let Some((role, url, args)) = support::child_role() else {
-        return;
-    };
-    let client = redis::Client::open(url).unwrap();
-    match role.as_str() {
-        "paused_holder" => paused_holder(&client, &args),
-        "soak" => soak_worker(&client, &args),
-        other => panic!("unknown role {other}"),
-    }
-}
+use crate::support::{ms, secs, ChildProcess, Proxy, RedisServer};
 
 fn read_stdin_line() -> String {
     let mut line = String::new();
@@ -64,7 +49,7 @@ fn describe(result: Result<(), Error>) -> String {
 /// Takes lock `args[0]` (expiry `args[1]` ms, auto-renewal, fencing) and prints its token. The
 /// parent stops this process, takes the lock, continues it and says "go": then reports what
 /// the handle saw.
-fn paused_holder(client: &redis::Client, args: &[String]) {
+pub fn paused_holder(client: &redis::Client, args: &[String]) {
     let lock = Lock::builder(client, &args[0])
         .expire(ms(args[1].parse().unwrap()))
         .auto_renewal(true)
@@ -92,7 +77,11 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
 fn a_holder_stopped_past_its_expiry_learns_it_lost_the_lock_and_is_fenced_off() {
     let server = RedisServer::start();
     let client = server.client();
-    let mut child = ChildProcess::spawn("paused_holder", &server.url(), &["l", "1000"]);
+    let mut child = ChildProcess::spawn(
+        "fault_injection::paused_holder",
+        &server.url(),
+        &["l", "1000"],
+    );
     let child_token: u64 = child.expect_line("acquired")["acquired ".len()..]
         .parse()
         .unwrap();
@@ -567,7 +556,7 @@ impl Rng {
 /// over, hold it 0-20 ms, and push "token start_ns end_ns" to the list `soak:sections` before
 /// releasing (or to `soak:lost` when the handle says the lock was lost). Prints the threads'
 /// ids, then runs until a line arrives on stdin.
-fn soak_worker(client: &redis::Client, args: &[String]) {
+pub fn soak_worker(client: &redis::Client, args: &[String]) {
     let threads: usize = args[1].parse().unwrap();
     let expire = ms(args[2].parse().unwrap());
     let locks: Vec<Lock> = (0..threads)
@@ -627,7 +616,8 @@ struct SoakProcess {
 impl SoakProcess {
     fn spawn(url: &str, threads: usize) -> SoakProcess {
         let threads = threads.to_string();
-        let mut child = ChildProcess::spawn("soak", url, &["soak", &threads, "500"]);
+        let mut child =
+            ChildProcess::spawn("fault_injection::soak", url, &["soak", &threads, "500"]);
         let line = child.expect_line("ids ");
         let ids = line.split(' ').skip(1).map(str::to_string).collect();
         SoakProcess { child, ids }

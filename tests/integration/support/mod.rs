@@ -1,5 +1,4 @@
 //! A private `redis-server` per test, and child processes for tests that need another process.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};

@@ -2,13 +2,12 @@
 //! what the lock needs, password authentication in the URL, and TLS (`rediss://`, feature
 //! `tls`).
 
-mod support;
-
 use std::thread;
 use std::time::Duration;
 
 use redis_lock::{reset_all, Error, Lock};
-use support::{secs, RedisServer};
+
+use crate::support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
@@ -215,7 +214,7 @@ mod tls {
     use redis::TlsCertificates;
     use redis_lock::{Error, Lock};
 
-    use super::support;
+    use crate::support;
 
     /// A scratch directory with a CA and a certificate for localhost / 127.0.0.1 signed by it,
     /// made by the `openssl` command line.

@@ -1,12 +1,11 @@
 //! The lock's behaviour on one server, one process: python-redis-lock's own suite, in Rust.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{reset_all, with_lock, Error, Lock};
-use support::{ms, RedisServer};
+
+use crate::support::{ms, RedisServer};
 
 #[test]
 fn try_acquire_fails_while_another_owner_holds_it() {

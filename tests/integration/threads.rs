@@ -1,12 +1,12 @@
 //! No thread left behind: renewal threads end on release and when their handle is dropped.
-//! A test binary of its own, so no other test's renewal threads are counted.
-
-mod support;
+//! The counting runs in a child process of its own, where no other test's renewal threads
+//! are counted.
 
 use std::time::{Duration, Instant};
 
 use redis_lock::Lock;
-use support::RedisServer;
+
+use crate::support::{ChildProcess, RedisServer};
 
 /// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
 fn renewal_threads() -> usize {
@@ -30,9 +30,13 @@ fn renewal_threads_once(n: usize) -> usize {
 #[test]
 fn renewal_threads_end_on_release_and_on_drop() {
     let server = RedisServer::start();
-    let client = server.client();
+    ChildProcess::spawn("threads::renewal_threads_end", &server.url(), &[]).wait_success();
+}
+
+/// The checks of `renewal_threads_end_on_release_and_on_drop`, in the child process.
+pub fn renewal_threads_end(client: &redis::Client) {
     let renewed = |name: &str| {
-        Lock::builder(&client, name)
+        Lock::builder(client, name)
             .expire(Duration::from_secs(30))
             .auto_renewal(true)
             .build()

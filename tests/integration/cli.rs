@@ -1,7 +1,4 @@
 //! The `redis-lock` binary, run as a user would run it, against a private redis-server.
-#![cfg(feature = "cli")]
-
-mod support;
 
 use std::fs;
 use std::io::Write;
@@ -14,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::Lock;
-use support::RedisServer;
+
+use crate::support::RedisServer;
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
