@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_lock::{Cache, Error};
 
-use crate::support::{ms, secs, ChildProcess, RedisServer};
+use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -29,7 +29,6 @@ pub fn compute_until_killed(client: &redis::Client, args: &[String]) {
     println!("done {value:?}");
 }
 
-/// Polls (test-side) until `check` holds, for at most `limit`.
 /// Runs `call` on `n` threads released together, and returns what each returned.
 fn all_at_once<T: Send>(n: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
     let barrier = Barrier::new(n);
@@ -44,14 +43,6 @@ fn all_at_once<T: Send>(n: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     })
-}
-
-fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        thread::sleep(ms(10));
-    }
 }
 
 /// Stores `old` for `key` through `get_or_revalidate` and waits until it has gone stale.

@@ -2,11 +2,11 @@
 //! The counting runs in a child process of its own, where no other test's renewal threads
 //! are counted.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_lock::Lock;
 
-use crate::support::{ChildProcess, RedisServer};
+use crate::support::{eventually, ChildProcess, RedisServer};
 
 /// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
 fn renewal_threads() -> usize {
@@ -17,14 +17,11 @@ fn renewal_threads() -> usize {
         .count()
 }
 
-/// The renewal-thread count once it reaches `n`, or after 5 s (a new thread names itself
-/// only once it runs, and a stopped one may take a moment to go).
-fn renewal_threads_once(n: usize) -> usize {
-    let started = Instant::now();
-    while renewal_threads() != n && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    renewal_threads()
+/// Waits for the renewal thread to show up: a new thread names itself only once it runs.
+fn until_one_renewal_thread() {
+    eventually(Duration::from_secs(5), "one renewal thread", || {
+        renewal_threads() == 1
+    });
 }
 
 #[test]
@@ -45,13 +42,13 @@ pub fn renewal_threads_end(client: &redis::Client) {
 
     let released = renewed("released");
     released.acquire().unwrap();
-    assert_eq!(renewal_threads_once(1), 1);
+    until_one_renewal_thread();
     released.release().unwrap();
     assert_eq!(renewal_threads(), 0, "release joins the renewal thread");
 
     let dropped = renewed("dropped");
     dropped.acquire().unwrap();
-    assert_eq!(renewal_threads_once(1), 1);
+    until_one_renewal_thread();
     drop(dropped);
     assert_eq!(
         renewal_threads(),
