@@ -12,6 +12,7 @@ mod cli;
 mod fault_injection;
 mod faults;
 mod hostile_input;
+mod interop;
 mod lock;
 mod security;
 mod threads;
