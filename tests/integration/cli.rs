@@ -1,7 +1,4 @@
 //! The `redis-lock` binary, run as a user would run it, against a private redis-server.
-#![cfg(feature = "cli")]
-
-mod support;
 
 use std::fs;
 use std::io::Write;
@@ -9,12 +6,12 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::Lock;
-use support::RedisServer;
+
+use crate::support::{eventually, send_signal, RedisServer};
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
@@ -44,14 +41,9 @@ fn redis_lock(server: &RedisServer) -> Command {
 
 /// Waits for `child` to exit (failing the test if it hangs) and collects its output.
 fn finish(mut child: Child) -> Output {
-    let started = Instant::now();
-    while child.try_wait().expect("wait for redis-lock").is_none() {
-        if started.elapsed() > HUNG {
-            let _ = child.kill();
-            panic!("redis-lock did not exit within {HUNG:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    eventually(HUNG, "redis-lock to exit", || {
+        child.try_wait().expect("wait for redis-lock").is_some()
+    });
     child
         .wait_with_output()
         .expect("collect redis-lock's output")
@@ -61,31 +53,8 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// Polls a test-side condition (never the lock itself) until it holds.
-fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < HUNG, "timed out waiting until {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Until `n` clients are blocked in BLPOP: a `run` is waiting for its lock.
-fn until_blocked(server: &RedisServer, n: u64) {
-    until("a waiter blocks", || server.blocked_clients() >= n);
-}
-
 fn held(server: &RedisServer, name: &str) -> bool {
     server.conn().exists(format!("lock:{name}")).unwrap()
-}
-
-fn send_signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// A scratch directory, removed on drop.
@@ -185,12 +154,12 @@ fn a_waiting_run_starts_soon_after_the_holders_command_ends() {
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
-    until("the holder has the lock", || held(&server, "l"));
+    eventually(HUNG, "the holder to take the lock", || held(&server, "l"));
     let waiter = redis_lock(&server)
         .args(["run", "l", "--", "true"])
         .spawn()
         .unwrap();
-    until_blocked(&server, 1);
+    server.until_blocked(1, HUNG, || false);
     let ended = Instant::now();
     let mut stdin = holder.stdin.take().unwrap();
     writeln!(stdin, "go").unwrap();
@@ -215,8 +184,10 @@ fn sigterm_to_run_reaches_the_command_and_releases_the_lock() {
         .arg(&notes)
         .spawn()
         .unwrap();
-    until("the command starts", || read(&notes).contains("started"));
-    send_signal(&run, "TERM");
+    eventually(HUNG, "the command to start", || {
+        read(&notes).contains("started")
+    });
+    send_signal(run.id(), "TERM");
     let output = finish(run);
     assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
     assert!(read(&notes).contains("term"), "the command got no SIGTERM");
@@ -238,8 +209,8 @@ fn a_signal_while_waiting_exits_without_running_the_command() {
         .arg(&ran)
         .spawn()
         .unwrap();
-    until_blocked(&server, 1);
-    send_signal(&waiter, "TERM");
+    server.until_blocked(1, HUNG, || false);
+    send_signal(waiter.id(), "TERM");
     let output = finish(waiter);
     assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
     assert!(!ran.exists(), "the command ran");
@@ -261,7 +232,7 @@ fn a_sigkilled_holders_lock_frees_after_its_expiry_for_the_next_run() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    until("the command starts", || pid_file.exists());
+    eventually(HUNG, "the command to start", || pid_file.exists());
     holder.kill().unwrap();
     holder.wait().unwrap();
     let output = redis_lock(&server)
@@ -288,7 +259,7 @@ fn reset_all_with_yes_frees_locks_and_wakes_waiters() {
         .args(["run", "a", "--", "true"])
         .spawn()
         .unwrap();
-    until_blocked(&server, 1);
+    server.until_blocked(1, HUNG, || false);
     let reset_at = Instant::now();
     let output = redis_lock(&server)
         .args(["reset-all", "--yes"])
@@ -453,7 +424,9 @@ fn a_run_whose_lock_is_reset_sees_the_loss_and_stops_its_command() {
         .arg(&notes)
         .spawn()
         .unwrap();
-    until("the command starts", || read(&notes).contains("started"));
+    eventually(HUNG, "the command to start", || {
+        read(&notes).contains("started")
+    });
     assert!(Lock::new(&server.client(), "l").unwrap().reset().unwrap());
     let output = finish(run);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));

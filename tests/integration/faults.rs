@@ -1,13 +1,12 @@
 //! Bad replies and lost scripts: the lock returns the server's message, never panics, and
 //! runs its scripts again after the server forgot them.
 
-mod support;
-
 use std::time::Duration;
 
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::{spawn_waiter, RedisServer};
+
+use crate::support::{spawn_waiter, RedisServer};
 
 fn script_flush(server: &RedisServer) {
     let _: () = redis::cmd("SCRIPT")

@@ -2,13 +2,12 @@
 //! what the lock needs, password authentication in the URL, and TLS (`rediss://`, feature
 //! `tls`).
 
-mod support;
-
 use std::thread;
 use std::time::Duration;
 
 use redis_lock::{reset_all, Error, Lock};
-use support::{secs, RedisServer};
+
+use crate::support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
@@ -210,12 +209,12 @@ mod tls {
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
     use std::thread;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use redis::TlsCertificates;
     use redis_lock::{Error, Lock};
 
-    use super::support;
+    use crate::support::{eventually, free_port};
 
     /// A scratch directory with a CA and a certificate for localhost / 127.0.0.1 signed by it,
     /// made by the `openssl` command line.
@@ -298,7 +297,7 @@ mod tls {
 
     impl TlsServer {
         fn start(certs: &Certificates) -> TlsServer {
-            let port = support::free_port();
+            let port = free_port();
             let child = Command::new("redis-server")
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -312,23 +311,16 @@ mod tls {
                 .expect("run redis-server");
             let mut server = TlsServer { child, port };
             let client = server.client(certs);
-            let started = Instant::now();
-            loop {
+            eventually(Duration::from_secs(10), "the TLS server to answer", || {
                 if let Ok(Some(status)) = server.child.try_wait() {
                     panic!("redis-server with TLS exited: {status} (built without TLS?)");
                 }
-                let ping = client
+                client
                     .get_connection()
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-                if ping.is_ok() {
-                    return server;
-                }
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "TLS server not answering: {ping:?}"
-                );
-                thread::sleep(Duration::from_millis(20));
-            }
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok()
+            });
+            server
         }
 
         fn url(&self) -> String {
@@ -378,19 +370,11 @@ mod tls {
         // The waiter blocks in BLPOP (over TLS) until the release wakes it: the holder has
         // 30 s left, far longer than this wait.
         let mut admin = client.get_connection().unwrap();
-        let started = Instant::now();
-        loop {
+        eventually(Duration::from_secs(30), "the waiter to block", || {
             let info: redis::InfoDict =
                 redis::cmd("INFO").arg("clients").query(&mut admin).unwrap();
-            if info.get::<u64>("blocked_clients") == Some(1) || waiter.is_finished() {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no waiter blocked"
-            );
-            thread::sleep(Duration::from_millis(5));
-        }
+            info.get::<u64>("blocked_clients") == Some(1) || waiter.is_finished()
+        });
         holder.release().unwrap();
         let (got, lock) = waiter.join().unwrap();
         assert!(got);

@@ -1,12 +1,12 @@
 //! No thread left behind: renewal threads end on release and when their handle is dropped.
-//! A test binary of its own, so no other test's renewal threads are counted.
+//! The counting runs in a child process of its own, where no other test's renewal threads
+//! are counted.
 
-mod support;
-
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_lock::Lock;
-use support::RedisServer;
+
+use crate::support::{eventually, ChildProcess, RedisServer};
 
 /// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
 fn renewal_threads() -> usize {
@@ -17,22 +17,23 @@ fn renewal_threads() -> usize {
         .count()
 }
 
-/// The renewal-thread count once it reaches `n`, or after 5 s (a new thread names itself
-/// only once it runs, and a stopped one may take a moment to go).
-fn renewal_threads_once(n: usize) -> usize {
-    let started = Instant::now();
-    while renewal_threads() != n && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    renewal_threads()
+/// Waits for the renewal thread to show up: a new thread names itself only once it runs.
+fn until_one_renewal_thread() {
+    eventually(Duration::from_secs(5), "one renewal thread", || {
+        renewal_threads() == 1
+    });
 }
 
 #[test]
 fn renewal_threads_end_on_release_and_on_drop() {
     let server = RedisServer::start();
-    let client = server.client();
+    ChildProcess::spawn("threads::renewal_threads_end", &server.url(), &[]).wait_success();
+}
+
+/// The checks of `renewal_threads_end_on_release_and_on_drop`, in the child process.
+pub fn renewal_threads_end(client: &redis::Client) {
     let renewed = |name: &str| {
-        Lock::builder(&client, name)
+        Lock::builder(client, name)
             .expire(Duration::from_secs(30))
             .auto_renewal(true)
             .build()
@@ -41,13 +42,13 @@ fn renewal_threads_end_on_release_and_on_drop() {
 
     let released = renewed("released");
     released.acquire().unwrap();
-    assert_eq!(renewal_threads_once(1), 1);
+    until_one_renewal_thread();
     released.release().unwrap();
     assert_eq!(renewal_threads(), 0, "release joins the renewal thread");
 
     let dropped = renewed("dropped");
     dropped.acquire().unwrap();
-    assert_eq!(renewal_threads_once(1), 1);
+    until_one_renewal_thread();
     drop(dropped);
     assert_eq!(
         renewal_threads(),

@@ -1,13 +1,12 @@
 //! Safety under faults the tests make themselves, against real `redis-server` processes: a holder
-//! stopped past its expiry, a waiter's wake-up reply delayed or dropped by a proxy, a server
-//! killed and restarted under waiters, `CLIENT PAUSE`, `SCRIPT FLUSH` mid-run, a server at
-//! `maxmemory`, and a soak run with random `SIGKILL`s (`REDIS_LOCK_SOAK_SECS`, default 20).
+//! stopped past its expiry, a waiter's wake-up reply delayed or dropped by a proxy, a release's
+//! reply dropped after the server ran it, a server killed and restarted under waiters, a server
+//! frozen with `SIGSTOP`, `CLIENT PAUSE`, `SCRIPT FLUSH` mid-run, a server at `maxmemory`, and
+//! a soak run with random `SIGKILL`s (`REDIS_LOCK_SOAK_SECS`, default 20).
 //!
 //! Time bounds are generous on purpose: the machine is shared. What is checked strictly is
 //! safety: no two critical sections overlap unless the holder was told its lock was lost, and
 //! fencing tokens only grow.
-
-mod support;
 
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,40 +16,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::{ms, secs, ChildProcess, Proxy, RedisServer};
 
-/// Runs the other side of a multi-process test when this binary was started as a child.
-#[test]
-fn child_process_role() {
-    let Some((role, url, args)) = support::child_role() else {
-        return;
-    };
-    let client = redis::Client::open(url).unwrap();
-    match role.as_str() {
-        "paused_holder" => paused_holder(&client, &args),
-        "soak" => soak_worker(&client, &args),
-        other => panic!("unknown role {other}"),
-    }
-}
+use crate::support::{eventually, ms, secs, ChildProcess, Proxy, RedisServer};
 
 fn read_stdin_line() -> String {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     line
-}
-
-/// Polls `condition` every 10 ms for up to `limit`; whether it came true.
-fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    loop {
-        if condition() {
-            return true;
-        }
-        if started.elapsed() >= limit {
-            return false;
-        }
-        thread::sleep(ms(10));
-    }
 }
 
 fn describe(result: Result<(), Error>) -> String {
@@ -62,9 +34,9 @@ fn describe(result: Result<(), Error>) -> String {
 }
 
 /// Takes lock `args[0]` (expiry `args[1]` ms, auto-renewal, fencing) and prints its token. The
-/// parent stops this process, takes the lock, continues it and says "go": then reports what
-/// the handle saw.
-fn paused_holder(client: &redis::Client, args: &[String]) {
+/// parent stops this process, takes the lock, continues it and says "go": then waits for the
+/// handle to say the lock is lost (failing if it never does) and reports what else it saw.
+pub fn paused_holder(client: &redis::Client, args: &[String]) {
     let lock = Lock::builder(client, &args[0])
         .expire(ms(args[1].parse().unwrap()))
         .auto_renewal(true)
@@ -76,10 +48,12 @@ fn paused_holder(client: &redis::Client, args: &[String]) {
     read_stdin_line();
     // The renewal thread gets a few seconds to find the key holds someone else's id (the
     // passed deadline alone already makes the lock lost).
-    let lost = eventually(secs(10), || lock.lost());
+    eventually(secs(10), "the handle to learn it lost the lock", || {
+        lock.lost()
+    });
     let token = lock.fencing_token().unwrap();
     let release = describe(lock.release());
-    println!("report lost={lost} release={release} token={token}");
+    println!("report release={release} token={token}");
 }
 
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
@@ -92,7 +66,11 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
 fn a_holder_stopped_past_its_expiry_learns_it_lost_the_lock_and_is_fenced_off() {
     let server = RedisServer::start();
     let client = server.client();
-    let mut child = ChildProcess::spawn("paused_holder", &server.url(), &["l", "1000"]);
+    let mut child = ChildProcess::spawn(
+        "fault_injection::paused_holder",
+        &server.url(),
+        &["l", "1000"],
+    );
     let child_token: u64 = child.expect_line("acquired")["acquired ".len()..]
         .parse()
         .unwrap();
@@ -111,8 +89,8 @@ fn a_holder_stopped_past_its_expiry_learns_it_lost_the_lock_and_is_fenced_off() 
     );
     let parent_token = parent.fencing_token().unwrap();
     child.send_line("go");
+    // The child reports only once its handle says the lock is lost.
     let report = child.expect_line("report");
-    assert_eq!(field(&report, "lost"), "true", "{report}");
     assert_eq!(field(&report, "release"), "not-acquired", "{report}");
     assert_eq!(field(&report, "token").parse::<u64>().unwrap(), child_token);
     assert!(
@@ -147,13 +125,9 @@ fn wake_a_waiter_behind_held_replies(
     proxy.hold_replies(true);
     holder.release().unwrap();
     let mut conn = server.conn();
-    assert!(
-        eventually(secs(10), || conn
-            .get::<_, Option<String>>("lock:l")
-            .unwrap()
-            .is_some()),
-        "the waiter's queued try never took the lock"
-    );
+    eventually(secs(10), "the waiter's queued try to take the lock", || {
+        conn.get::<_, Option<String>>("lock:l").unwrap().is_some()
+    });
     waiter
 }
 
@@ -287,9 +261,10 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
     server.until_blocked(4, secs(30), || waiters.iter().any(|w| w.is_finished()));
     server.restart_after(secs(1));
     // The restarted server is empty: the holder's key is gone, and its renewal finds that.
-    assert!(
-        eventually(secs(15), || holder.lost()),
-        "the holder never learned its key vanished in the restart"
+    eventually(
+        secs(15),
+        "the holder to learn its key vanished in the restart",
+        || holder.lost(),
     );
     let holder_end = base.elapsed();
     assert!(matches!(holder.release(), Err(Error::NotAcquired { .. })));
@@ -353,6 +328,60 @@ fn an_outage_ends_a_wait_without_timeout_with_an_error_after_the_reconnect_windo
     assert!(took < secs(10 + 15), "gave up after {took:?}");
 }
 
+/// The server runs a release, and the connection dies before its reply arrives. The lock is
+/// free all the same, and whatever the holder is told, nothing it does then takes the lock from
+/// the waiter the release woke.
+#[test]
+fn a_release_whose_reply_is_lost_still_hands_the_lock_to_the_waiter() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let holder = Lock::new(&proxy.client(), "l").unwrap();
+    // A first round loads the release script into the server: otherwise the reply dropped
+    // below would be the `NOSCRIPT` that comes before the script runs.
+    holder.acquire().unwrap();
+    holder.release().unwrap();
+    holder.acquire().unwrap();
+    let client = server.client();
+    let waiter = thread::spawn(move || {
+        let lock = Lock::new(&client, "l").unwrap();
+        let got = lock.acquire_timeout(secs(60));
+        (lock, got)
+    });
+    server.until_blocked(1, secs(30), || waiter.is_finished());
+    proxy.drop_next_reply();
+    let released = holder.release();
+    println!("the release whose reply was lost returned {released:?}");
+    let (lock, got) = waiter.join().unwrap();
+    assert!(got.unwrap());
+    assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
+    lock.release().unwrap();
+}
+
+/// Unlike `CLIENT PAUSE`, a frozen process does not stop the clock: keys whose expiry passed
+/// during the freeze are gone once the server runs again, and the renewal that waited out the
+/// freeze cannot bring the lock back.
+#[test]
+fn a_holder_whose_server_freezes_past_its_expiry_learns_it_lost_the_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = Lock::builder(&client, "l")
+        .expire(secs(1))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    server.pause();
+    thread::sleep(secs(2));
+    server.resume();
+    eventually(
+        secs(15),
+        "the holder to learn its lock expired during the freeze",
+        || lock.lost(),
+    );
+    assert!(!server.conn().exists::<_, bool>("lock:l").unwrap());
+    assert!(matches!(lock.release(), Err(Error::NotAcquired { .. })));
+}
+
 fn client_pause(server: &RedisServer, pause: Duration) {
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -397,9 +426,10 @@ fn a_client_pause_longer_than_the_expiry_makes_the_holder_learn_it_is_lost() {
     let acquired = Instant::now();
     let pause = secs(4);
     client_pause(&server, pause);
-    assert!(
-        eventually(secs(15), || lock.lost()),
-        "the holder never learned its renewal could not get through"
+    eventually(
+        secs(15),
+        "the holder to learn its renewal could not get through",
+        || lock.lost(),
     );
     // After the pause the held-back renewal got through (Redis pauses expiry too), but the
     // handle cannot know nobody held the lock meanwhile: lost stays lost.
@@ -567,7 +597,7 @@ impl Rng {
 /// over, hold it 0-20 ms, and push "token start_ns end_ns" to the list `soak:sections` before
 /// releasing (or to `soak:lost` when the handle says the lock was lost). Prints the threads'
 /// ids, then runs until a line arrives on stdin.
-fn soak_worker(client: &redis::Client, args: &[String]) {
+pub fn soak_worker(client: &redis::Client, args: &[String]) {
     let threads: usize = args[1].parse().unwrap();
     let expire = ms(args[2].parse().unwrap());
     let locks: Vec<Lock> = (0..threads)
@@ -627,7 +657,8 @@ struct SoakProcess {
 impl SoakProcess {
     fn spawn(url: &str, threads: usize) -> SoakProcess {
         let threads = threads.to_string();
-        let mut child = ChildProcess::spawn("soak", url, &["soak", &threads, "500"]);
+        let mut child =
+            ChildProcess::spawn("fault_injection::soak", url, &["soak", &threads, "500"]);
         let line = child.expect_line("ids ");
         let ids = line.split(' ').skip(1).map(str::to_string).collect();
         SoakProcess { child, ids }

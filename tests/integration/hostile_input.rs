@@ -3,8 +3,6 @@
 //! overflows, the only errors are the documented ones, and the key is exactly `lock:` followed
 //! by the name's bytes, holding the id's bytes.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +10,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Commands;
 use redis_lock::{Error, Lock};
-use support::RedisServer;
+
+use crate::support::RedisServer;
 
 /// The largest expiry the lock accepts, in milliseconds (documented: 2^40 ms).
 const MAX_MILLIS: u128 = 1 << 40;

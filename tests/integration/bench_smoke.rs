@@ -1,12 +1,10 @@
 //! The benchmark example runs and prints the JSON it promises (no timing is asserted here:
 //! speed lives in the benchmark itself).
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use support::RedisServer;
+use crate::support::RedisServer;
 
 const FIELDS: [&str; 12] = [
     "impl",
@@ -24,7 +22,7 @@ const FIELDS: [&str; 12] = [
 ];
 
 /// The bench example's binary. `cargo test` builds the examples next to the test binaries'
-/// folder; a run of this test binary alone (`cargo test --test bench_smoke`) builds it here.
+/// folder; a run of this test binary alone (`cargo test --test integration`) builds it here.
 fn bench_binary() -> PathBuf {
     let deps = std::env::current_exe().expect("test binary path");
     let target = deps

@@ -1,35 +1,19 @@
 //! Waiting across processes: wake-ups on release and reset, a crashed holder, and a stress run
 //! that checks no two owners are ever inside the lock at once.
 
-mod support;
-
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{reset_all, Lock};
-use support::{spawn_waiter, ChildProcess, RedisServer};
+
+use crate::support::{spawn_waiter, ChildProcess, RedisServer};
 
 /// How long a test waits for its waiters to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
-/// Runs the other side of a multi-process test when this binary was started as a child.
-#[test]
-fn child_process_role() {
-    let Some((role, url, args)) = support::child_role() else {
-        return;
-    };
-    let client = redis::Client::open(url).unwrap();
-    match role.as_str() {
-        "hold" => hold(&client, &args),
-        "wait" => wait(&client, &args),
-        "stress" => stress(&client, &args),
-        other => panic!("unknown role {other}"),
-    }
-}
-
 /// Takes lock `args[0]` (expiry `args[1]` ms, 0 for none), says so, and releases when told.
-fn hold(client: &redis::Client, args: &[String]) {
+pub fn hold(client: &redis::Client, args: &[String]) {
     let expire: u64 = args[1].parse().unwrap();
     let mut builder = Lock::builder(client, &args[0]).signal_expire(Duration::from_secs(60));
     if expire > 0 {
@@ -45,7 +29,7 @@ fn hold(client: &redis::Client, args: &[String]) {
 }
 
 /// Waits up to `args[1]` ms for lock `args[0]` and reports whether it came and when.
-fn wait(client: &redis::Client, args: &[String]) {
+pub fn wait(client: &redis::Client, args: &[String]) {
     let lock = Lock::new(client, &args[0]).unwrap();
     let timeout = Duration::from_millis(args[1].parse().unwrap());
     println!("waiting");
@@ -59,7 +43,7 @@ fn wait(client: &redis::Client, args: &[String]) {
 
 /// `args[1]` threads each take lock `args[0]` `args[2]` times; inside, a Redis counter must
 /// show nobody else. Prints the number of overlaps seen.
-fn stress(client: &redis::Client, args: &[String]) {
+pub fn stress(client: &redis::Client, args: &[String]) {
     let threads: usize = args[1].parse().unwrap();
     let rounds: usize = args[2].parse().unwrap();
     let overlaps: usize = thread::scope(|s| {
@@ -97,7 +81,7 @@ fn now_ms() -> u128 {
 fn a_release_in_another_process_wakes_the_waiter() {
     let server = RedisServer::start();
     let client = server.client();
-    let mut holder = ChildProcess::spawn("hold", &server.url(), &["l", "0"]);
+    let mut holder = ChildProcess::spawn("waiting::hold", &server.url(), &["l", "0"]);
     holder.expect_line("acquired");
     let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
     server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
@@ -139,7 +123,7 @@ fn reset_wakes_a_waiter_in_another_process() {
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
     holder.acquire().unwrap();
-    let mut waiter = ChildProcess::spawn("wait", &server.url(), &["l", "60000"]);
+    let mut waiter = ChildProcess::spawn("waiting::wait", &server.url(), &["l", "60000"]);
     waiter.expect_line("waiting");
     server.until_blocked(1, BLOCK_LIMIT, || false);
     let operator = Lock::builder(&client, "l")
@@ -168,7 +152,7 @@ fn reset_all_wakes_waiters_in_another_process() {
     }
     let mut waiters: Vec<_> = ["a", "b"]
         .iter()
-        .map(|n| ChildProcess::spawn("wait", &server.url(), &[n, "60000"]))
+        .map(|n| ChildProcess::spawn("waiting::wait", &server.url(), &[n, "60000"]))
         .collect();
     for waiter in &mut waiters {
         waiter.expect_line("waiting");
@@ -190,7 +174,7 @@ fn reset_all_wakes_waiters_in_another_process() {
 fn a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires() {
     let server = RedisServer::start();
     let client = server.client();
-    let mut holder = ChildProcess::spawn("hold", &server.url(), &["l", "1500"]);
+    let mut holder = ChildProcess::spawn("waiting::hold", &server.url(), &["l", "1500"]);
     holder.expect_line("acquired");
     holder.child.kill().unwrap();
     let pttl: u64 = server.conn().pttl("lock:l").unwrap();
@@ -209,7 +193,7 @@ fn a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires() {
 fn no_two_owners_ever_overlap_across_processes() {
     let server = RedisServer::start();
     let workers: Vec<_> = (0..2)
-        .map(|_| ChildProcess::spawn("stress", &server.url(), &["l", "8", "200"]))
+        .map(|_| ChildProcess::spawn("waiting::stress", &server.url(), &["l", "8", "200"]))
         .collect();
     for mut worker in workers {
         assert_eq!(worker.expect_line("overlaps"), "overlaps 0");

@@ -2,8 +2,6 @@
 //! failures and panics are not cached and free the lock, a dead computing worker blocks the key
 //! only until its lock expires, and stale values are served while one worker refreshes them.
 
-mod support;
-
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -12,26 +10,14 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{Cache, Error};
-use support::{ms, secs, ChildProcess, RedisServer};
+
+use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Runs the other side of a multi-process test when this binary was started as a child.
-#[test]
-fn child_process_role() {
-    let Some((role, url, args)) = support::child_role() else {
-        return;
-    };
-    let client = redis::Client::open(url).unwrap();
-    match role.as_str() {
-        "compute" => compute_until_killed(&client, &args),
-        other => panic!("unknown role {other}"),
-    }
-}
-
 /// Misses key `args[0]` with a lock expiry of `args[1]` ms, says so from inside the
 /// computation, and then computes until it is killed (or told to finish on stdin).
-fn compute_until_killed(client: &redis::Client, args: &[String]) {
+pub fn compute_until_killed(client: &redis::Client, args: &[String]) {
     let expire = ms(args[1].parse().unwrap());
     let cache = Cache::new(client).unwrap().lock_expire(expire);
     let value: Result<String, BoxError> = cache.get_or_set(&args[0], secs(60), || {
@@ -43,7 +29,6 @@ fn compute_until_killed(client: &redis::Client, args: &[String]) {
     println!("done {value:?}");
 }
 
-/// Polls (test-side) until `check` holds, for at most `limit`.
 /// Runs `call` on `n` threads released together, and returns what each returned.
 fn all_at_once<T: Send>(n: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
     let barrier = Barrier::new(n);
@@ -58,14 +43,6 @@ fn all_at_once<T: Send>(n: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     })
-}
-
-fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        thread::sleep(ms(10));
-    }
 }
 
 /// Stores `old` for `key` through `get_or_revalidate` and waits until it has gone stale.
@@ -239,7 +216,7 @@ fn a_panic_in_the_closure_releases_the_lock() {
 fn a_killed_computing_worker_blocks_the_key_only_until_its_lock_expires() {
     let server = RedisServer::start();
     let client = server.client();
-    let mut worker = ChildProcess::spawn("compute", &server.url(), &["k", "1000"]);
+    let mut worker = ChildProcess::spawn("cache::compute", &server.url(), &["k", "1000"]);
     worker.expect_line("computing");
     worker.child.kill().unwrap();
     let mut conn = server.conn();

@@ -1,0 +1,39 @@
+//! The integration tests, in one test binary with a module per suite. Every test starts its
+//! own private `redis-server` (`support`); a test that needs another process re-runs this
+//! binary as a child playing one of the roles below.
+
+mod support;
+
+mod bench_smoke;
+mod cache;
+// The `redis-lock` binary is built only with this feature.
+#[cfg(feature = "cli")]
+mod cli;
+mod fault_injection;
+mod faults;
+mod hostile_input;
+mod interop;
+mod lock;
+mod security;
+mod threads;
+mod waiting;
+
+/// Runs the other side of a multi-process test when this binary was started as a child (and
+/// does nothing in a normal run). A role is named after the module that owns it.
+#[test]
+fn child_process_role() {
+    let Some((role, url, args)) = support::child_role() else {
+        return;
+    };
+    let client = redis::Client::open(url).expect("a valid URL");
+    match role.as_str() {
+        "cache::compute" => cache::compute_until_killed(&client, &args),
+        "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
+        "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
+        "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
+        "waiting::hold" => waiting::hold(&client, &args),
+        "waiting::wait" => waiting::wait(&client, &args),
+        "waiting::stress" => waiting::stress(&client, &args),
+        other => panic!("unknown role {other}"),
+    }
+}

@@ -1,0 +1,44 @@
+//! What the suites share: a private `redis-server` per test (`server`), child processes
+//! (`child`), a proxy that delays and drops replies on cue (`proxy`), and small helpers.
+
+mod child;
+mod proxy;
+mod server;
+
+use std::fmt::Display;
+use std::time::{Duration, Instant};
+
+pub use child::{child_role, send_signal, ChildProcess};
+pub use proxy::Proxy;
+pub use server::{free_port, RedisServer};
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Polls `done` every few milliseconds until it returns true; panics after `limit` saying
+/// what it was waiting for. For test-side conditions: a test that waits on the lock itself
+/// uses the lock's own timeouts. `what` is written only on failure, so it may describe the
+/// state at that moment (as `RedisServer`'s messages quote the server's log then).
+pub fn eventually(limit: Duration, what: impl Display, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < limit,
+            "gave up after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(ms(5));
+    }
+}
+
+/// A thread that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
+pub fn spawn_waiter(
+    lock: redis_lock::Lock,
+    timeout: Duration,
+) -> std::thread::JoinHandle<Result<bool, redis_lock::Error>> {
+    std::thread::spawn(move || lock.acquire_timeout(timeout))
+}

@@ -1,0 +1,236 @@
+//! A private `redis-server` per test, on a free loopback port, with no persistence and a log
+//! of its own that failure messages quote.
+
+use std::fmt;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{eventually, secs, send_signal};
+
+const INSTALL_HINT: &str = "redis-server is not on PATH. The tests start their own private \
+     server; install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu), \
+     `brew install redis` (macOS) or `dnf install redis` (Fedora)";
+
+/// How much of the server's log a failure message quotes.
+const LOG_TAIL_LINES: usize = 30;
+
+/// A `redis-server` on a free loopback port, with no persistence; killed on drop. Its output
+/// goes to a log file, removed on drop unless the test is failing.
+pub struct RedisServer {
+    // In a mutex so that `until_answering` can poll it for exit while its failure message
+    // holds the server to quote the log.
+    child: Mutex<Child>,
+    pub port: u16,
+    extra: Vec<String>,
+    log_path: PathBuf,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--maxmemory 1mb`, ...).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut last_log = String::new();
+        for _ in 0..20 {
+            let port = free_port();
+            let log_path = new_log_path();
+            let server = RedisServer {
+                child: Mutex::new(spawn(port, &extra, &log_path)),
+                port,
+                extra: extra.clone(),
+                log_path,
+            };
+            if server.until_answering() {
+                return server;
+            }
+            // Most likely another process took the port between `free_port` and the bind.
+            last_log = server.log();
+        }
+        panic!(
+            "could not start redis-server on a free port after 20 tries; the last log:\n{last_log}"
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// A plain connection for the test's own checks (not from the library's pool).
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                self.failure(format!("connect to the test server: {e}"))
+            )
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
+    /// Kills the server (like a crash) and starts a fresh, empty one on the same port, which
+    /// logs to the same file.
+    pub fn restart_after(&mut self, outage: Duration) {
+        self.kill();
+        std::thread::sleep(outage);
+        *self.child.get_mut().unwrap() = spawn(self.port, &self.extra, &self.log_path);
+        assert!(
+            self.until_answering(),
+            "{}",
+            self.failure("the restarted redis-server exited (its port taken meanwhile?)")
+        );
+    }
+
+    pub fn kill(&mut self) {
+        let child = self.child.get_mut().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Freezes the server (SIGSTOP) until `resume`: connections stay open and commands queue
+    /// up unanswered, while the clock, and with it every key's expiry, runs on.
+    pub fn pause(&self) {
+        send_signal(self.pid(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        send_signal(self.pid(), "CONT");
+    }
+
+    /// Everything the server has logged so far, across restarts.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// How many clients the server counts as blocked (in `BLPOP`).
+    pub fn blocked_clients(&self) -> u64 {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{}", self.failure(format!("INFO clients: {e}"))));
+        info.get("blocked_clients").unwrap_or(0)
+    }
+
+    /// Waits until at least `n` clients are blocked, or `gave_up()` says there is no point
+    /// (a waiter already returned); panics after `limit`.
+    pub fn until_blocked(&self, n: u64, limit: Duration, mut gave_up: impl FnMut() -> bool) {
+        eventually(limit, self.failure(format!("{n} blocked clients")), || {
+            self.blocked_clients() >= n || gave_up()
+        });
+    }
+
+    /// Waits until the server answers; false if it exited instead.
+    fn until_answering(&self) -> bool {
+        let mut exited = false;
+        eventually(
+            secs(10),
+            self.failure(format!("redis-server on port {} to answer", self.port)),
+            || {
+                exited = matches!(self.child.lock().unwrap().try_wait(), Ok(Some(_)));
+                exited || answers(self.port)
+            },
+        );
+        !exited
+    }
+
+    /// `what` went wrong, followed by the end of the server's log.
+    fn failure<W: fmt::Display>(&self, what: W) -> Failure<'_, W> {
+        Failure { server: self, what }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        // A failing test keeps the log: its message names the file.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log_path);
+        }
+    }
+}
+
+/// A failure message about the server. The log is read when the message is written, so a
+/// poll that gives up quotes the log as it is then.
+struct Failure<'a, W> {
+    server: &'a RedisServer,
+    what: W,
+}
+
+impl<W: fmt::Display> fmt::Display for Failure<'_, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let log = self.server.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+        write!(
+            f,
+            "{}\n--- the end of the server's log, {} ---\n{}",
+            self.what,
+            self.server.log_path.display(),
+            tail.join("\n")
+        )
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A log file name no other server of this run uses.
+fn new_log_path() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("redis-lock-test-{}-{n}.log", std::process::id()))
+}
+
+/// Starts `redis-server` on `port`, its output appended to `log` (with no `--logfile` it logs
+/// to standard output, and a bad argument goes to standard error: both land there).
+fn spawn(port: u16, extra: &[String], log: &std::path::Path) -> Child {
+    let file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+    let spawned = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        .args(extra)
+        .stdout(file.try_clone().expect("share the log file"))
+        .stderr(file)
+        .spawn();
+    match spawned {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+        Err(e) => panic!("could not run redis-server: {e}"),
+    }
+}
+
+/// Whether a server answers `PING` on `port`.
+fn answers(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection() else {
+        return false;
+    };
+    match redis::cmd("PING").query::<String>(&mut conn) {
+        Ok(_) => true,
+        // Up, but with `--requirepass`.
+        Err(e) => e.code() == Some("NOAUTH"),
+    }
+}
