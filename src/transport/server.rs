@@ -44,7 +44,14 @@ impl Server {
         }
         // Lock traffic is small request/reply pairs: Nagle's algorithm would only add latency.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let client = redis::Client::open(info.clone().set_tcp_settings(tcp))?;
+        // No `CLIENT SETINFO` on connecting: our own `CLIENT ID` is the first request, so a
+        // server that turns us away (`maxclients`) says so in its answer.
+        let redis = settings.clone().set_skip_set_lib_name();
+        let client = redis::Client::open(
+            info.clone()
+                .set_tcp_settings(tcp)
+                .set_redis_settings(redis),
+        )?;
         let server = Arc::new(Server {
             client,
             short: Pool::default(),
@@ -68,9 +75,13 @@ impl Server {
             &redis::cmd("CLIENT").arg("ID").get_packed_command(),
             deadline,
         )?;
-        // Refused by an ACL: the connection works, but cannot be unblocked or killed by id.
-        if let Value::Int(id) = conn.recv(deadline)? {
-            conn.id = u64::try_from(id).ok();
+        match conn.recv(deadline)? {
+            Value::Int(id) => conn.id = u64::try_from(id).ok(),
+            // Refused by an ACL: the connection works, but cannot be unblocked or killed by id.
+            Value::ServerError(e) if e.code() == "NOPERM" => {}
+            // The server's first words on a connection it will not serve (`maxclients`).
+            Value::ServerError(e) => return Err(e.into()),
+            _ => {}
         }
         Ok(conn)
     }

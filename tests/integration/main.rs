@@ -14,6 +14,7 @@ mod faults;
 mod hostile_input;
 mod interop;
 mod lock;
+mod outcomes;
 mod security;
 mod threads;
 mod waiting;

@@ -18,6 +18,8 @@ struct ProxyState {
     stopped: AtomicBool,
     /// Set by `drop_next_reply`; the first connection to get a reply from the server clears it.
     drop_next: AtomicBool,
+    /// Set by `drop_reply_to`: the first request containing these bytes dooms its connection.
+    drop_after: Mutex<Option<Vec<u8>>>,
     links: Mutex<Vec<Link>>,
 }
 
@@ -61,8 +63,15 @@ impl Proxy {
                     hold: Arc::clone(&hold),
                 });
                 let replies = Arc::clone(&accepting);
-                std::thread::spawn(move || pump(client, server, None));
-                std::thread::spawn(move || pump(s2, c2, Some((&hold, &replies.drop_next))));
+                let requests = Arc::clone(&accepting);
+                let doomed = Arc::new(AtomicBool::new(false));
+                let doom = Arc::clone(&doomed);
+                std::thread::spawn(move || {
+                    pump_requests(client, server, &requests.drop_after, &doom)
+                });
+                std::thread::spawn(move || {
+                    pump(s2, c2, Some((&hold, &replies.drop_next, &doomed)))
+                });
             }
         });
         Proxy { port, state }
@@ -91,6 +100,13 @@ impl Proxy {
         self.state.drop_next.store(true, Ordering::SeqCst);
     }
 
+    /// The reply to the next request that contains `pattern` (on any connection) is
+    /// swallowed and its connection closed: the server ran the command, the client never
+    /// hears back.
+    pub fn drop_reply_to(&self, pattern: &str) {
+        *self.state.drop_after.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
     /// Closes every connection open now, dropping any replies held back.
     pub fn cut_all(&self) {
         for link in self.state.links.lock().unwrap().drain(..) {
@@ -114,19 +130,55 @@ impl Drop for Proxy {
 /// Copies `from` to `to` until either side closes. For replies (`Some((hold, drop_next))`),
 /// it waits while `hold` is set before passing on what it read, and when it is the one to
 /// clear `drop_next`, it passes nothing on and closes the connection instead.
-fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<(&AtomicBool, &AtomicBool)>) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    replies: Option<(&AtomicBool, &AtomicBool, &AtomicBool)>,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((hold, drop_next)) = replies {
-            if drop_next.swap(false, Ordering::SeqCst) {
+        if let Some((hold, drop_next, doomed)) = replies {
+            if drop_next.swap(false, Ordering::SeqCst) || doomed.load(Ordering::SeqCst) {
                 break;
             }
             while hold.load(Ordering::SeqCst) {
                 std::thread::sleep(ms(1));
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Copies requests from the client to the server; the first one that contains the armed
+/// pattern dooms the connection, so that its reply is dropped.
+fn pump_requests(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    armed: &Mutex<Option<Vec<u8>>>,
+    doomed: &AtomicBool,
+) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        {
+            let mut armed = armed.lock().unwrap();
+            let hit = armed
+                .as_ref()
+                .is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p.as_slice()));
+            if hit {
+                *armed = None;
+                doomed.store(true, Ordering::SeqCst);
             }
         }
         if to.write_all(&buf[..n]).is_err() {
