@@ -19,7 +19,8 @@
 //!
 //! # `crash` cell: lateness after a crashed holder's expiry
 //!
-//! `--trials` trials (default 20), each on a fresh lock name:
+//! `--trials` trials (default 20), each on a fresh lock name, trial i after a pause of
+//! `frac(i × 0.618…)` of a server tick (1/hz; see `overshoot` for why):
 //!
 //! 1. A holder in a child process (this binary re-executed with the hidden environment
 //!    variable `REDIS_LOCK_BENCH_ROLE`; for `python`, a `fork` of the python runner) takes the
@@ -45,7 +46,9 @@
 //! # `overshoot` cell: how far past its timeout does a failing `acquire_timeout(d)` return?
 //!
 //! For each d in `--timeout-ms` (default 50,300,1000): one handle takes the lock without an
-//! expiry and keeps it; another handle calls `acquire_timeout(d)` `--trials` times (python:
+//! expiry and keeps it; another handle calls `acquire_timeout(d)` `--trials` times, trial i
+//! after a pause of `frac(i × 0.618…)` of a server tick (1/hz) so that the trials do not lock
+//! onto the ticks on which Redis fires `BLPOP` timeouts (python:
 //! `acquire(timeout=d)`, only for whole seconds, see below). overshoot = elapsed − d; reported
 //! as `overshoot_p50_us`, `overshoot_p99_us`, `overshoot_max_us`, target p99 ≤ 10 ms.
 //!
@@ -741,6 +744,15 @@ fn server_hz(client: &redis::Client) -> Option<u64> {
     reply.get(1)?.parse().ok()
 }
 
+/// A pause before `crash` or `overshoot` trial i that spreads its start over one server tick
+/// (1/hz): Redis fires `BLPOP` timeouts on its ticks, and back-to-back trials would otherwise
+/// lock onto them (a timeout that is a multiple of the tick would always end just after one and
+/// look prompt; a crashed holder's expiry would always fall just after one and look late).
+fn tick_phase(i: usize, server_hz: Option<u64>) -> Duration {
+    let tick = Duration::from_secs(1) / server_hz.filter(|&hz| hz > 0).unwrap_or(10) as u32;
+    tick.mul_f64((i as f64 * GOLDEN).fract())
+}
+
 /// `a − b` in microseconds, negative when `a` is earlier.
 fn signed_us(a: Instant, b: Instant) -> i64 {
     if a >= b {
@@ -874,6 +886,7 @@ fn run_crash(
         let name = format!("bench:crash:{}:{}:{i}", imp.name(), std::process::id());
         let key = format!("lock:{name}");
         let mut waiter = Handle::new(client, imp, &name, Some(expire))?;
+        thread::sleep(tick_phase(i, server_hz));
         let mut child = Command::new(std::env::current_exe()?)
             .env(ROLE_ENV, imp.name())
             .args([url, &name, &options.expire_ms.to_string()])
@@ -943,7 +956,8 @@ fn run_overshoot(
         }
         let mut waiter = Handle::new(client, imp, &name, None)?;
         let (mut samples, mut rtts) = (Vec::new(), Vec::new());
-        for _ in 0..options.trials {
+        for i in 0..options.trials {
+            thread::sleep(tick_phase(i, server_hz));
             let started = Instant::now();
             let got = waiter.acquire_timeout(timeout)?;
             let returned = Instant::now();
@@ -988,6 +1002,7 @@ fn run_python(
         .args(["--trials", &options.trials.to_string()])
         .args(["--expire-ms", &options.expire_ms.to_string()])
         .args(["--timeout-ms", &timeouts.join(",")])
+        .args(["--hz", &server_hz.unwrap_or(10).to_string()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

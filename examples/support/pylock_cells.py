@@ -96,6 +96,7 @@ def crash(args, client):
     samples, pttl_rtts, rtts = [], [], []
     for i in range(args.trials):
         name = f"bench:crash:python:{os.getpid()}:{i}"
+        time.sleep(((i * GOLDEN) % 1.0) / max(1, args.hz))
         lateness, pttl_rtt = crash_trial(args.url, client, name, expire_s, (i * GOLDEN) % 1.0)
         samples.append(lateness)
         pttl_rtts.append(pttl_rtt)
@@ -130,8 +131,10 @@ def overshoot(args, client):
             if not holder.acquire(blocking=False):
                 raise RuntimeError(f"{name} is busy")
             try:
-                for _ in range(args.trials):
+                for i in range(args.trials):
                     waiter = redis_lock.Lock(client, name)
+                    # Spread the start over one server tick, as the bench does (tick_phase).
+                    time.sleep(((i * GOLDEN) % 1.0) / max(1, args.hz))
                     started = now()
                     got = waiter.acquire(blocking=True, timeout=timeout_ms // 1000)
                     elapsed = now() - started
@@ -160,6 +163,7 @@ def main():
     parser.add_argument("--url", required=True)
     parser.add_argument("--cell", choices=["crash", "overshoot"], required=True)
     parser.add_argument("--trials", type=int, required=True)
+    parser.add_argument("--hz", type=int, default=10)
     parser.add_argument("--expire-ms", type=int, required=True)
     parser.add_argument(
         "--timeout-ms", type=lambda s: [int(x) for x in s.split(",")], required=True
