@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--url URL] [--seconds S] [--concurrency 1,2,6]
-//!     [--hold-ms 0,10] [--impl ours,polling] [--json]
+//!     [--hold-ms 0,10] [--impl ours,polling,python] [--json]
+//!     [--cell loop,crash,overshoot] [--trials N] [--expire-ms E] [--timeout-ms 50,300,1000]
 //! ```
+//!
+//! # `loop` cells (the default `--cell`)
 //!
 //! For each impl, concurrency C and hold D: C threads, each with its own lock handle on one
 //! shared name, loop acquire → hold D → release for S seconds (the shape of python-redis-lock's
@@ -13,9 +16,76 @@
 //! The round trip (`rtt_p50_us`) is measured inside each cell by the workers themselves: every
 //! 8th loop, outside the lock, one `PING` on a plain connection. A shared machine's latency
 //! drifts from second to second, so a figure taken before the cell would not be comparable.
+//!
+//! # `crash` cell: lateness after a crashed holder's expiry
+//!
+//! `--trials` trials (default 20), each on a fresh lock name, trial i after a pause of
+//! `frac(i × 0.618…)` of a server tick (1/hz; see `overshoot` for why):
+//!
+//! 1. A holder in a child process (this binary re-executed with the hidden environment
+//!    variable `REDIS_LOCK_BENCH_ROLE`; for `python`, a `fork` of the python runner) takes the
+//!    lock with expiry E (`--expire-ms`, default 300) and prints `held`.
+//! 2. The bench at once sends `PTTL lock:<name>` and takes the key's expiry instant as
+//!    *the instant just before PTTL was sent + the PTTL reply*. That is at or before the real
+//!    instant, so lateness is overstated rather than understated, by at most the PTTL round trip
+//!    (reported as `pttl_rtt_max_us`) plus Redis's 1 ms rounding.
+//! 3. The holder is SIGKILLed: it never releases, nothing signals the waiters.
+//! 4. A waiter in the bench process arrives at a spread point of the time left before the
+//!    expiry (fraction `0.9 × frac(i × 0.618…)` for trial i: 0 for the first trial, then spread
+//!    evenly and reproducibly). A real waiter comes at any moment while the dead holder's key is
+//!    still live, and an implementation whose wait is not bound to the expiry is late by an
+//!    amount that depends on that moment, so a fixed arrival would hide it. Ours waits with
+//!    `Lock::builder(..).expire(E).build()` + `acquire_timeout(10 s)`; `polling` with its
+//!    loop; python-redis-lock with `Lock(expire=E).acquire()` (it refuses a timeout longer
+//!    than the expiry, so its `BLPOP` is bounded by E: waiting in `BLPOP(E)` rounds).
+//! 5. lateness = the instant the acquire returned − the expiry instant.
+//!
+//! Reported: `lateness_p50_us`, `lateness_p99_us`, `lateness_max_us`, `pttl_rtt_max_us`, against
+//! the target p99 ≤ 10 ms (`target_p99_us`, `meets_target`).
+//!
+//! # `overshoot` cell: how far past its timeout does a failing `acquire_timeout(d)` return?
+//!
+//! For each d in `--timeout-ms` (default 50,300,1000): one handle takes the lock without an
+//! expiry and keeps it; another handle calls `acquire_timeout(d)` `--trials` times, trial i
+//! after a pause of `frac(i × 0.618…)` of a server tick (1/hz) so that the trials do not lock
+//! onto the ticks on which Redis fires `BLPOP` timeouts (python:
+//! `acquire(timeout=d)`, only for whole seconds, see below). overshoot = elapsed − d; reported
+//! as `overshoot_p50_us`, `overshoot_p99_us`, `overshoot_max_us`, target p99 ≤ 10 ms.
+//!
+//! # `--impl python`
+//!
+//! The `crash` and `overshoot` cells run through python-redis-lock (`python3`, or `$PYTHON`,
+//! with `redis` and `python-redis-lock` importable) in a child process
+//! (`examples/support/pylock_cells.py`) that runs the same trials on the same server and prints
+//! the raw samples; the percentiles are computed here, by the same code. python-redis-lock
+//! takes whole seconds: E is rounded up to whole seconds (1 s for the default 300 ms, said in
+//! `note`), and a timeout that is not a whole number of seconds is not measured: its line has
+//! `"trials":0` and a `note` (`acquire(timeout=0.3)` truncates the timeout to 0, which means
+//! none: against a lock held without expiry it never returns).
+//!
+//! Every `crash`/`overshoot` line also says `server_hz` (`CONFIG GET hz`): Redis checks
+//! blocked clients' timeouts in its event loop, which, idle, wakes `hz` times a second, so a
+//! `BLPOP` timeout may fire up to 1/hz late. The figures are meant for a server with default
+//! settings (hz 10), which is what the bench starts when no server answers on the default port.
+//!
+//! To reproduce the figures in the docs (about 2 minutes in all: per impl, `crash` takes about
+//! 20 × (E + lateness + a process start), `overshoot` about 20 × (50 + 300 + 1000 ms); python's
+//! `crash` runs at E = 1 s):
+//!
+//! ```text
+//! cargo run --release --example bench -- --cell crash,overshoot --impl ours,polling,python
+//! ```
+//!
+//! `--cell crash --impl ours` alone takes about 10 s; `--trials` trades time for a steadier p99
+//! (up to 51 trials, p99 is the largest sample).
+//!
+//! Add `--json` for one JSON object per line; `crash` and `overshoot` lines carry a `"cell"`
+//! field (the `loop` lines are unchanged and have none).
 
 mod support;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,6 +101,16 @@ const POLLING_RELEASE: &str = r#"
 if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end
 return 0
 "#;
+/// Set (to an impl's name) in a `crash` cell's holder child: this binary re-executed.
+const ROLE_ENV: &str = "REDIS_LOCK_BENCH_ROLE";
+/// The `crash` cell's waiter: `acquire_timeout` of this.
+const WAITER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The target for both `crash` lateness and `overshoot`: p99 at most this, in microseconds.
+const TARGET_P99_US: i64 = 10_000;
+/// Spreads the `crash` waiters' arrival: trial i arrives at fraction `frac(i × this)`.
+const GOLDEN: f64 = 0.618_033_988_749_895;
+/// The `crash` and `overshoot` cells for python-redis-lock, run with `python3 -c`.
+const PYTHON_CELLS: &str = include_str!("support/pylock_cells.py");
 
 struct Options {
     url: Option<String>,
@@ -39,12 +119,28 @@ struct Options {
     hold_ms: Vec<u64>,
     impls: Vec<Impl>,
     json: bool,
+    cells: Vec<CellKind>,
+    trials: usize,
+    expire_ms: u64,
+    timeout_ms: Vec<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum CellKind {
+    /// The acquire → hold → release loops (the cells the bench always had).
+    Loop,
+    /// Lateness after a crashed holder's expiry.
+    Crash,
+    /// How far past its timeout a failing `acquire_timeout` returns.
+    Overshoot,
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Impl {
     Ours,
     Polling,
+    /// python-redis-lock, in a python child process; `crash` and `overshoot` cells only.
+    Python,
 }
 
 impl Impl {
@@ -52,6 +148,7 @@ impl Impl {
         match self {
             Impl::Ours => "ours",
             Impl::Polling => "polling",
+            Impl::Python => "python",
         }
     }
 }
@@ -85,6 +182,13 @@ struct Cell {
 }
 
 fn main() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        if let Err(e) = crash_holder(&role, std::env::args().skip(1)) {
+            eprintln!("bench holder: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if let Err(e) = run() {
         eprintln!("bench: {e}");
         std::process::exit(2);
@@ -94,8 +198,21 @@ fn main() {
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = parse_args(std::env::args().skip(1))?;
     let (url, _server) = support::redis_url(options.url.clone())?;
-    let client = redis::Client::open(url)?;
+    let client = redis::Client::open(url.as_str())?;
     warm_up(&client)?;
+    for &kind in &options.cells {
+        match kind {
+            CellKind::Loop => run_loop_cells(&client, &options)?,
+            CellKind::Crash | CellKind::Overshoot => run_tail_cells(&client, &url, kind, &options)?,
+        }
+    }
+    Ok(())
+}
+
+fn run_loop_cells(
+    client: &redis::Client,
+    options: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
     if !options.json {
         println!(
             "{:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6}",
@@ -113,9 +230,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     for &imp in &options.impls {
+        if imp == Impl::Python {
+            eprintln!("(python: only the crash and overshoot cells; no loop cells)");
+            continue;
+        }
         for &concurrency in &options.concurrency {
             for &hold_ms in &options.hold_ms {
-                let cell = run_cell(&client, imp, concurrency, hold_ms, options.seconds)?;
+                let cell = run_cell(client, imp, concurrency, hold_ms, options.seconds)?;
                 if options.json {
                     println!("{}", cell.json());
                 } else {
@@ -135,6 +256,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         hold_ms: vec![0, 10],
         impls: vec![Impl::Ours, Impl::Polling],
         json: false,
+        cells: vec![CellKind::Loop],
+        trials: 20,
+        expire_ms: 300,
+        timeout_ms: vec![50, 300, 1000],
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -154,11 +279,38 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                     .map(|name| match name {
                         "ours" => Ok(Impl::Ours),
                         "polling" => Ok(Impl::Polling),
-                        other => Err(format!("--impl: unknown {other:?} (ours, polling)")),
+                        "python" => Ok(Impl::Python),
+                        other => Err(format!("--impl: unknown {other:?} (ours, polling, python)")),
                     })
                     .collect::<Result<_, _>>()?
             }
             "--json" => options.json = true,
+            "--cell" => {
+                options.cells = value()?
+                    .split(',')
+                    .map(|name| match name {
+                        "loop" => Ok(CellKind::Loop),
+                        "crash" => Ok(CellKind::Crash),
+                        "overshoot" => Ok(CellKind::Overshoot),
+                        other => Err(format!(
+                            "--cell: unknown {other:?} (loop, crash, overshoot)"
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--trials" => {
+                options.trials = value()?.parse().map_err(|e| format!("--trials: {e}"))?;
+                if options.trials == 0 {
+                    return Err("--trials must be at least 1".into());
+                }
+            }
+            "--expire-ms" => {
+                options.expire_ms = value()?.parse().map_err(|e| format!("--expire-ms: {e}"))?;
+                if options.expire_ms == 0 {
+                    return Err("--expire-ms must be at least 1".into());
+                }
+            }
+            "--timeout-ms" => options.timeout_ms = list(&value()?, "--timeout-ms")?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -198,6 +350,7 @@ fn run_cell(
                 s.spawn(|| match imp {
                     Impl::Ours => run_ours(client, &name, hold, start, end, &last_release),
                     Impl::Polling => run_polling(client, &name, hold, start, end, &last_release),
+                    Impl::Python => Err("python has no loop cells".to_string()),
                 })
             })
             .collect();
@@ -369,7 +522,7 @@ fn ping(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
     Ok(sent.elapsed().as_micros() as u64)
 }
 
-fn percentile(samples: &mut [u64], pct: f64) -> Option<u64> {
+fn percentile<T: Ord + Copy>(samples: &mut [T], pct: f64) -> Option<T> {
     if samples.is_empty() {
         return None;
     }
@@ -422,4 +575,473 @@ impl Cell {
             self.rtt_p50_us,
         )
     }
+}
+
+/// A `crash` or `overshoot` figure: signed microseconds over `trials` trials.
+struct TailCell {
+    kind: CellKind,
+    imp: Impl,
+    /// `expire_ms` for `crash`, `timeout_ms` for `overshoot`.
+    param_ms: u64,
+    trials: usize,
+    p50_us: Option<i64>,
+    p99_us: Option<i64>,
+    max_us: Option<i64>,
+    /// `crash` only: the longest `PTTL` round trip, the most the lateness may be overstated.
+    pttl_rtt_max_us: Option<u64>,
+    rtt_p50_us: Option<u64>,
+    server_hz: Option<u64>,
+    note: Option<String>,
+}
+
+impl TailCell {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        kind: CellKind,
+        imp: Impl,
+        param_ms: u64,
+        mut samples: Vec<i64>,
+        pttl_rtts: &[u64],
+        mut rtts: Vec<u64>,
+        server_hz: Option<u64>,
+        note: Option<String>,
+    ) -> TailCell {
+        TailCell {
+            kind,
+            imp,
+            param_ms,
+            trials: samples.len(),
+            p50_us: percentile(&mut samples, 50.0),
+            p99_us: percentile(&mut samples, 99.0),
+            max_us: samples.iter().copied().max(),
+            pttl_rtt_max_us: pttl_rtts.iter().copied().max(),
+            rtt_p50_us: percentile(&mut rtts, 50.0),
+            server_hz,
+            note,
+        }
+    }
+
+    fn names(&self) -> (&'static str, &'static str, &'static str) {
+        match self.kind {
+            CellKind::Crash => ("crash", "expire_ms", "lateness"),
+            _ => ("overshoot", "timeout_ms", "overshoot"),
+        }
+    }
+
+    fn meets_target(&self) -> Option<bool> {
+        self.p99_us.map(|p99| p99 <= TARGET_P99_US)
+    }
+
+    fn json(&self) -> String {
+        let (cell, param, figure) = self.names();
+        let opt_i = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
+        let pttl = if self.kind == CellKind::Crash {
+            format!(r#""pttl_rtt_max_us":{},"#, opt(self.pttl_rtt_max_us))
+        } else {
+            String::new()
+        };
+        format!(
+            concat!(
+                r#"{{"cell":"{}","impl":"{}","{}":{},"trials":{},"{}_p50_us":{},"#,
+                r#""{}_p99_us":{},"{}_max_us":{},"target_p99_us":{},"meets_target":{},"#,
+                r#"{}"rtt_p50_us":{},"server_hz":{},"note":{}}}"#
+            ),
+            cell,
+            self.imp.name(),
+            param,
+            self.param_ms,
+            self.trials,
+            figure,
+            opt_i(self.p50_us),
+            figure,
+            opt_i(self.p99_us),
+            figure,
+            opt_i(self.max_us),
+            TARGET_P99_US,
+            self.meets_target()
+                .map_or("null".to_string(), |m| m.to_string()),
+            pttl,
+            opt(self.rtt_p50_us),
+            opt(self.server_hz),
+            self.note
+                .as_ref()
+                .map_or("null".to_string(), |n| format!("{n:?}")),
+        )
+    }
+
+    fn row(&self) -> String {
+        let (cell, param, figure) = self.names();
+        let ms = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1e3));
+        let dash = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let verdict = match self.meets_target() {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "-",
+        };
+        let mut row = format!(
+            "{:<9} {:<8} {:>16} {:>6} {:>9} {:>9} {:>9} {:>7} {:>6} {:>3}",
+            cell,
+            self.imp.name(),
+            format!("{param}={}", self.param_ms),
+            self.trials,
+            ms(self.p50_us),
+            ms(self.p99_us),
+            ms(self.max_us),
+            verdict,
+            dash(self.rtt_p50_us),
+            dash(self.server_hz),
+        );
+        row.push_str(&format!("   ({figure})"));
+        if let Some(rtt) = self.pttl_rtt_max_us {
+            row.push_str(&format!(" expiry known to within {rtt} us"));
+        }
+        if let Some(note) = &self.note {
+            row.push_str(&format!("; {note}"));
+        }
+        row
+    }
+}
+
+/// The `crash` or `overshoot` cells for every impl asked for.
+fn run_tail_cells(
+    client: &redis::Client,
+    url: &str,
+    kind: CellKind,
+    options: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let server_hz = server_hz(client);
+    if !options.json {
+        println!(
+            "{:<9} {:<8} {:>16} {:>6} {:>9} {:>9} {:>9} {:>7} {:>6} {:>3}",
+            "cell", "impl", "param", "trials", "p50_ms", "p99_ms", "max_ms", "p99<=10", "rtt", "hz"
+        );
+    }
+    for &imp in &options.impls {
+        let cells = match (kind, imp) {
+            (_, Impl::Python) => run_python(url, kind, options, server_hz)?,
+            (CellKind::Crash, _) => vec![run_crash(client, url, imp, options, server_hz)?],
+            _ => run_overshoot(client, imp, options, server_hz)?,
+        };
+        for cell in cells {
+            if options.json {
+                println!("{}", cell.json());
+            } else {
+                println!("{}", cell.row());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server's `hz`, or `None` when `CONFIG` is not allowed.
+fn server_hz(client: &redis::Client) -> Option<u64> {
+    let mut conn = client.get_connection().ok()?;
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hz")
+        .query(&mut conn)
+        .ok()?;
+    reply.get(1)?.parse().ok()
+}
+
+/// A pause before `crash` or `overshoot` trial i that spreads its start over one server tick
+/// (1/hz): Redis fires `BLPOP` timeouts on its ticks, and back-to-back trials would otherwise
+/// lock onto them (a timeout that is a multiple of the tick would always end just after one and
+/// look prompt; a crashed holder's expiry would always fall just after one and look late).
+fn tick_phase(i: usize, server_hz: Option<u64>) -> Duration {
+    let tick = Duration::from_secs(1) / server_hz.filter(|&hz| hz > 0).unwrap_or(10) as u32;
+    tick.mul_f64((i as f64 * GOLDEN).fract())
+}
+
+/// `a − b` in microseconds, negative when `a` is earlier.
+fn signed_us(a: Instant, b: Instant) -> i64 {
+    if a >= b {
+        (a - b).as_micros() as i64
+    } else {
+        -((b - a).as_micros() as i64)
+    }
+}
+
+/// One lock handle of a native impl, for the `crash` and `overshoot` cells.
+enum Handle {
+    Ours(Lock),
+    Polling {
+        conn: redis::Connection,
+        key: String,
+        id: String,
+        expire: Option<Duration>,
+    },
+}
+
+impl Handle {
+    fn new(
+        client: &redis::Client,
+        imp: Impl,
+        name: &str,
+        expire: Option<Duration>,
+    ) -> Result<Handle, Box<dyn std::error::Error>> {
+        Ok(match imp {
+            Impl::Ours => {
+                let mut builder = Lock::builder(client, name);
+                if let Some(expire) = expire {
+                    builder = builder.expire(expire);
+                }
+                Handle::Ours(builder.build()?)
+            }
+            Impl::Polling => Handle::Polling {
+                conn: client.get_connection()?,
+                key: format!("lock:{name}"),
+                id: format!("polling-{}-{:?}", std::process::id(), Instant::now()),
+                expire,
+            },
+            Impl::Python => return Err("python runs in its own process".into()),
+        })
+    }
+
+    /// Waits up to `timeout` for the lock (the polling recipe: try, sleep 100 ms, retry).
+    fn acquire_timeout(&mut self, timeout: Duration) -> Result<bool, Box<dyn std::error::Error>> {
+        match self {
+            Handle::Ours(lock) => Ok(lock.acquire_timeout(timeout)?),
+            Handle::Polling {
+                conn,
+                key,
+                id,
+                expire,
+            } => {
+                let deadline = Instant::now() + timeout;
+                loop {
+                    let mut set = redis::cmd("SET");
+                    set.arg(&*key).arg(&*id).arg("NX");
+                    if let Some(expire) = expire {
+                        set.arg("PX").arg(expire.as_millis() as u64);
+                    }
+                    let taken: Option<String> = set.query(conn)?;
+                    if taken.is_some() {
+                        return Ok(true);
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(false);
+                    }
+                    thread::sleep(POLL_INTERVAL.min(deadline - now));
+                }
+            }
+        }
+    }
+
+    fn release(&mut self) -> Result<(), Box<dyn std::error::Error>> {
+        match self {
+            Handle::Ours(lock) => Ok(lock.release()?),
+            Handle::Polling { conn, key, id, .. } => {
+                let _: i64 = redis::Script::new(POLLING_RELEASE)
+                    .key(&*key)
+                    .arg(&*id)
+                    .invoke(conn)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The hidden role of a `crash` cell's child: take the lock with the expiry, say `held`, and
+/// wait to be killed. Arguments: URL, lock name, expiry in milliseconds.
+fn crash_holder(
+    role: &str,
+    mut args: impl Iterator<Item = String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut arg = || args.next().ok_or("the holder needs URL NAME EXPIRE_MS");
+    let url = arg()?;
+    let name = arg()?;
+    let expire = Duration::from_millis(arg()?.parse()?);
+    let imp = match role {
+        "ours" => Impl::Ours,
+        "polling" => Impl::Polling,
+        other => return Err(format!("unknown holder role {other:?}").into()),
+    };
+    let client = redis::Client::open(url)?;
+    let mut holder = Handle::new(&client, imp, &name, Some(expire))?;
+    if !holder.acquire_timeout(WAITER_TIMEOUT)? {
+        return Err(format!("{name} stayed busy").into());
+    }
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "held")?;
+    stdout.flush()?;
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The `crash` cell for ours or polling (see the top of this file).
+fn run_crash(
+    client: &redis::Client,
+    url: &str,
+    imp: Impl,
+    options: &Options,
+    server_hz: Option<u64>,
+) -> Result<TailCell, Box<dyn std::error::Error>> {
+    let expire = Duration::from_millis(options.expire_ms);
+    let mut conn = client.get_connection()?;
+    let (mut samples, mut pttl_rtts, mut rtts) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..options.trials {
+        let name = format!("bench:crash:{}:{}:{i}", imp.name(), std::process::id());
+        let key = format!("lock:{name}");
+        let mut waiter = Handle::new(client, imp, &name, Some(expire))?;
+        thread::sleep(tick_phase(i, server_hz));
+        let mut child = Command::new(std::env::current_exe()?)
+            .env(ROLE_ENV, imp.name())
+            .args([url, &name, &options.expire_ms.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut said = String::new();
+        let read = BufReader::new(child.stdout.take().expect("piped stdout")).read_line(&mut said);
+        let sent = Instant::now();
+        let pttl: redis::RedisResult<i64> = redis::cmd("PTTL").arg(&key).query(&mut conn);
+        let received = Instant::now();
+        // SIGKILL on Unix: no release, no signal, no destructor.
+        let _ = child.kill();
+        child.wait()?;
+        read?;
+        if said.trim() != "held" {
+            return Err(format!("the holder did not take {name} (said {said:?})").into());
+        }
+        let pttl = pttl?;
+        if pttl <= 0 {
+            return Err(format!("the holder's key has no expiry (PTTL {pttl})").into());
+        }
+        let expiry = sent + Duration::from_millis(pttl as u64);
+        let killed = Instant::now();
+        let spread = (i as f64 * GOLDEN).fract() * 0.9;
+        thread::sleep(expiry.saturating_duration_since(killed).mul_f64(spread));
+        if !waiter.acquire_timeout(WAITER_TIMEOUT)? {
+            return Err(format!("the waiter did not get {name} in {WAITER_TIMEOUT:?}").into());
+        }
+        let got = Instant::now();
+        waiter.release()?;
+        samples.push(signed_us(got, expiry));
+        pttl_rtts.push((received - sent).as_micros() as u64);
+        rtts.push(ping(&mut conn)?);
+    }
+    Ok(TailCell::new(
+        CellKind::Crash,
+        imp,
+        options.expire_ms,
+        samples,
+        &pttl_rtts,
+        rtts,
+        server_hz,
+        None,
+    ))
+}
+
+/// The `overshoot` cells for ours or polling: one per `--timeout-ms` value.
+fn run_overshoot(
+    client: &redis::Client,
+    imp: Impl,
+    options: &Options,
+    server_hz: Option<u64>,
+) -> Result<Vec<TailCell>, Box<dyn std::error::Error>> {
+    let mut conn = client.get_connection()?;
+    let mut cells = Vec::new();
+    for &timeout_ms in &options.timeout_ms {
+        let timeout = Duration::from_millis(timeout_ms);
+        let name = format!(
+            "bench:overshoot:{}:{}:{timeout_ms}",
+            imp.name(),
+            std::process::id()
+        );
+        let mut holder = Handle::new(client, imp, &name, None)?;
+        if !holder.acquire_timeout(Duration::ZERO)? {
+            return Err(format!("{name} is busy").into());
+        }
+        let mut waiter = Handle::new(client, imp, &name, None)?;
+        let (mut samples, mut rtts) = (Vec::new(), Vec::new());
+        for i in 0..options.trials {
+            thread::sleep(tick_phase(i, server_hz));
+            let started = Instant::now();
+            let got = waiter.acquire_timeout(timeout)?;
+            let returned = Instant::now();
+            if got {
+                return Err(format!("the waiter took {name} while it was held").into());
+            }
+            samples.push(signed_us(returned, started + timeout));
+            rtts.push(ping(&mut conn)?);
+        }
+        holder.release()?;
+        cells.push(TailCell::new(
+            CellKind::Overshoot,
+            imp,
+            timeout_ms,
+            samples,
+            &[],
+            rtts,
+            server_hz,
+            None,
+        ));
+    }
+    Ok(cells)
+}
+
+/// The `crash` or `overshoot` cells for python-redis-lock, run by `pylock_cells.py` in a python
+/// child process on the same server; it prints raw samples, the percentiles are computed here.
+fn run_python(
+    url: &str,
+    kind: CellKind,
+    options: &Options,
+    server_hz: Option<u64>,
+) -> Result<Vec<TailCell>, Box<dyn std::error::Error>> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let cell = if kind == CellKind::Crash {
+        "crash"
+    } else {
+        "overshoot"
+    };
+    let timeouts: Vec<String> = options.timeout_ms.iter().map(u64::to_string).collect();
+    let output = Command::new(&python)
+        .args(["-c", PYTHON_CELLS, "--url", url, "--cell", cell])
+        .args(["--trials", &options.trials.to_string()])
+        .args(["--expire-ms", &options.expire_ms.to_string()])
+        .args(["--timeout-ms", &timeouts.join(",")])
+        .args(["--hz", &server_hz.unwrap_or(10).to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run {python}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "the python-redis-lock cells failed ({}); they need python3 with redis and \
+             python-redis-lock (pip install python-redis-lock)",
+            output.status
+        )
+        .into());
+    }
+    let mut cells = Vec::new();
+    for line in String::from_utf8(output.stdout)?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        let numbers = |field: &str| -> Vec<i64> {
+            v[field]
+                .as_array()
+                .map(|a| a.iter().filter_map(|n| n.as_i64()).collect())
+                .unwrap_or_default()
+        };
+        let param = if kind == CellKind::Crash {
+            "expire_ms"
+        } else {
+            "timeout_ms"
+        };
+        let pttl_rtts: Vec<u64> = numbers("pttl_rtt_us").iter().map(|&n| n as u64).collect();
+        cells.push(TailCell::new(
+            kind,
+            Impl::Python,
+            v[param]
+                .as_u64()
+                .ok_or_else(|| format!("python: no {param} in {line}"))?,
+            numbers("samples_us"),
+            &pttl_rtts,
+            numbers("rtt_us").iter().map(|&n| n as u64).collect(),
+            server_hz,
+            v["note"].as_str().map(str::to_string),
+        ));
+    }
+    Ok(cells)
 }

@@ -21,8 +21,9 @@ const FIELDS: [&str; 12] = [
     "rtt_p50_us",
 ];
 
-/// The bench example's binary. `cargo test` builds the examples next to the test binaries'
-/// folder; a run of this test binary alone (`cargo test --test integration`) builds it here.
+/// The bench example's binary, built (or found up to date) by `cargo build --example bench`:
+/// `cargo test --test integration` alone does not build examples, and a stale binary from an
+/// earlier build would not know the newer flags.
 fn bench_binary() -> PathBuf {
     let deps = std::env::current_exe().expect("test binary path");
     let target = deps
@@ -30,14 +31,12 @@ fn bench_binary() -> PathBuf {
         .and_then(|d| d.parent())
         .expect("target folder");
     let bench = target.join("examples").join("bench");
-    if !bench.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let status = Command::new(cargo)
-            .args(["build", "--example", "bench"])
-            .status()
-            .expect("run cargo build --example bench");
-        assert!(status.success(), "cargo build --example bench failed");
-    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .args(["build", "--example", "bench"])
+        .status()
+        .expect("run cargo build --example bench");
+    assert!(status.success(), "cargo build --example bench failed");
     bench
 }
 
@@ -79,6 +78,111 @@ fn the_bench_prints_one_json_object_per_cell() {
     }
 }
 
+/// The fields of every `crash` line, and of every `overshoot` line.
+const CRASH_FIELDS: [&str; 13] = [
+    "cell",
+    "impl",
+    "expire_ms",
+    "trials",
+    "lateness_p50_us",
+    "lateness_p99_us",
+    "lateness_max_us",
+    "target_p99_us",
+    "meets_target",
+    "pttl_rtt_max_us",
+    "rtt_p50_us",
+    "server_hz",
+    "note",
+];
+const OVERSHOOT_FIELDS: [&str; 12] = [
+    "cell",
+    "impl",
+    "timeout_ms",
+    "trials",
+    "overshoot_p50_us",
+    "overshoot_p99_us",
+    "overshoot_max_us",
+    "target_p99_us",
+    "meets_target",
+    "rtt_p50_us",
+    "server_hz",
+    "note",
+];
+
+/// Whether python-redis-lock can be imported, for the `python` impl of the new cells.
+fn python_redis_lock() -> bool {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    Command::new(python)
+        .args(["-c", "import redis, redis_lock"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_crash_and_overshoot_cells_print_their_json() {
+    let server = RedisServer::start();
+    let mut impls = vec!["ours", "polling"];
+    if python_redis_lock() {
+        impls.push("python");
+    } else {
+        eprintln!("python-redis-lock is not importable: the python cells are not smoke-tested");
+    }
+    let output = Command::new(bench_binary())
+        .args(["--url", &server.url(), "--cell", "crash,overshoot"])
+        .args(["--trials", "2", "--expire-ms", "100", "--timeout-ms", "20"])
+        .args(["--impl", &impls.join(","), "--json"])
+        .output()
+        .expect("run the bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let cells: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // One crash line and one overshoot line (one timeout) per impl.
+    assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
+    for cell in &cells {
+        let fields: &[&str] = match cell["cell"].as_str() {
+            Some("crash") => &CRASH_FIELDS,
+            Some("overshoot") => &OVERSHOOT_FIELDS,
+            _ => panic!("no known cell in {cell}"),
+        };
+        for field in fields {
+            assert!(cell.get(field).is_some(), "{field} missing in {cell}");
+        }
+        let figure = if cell["cell"] == "crash" {
+            "lateness"
+        } else {
+            "overshoot"
+        };
+        // python-redis-lock cannot wait 20 ms (whole seconds only): that line says so instead.
+        if cell["impl"] == "python" && cell["cell"] == "overshoot" {
+            assert_eq!(cell["trials"], 0, "{cell}");
+            assert!(cell["note"].is_string(), "{cell}");
+            continue;
+        }
+        assert_eq!(cell["trials"], 2, "{cell}");
+        for pct in ["p50", "p99", "max"] {
+            let field = format!("{figure}_{pct}_us");
+            assert!(cell[&field].is_i64(), "{field} in {cell}");
+        }
+        assert!(cell["meets_target"].is_boolean(), "{cell}");
+        assert!(cell["rtt_p50_us"].is_u64(), "{cell}");
+    }
+    for imp in &impls {
+        for kind in ["crash", "overshoot"] {
+            assert!(
+                cells.iter().any(|c| c["impl"] == *imp && c["cell"] == kind),
+                "no {kind} line for {imp}: {stdout}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_bench_refuses_a_bad_argument() {
     let output = Command::new(bench_binary())
@@ -87,4 +191,10 @@ fn the_bench_refuses_a_bad_argument() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--concurrency"));
+    let output = Command::new(bench_binary())
+        .args(["--cell", "nope"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--cell"));
 }
