@@ -297,8 +297,10 @@ fn an_outage_longer_than_a_waiters_timeout_ends_its_wait_near_the_timeout() {
     server.kill();
     let (result, took) = waiter.join().unwrap();
     println!("timeout {timeout:?}: {result:?} after {took:?}");
+    // The server died with a try pipelined behind the waiter's BLPOP: whether that try ran
+    // cannot be known, and the error says so.
     assert!(
-        matches!(result, Err(Error::Redis(_)) | Ok(false)),
+        matches!(result, Err(Error::Redis(_) | Error::OutcomeUnknown { .. }) | Ok(false)),
         "expected a connection error or Ok(false), got {result:?}"
     );
     assert!(
@@ -308,7 +310,7 @@ fn an_outage_longer_than_a_waiters_timeout_ends_its_wait_near_the_timeout() {
 }
 
 #[test]
-fn an_outage_ends_a_wait_without_timeout_with_an_error_after_the_reconnect_window() {
+fn an_outage_ends_a_wait_without_timeout_with_an_error_after_the_io_timeout() {
     let mut server = RedisServer::start();
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
@@ -323,9 +325,13 @@ fn an_outage_ends_a_wait_without_timeout_with_an_error_after_the_reconnect_windo
     server.kill();
     let (result, took) = waiter.join().unwrap();
     println!("no timeout: {result:?} after {took:?}");
-    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
-    // The reconnect window is 10 s.
-    assert!(took < secs(10 + 15), "gave up after {took:?}");
+    assert!(
+        matches!(result, Err(Error::Redis(_) | Error::OutcomeUnknown { .. })),
+        "{result:?}"
+    );
+    // The I/O timeout (5 s by default) bounds each round trip of acquire(), reconnecting
+    // included.
+    assert!(took < secs(5 + 15), "gave up after {took:?}");
 }
 
 /// The server runs a release, and the connection dies before its reply arrives. The lock is

@@ -65,25 +65,32 @@ fn a_waiter_survives_a_script_flush_while_it_blocks() {
 }
 
 #[test]
-fn a_lock_key_of_the_wrong_type_is_a_wrongtype_error() {
+fn a_lock_key_of_the_wrong_type_is_reported_corrupt_and_left_alone() {
     let server = RedisServer::start();
     let client = server.client();
     let _: () = server.conn().rpush("lock:l", "x").unwrap();
     let lock = Lock::new(&client, "l").unwrap();
-    assert!(redis_message(lock.try_acquire()).contains("WRONGTYPE"));
-    assert!(redis_message(lock.release()).contains("WRONGTYPE"));
-    assert!(redis_message(lock.owner_id()).contains("WRONGTYPE"));
+    let corrupt = |r: Result<(), Error>| matches!(r, Err(Error::Corrupt { ref key, .. }) if key == "lock:l");
+    assert!(corrupt(lock.try_acquire().map(drop)));
+    assert!(corrupt(lock.release()));
+    assert!(corrupt(lock.owner_id().map(drop)));
+    let len: usize = server.conn().llen("lock:l").unwrap();
+    assert_eq!(len, 1);
 }
 
 #[test]
-fn a_signal_key_of_the_wrong_type_is_a_wrongtype_error_for_a_waiter() {
+fn a_signal_key_of_the_wrong_type_is_reported_corrupt_to_a_waiter() {
     let server = RedisServer::start();
     let client = server.client();
     let holder = Lock::new(&client, "l").unwrap();
     holder.acquire().unwrap();
     let _: () = server.conn().set("lock-signal:l", "x").unwrap();
     let waiter = Lock::new(&client, "l").unwrap();
-    assert!(redis_message(waiter.acquire_timeout(Duration::from_secs(5))).contains("WRONGTYPE"));
+    let result = waiter.acquire_timeout(Duration::from_secs(5));
+    assert!(
+        matches!(result, Err(Error::Corrupt { ref key, .. }) if key == "lock-signal:l"),
+        "{result:?}"
+    );
 }
 
 #[test]

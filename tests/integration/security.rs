@@ -12,8 +12,8 @@ use crate::support::{secs, RedisServer};
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
-     resetchannels -@all +set +get +pttl +exists +blpop +evalsha +eval +scan +incr +pexpire \
-     +del +lpush +type";
+     resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr \
+     +pexpire +del +lpush +type +client|id +client|unblock +client|kill";
 
 fn admin(server: &RedisServer, args: &[&str]) {
     let _: redis::Value = redis::cmd(args[0])
@@ -63,6 +63,13 @@ fn everything(server: &RedisServer, client: &redis::Client) -> Result<(), Error>
     server.until_blocked(1, secs(30), || waiter.is_finished());
     holder.release()?;
     assert!(waiter.join().unwrap()?, "the waiter was not woken");
+
+    // A waiter takes an expiring lock at its expiry: the client ends its BLPOP then.
+    let expiring = Lock::builder(client, "expiring")
+        .expire(Duration::from_millis(200))
+        .build()?;
+    expiring.acquire()?;
+    assert!(Lock::new(client, "expiring")?.acquire_timeout(Duration::from_secs(5))?);
 
     // Auto-renewal keeps a short lock past its expiry.
     let renewed = Lock::builder(client, "renewed")
@@ -144,6 +151,8 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         .iter()
         .copied()
         .filter(|p| p.starts_with('+') || p.starts_with('~'))
+        // Without these the lock still works, with the fallbacks the next test pins.
+        .filter(|p| !p.starts_with("+client|"))
         .collect();
     let mut unclear = Vec::new();
     for right in rights {
@@ -157,6 +166,22 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         }
     }
     assert!(unclear.is_empty(), "{unclear:#?}");
+}
+
+#[test]
+fn without_the_client_rights_the_lock_still_works() {
+    let server = RedisServer::start();
+    let rule: Vec<&str> = LOCKER_ACL
+        .split_whitespace()
+        .filter(|p| !p.starts_with("+client|"))
+        .collect();
+    let client = locker(&server, &rule.join(" "));
+    everything(&server, &client).expect("the lock needs a client right after all");
+    let refused = acl_log(&server);
+    assert!(
+        refused.iter().any(|entry| entry.contains("client|id")),
+        "the lock never asked for its connection's id: {refused:?}"
+    );
 }
 
 /// An ACL refusal: `NOPERM` for a command sent by the client; Redis 7.0 reports a command
