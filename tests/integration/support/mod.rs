@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 pub use child::{child_role, send_signal, ChildProcess};
 pub use proxy::Proxy;
-pub use server::{free_port, RedisServer};
+// Outside `RedisServer`, only the TLS tests' server needs a port.
+#[cfg(feature = "tls")]
+pub use server::free_port;
+pub use server::RedisServer;
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
