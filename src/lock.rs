@@ -493,6 +493,7 @@ impl Inner {
         log::debug!("lock {:?}: acquiring", self.name());
         let mut waiter: Option<Box<dyn Waiter + '_>> = None;
         let mut tried = self.try_short(wait)?;
+        let mut free_retries = 2;
         loop {
             match tried {
                 Tried::Acquired {
@@ -529,6 +530,13 @@ impl Inner {
                         return Err(self.error(|name| Error::Cancelled { name }));
                     }
                     let deadline = match wait {
+                        // Free by the time the try looked (a settled lost reply, a holder
+                        // letting go mid-try): a single try is not over yet.
+                        Wait::Never if pttl == Pttl::Gone && free_retries > 0 => {
+                            free_retries -= 1;
+                            tried = self.try_short(wait)?;
+                            continue;
+                        }
                         Wait::Never => return Ok(None),
                         Wait::Until(deadline) => Some(deadline),
                         Wait::Forever => None,
@@ -725,12 +733,16 @@ impl Inner {
                 pttl: observed.pttl,
                 at: Instant::now(),
             }),
-            Err(_) => {
+            Err(settling) => {
                 self.state.lock().belief = Belief::Unsure(Unsure {
                     conn,
                     releasing: false,
                 });
-                Err(self.unknown("acquire", error))
+                match settling {
+                    // Redis answered, but refused the read (an ACL): that is what to fix.
+                    Error::Redis(e) if !e.is_io_error() => Err(Error::Redis(e)),
+                    _ => Err(self.unknown("acquire", error)),
+                }
             }
         }
     }

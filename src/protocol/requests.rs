@@ -265,7 +265,14 @@ pub(crate) fn observe(keys: &Keys, with_fence: bool) -> Request {
 }
 
 pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, Error> {
-    // MULTI's +OK and each QUEUED come first; EXEC's array has the answers.
+    // MULTI's +OK and each QUEUED come first; EXEC's array has the answers. A command refused
+    // while queueing (an ACL) says why there, and EXEC only that it was discarded.
+    if let Some(refused) = replies[..replies.len().saturating_sub(1)]
+        .iter()
+        .find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(reply_error(refused));
+    }
     let Some(exec) = replies.last() else {
         return Err(Error::unexpected(&replies));
     };

@@ -47,11 +47,8 @@ impl Server {
         // No `CLIENT SETINFO` on connecting: our own `CLIENT ID` is the first request, so a
         // server that turns us away (`maxclients`) says so in its answer.
         let redis = settings.clone().set_skip_set_lib_name();
-        let client = redis::Client::open(
-            info.clone()
-                .set_tcp_settings(tcp)
-                .set_redis_settings(redis),
-        )?;
+        let client =
+            redis::Client::open(info.clone().set_tcp_settings(tcp).set_redis_settings(redis))?;
         let server = Arc::new(Server {
             client,
             short: Pool::default(),

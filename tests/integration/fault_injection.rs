@@ -300,7 +300,10 @@ fn an_outage_longer_than_a_waiters_timeout_ends_its_wait_near_the_timeout() {
     // The server died with a try pipelined behind the waiter's BLPOP: whether that try ran
     // cannot be known, and the error says so.
     assert!(
-        matches!(result, Err(Error::Redis(_) | Error::OutcomeUnknown { .. }) | Ok(false)),
+        matches!(
+            result,
+            Err(Error::Redis(_) | Error::OutcomeUnknown { .. }) | Ok(false)
+        ),
         "expected a connection error or Ok(false), got {result:?}"
     );
     assert!(
@@ -355,8 +358,9 @@ fn a_release_whose_reply_is_lost_still_hands_the_lock_to_the_waiter() {
     });
     server.until_blocked(1, secs(30), || waiter.is_finished());
     proxy.drop_next_reply();
+    // Its own unlock ran: never `NotAcquired`, though the retry finds the lock gone.
     let released = holder.release();
-    println!("the release whose reply was lost returned {released:?}");
+    assert!(released.is_ok(), "{released:?}");
     let (lock, got) = waiter.join().unwrap();
     assert!(got.unwrap());
     assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));

@@ -22,10 +22,6 @@ fn redis_error(result: Result<impl std::fmt::Debug, Error>) -> redis::RedisError
     }
 }
 
-fn redis_message(result: Result<impl std::fmt::Debug, Error>) -> String {
-    redis_error(result).to_string()
-}
-
 #[test]
 fn every_operation_survives_a_script_flush() {
     let server = RedisServer::start();
@@ -70,7 +66,8 @@ fn a_lock_key_of_the_wrong_type_is_reported_corrupt_and_left_alone() {
     let client = server.client();
     let _: () = server.conn().rpush("lock:l", "x").unwrap();
     let lock = Lock::new(&client, "l").unwrap();
-    let corrupt = |r: Result<(), Error>| matches!(r, Err(Error::Corrupt { ref key, .. }) if key == "lock:l");
+    let corrupt =
+        |r: Result<(), Error>| matches!(r, Err(Error::Corrupt { ref key, .. }) if key == "lock:l");
     assert!(corrupt(lock.try_acquire().map(drop)));
     assert!(corrupt(lock.release()));
     assert!(corrupt(lock.owner_id().map(drop)));
