@@ -253,7 +253,7 @@ impl<'c> LockBuilder<'c> {
             auto_renewal: self.auto_renewal,
             fencing: self.fencing,
             io_timeout: self.io_timeout,
-            cancel: self.cancel,
+            cancel: self.cancel.unwrap_or_default(),
         };
         let transport: Arc<dyn Transport> = Server::shared(self.client)?;
         Ok(Lock::from_settings(settings, transport))

@@ -4,13 +4,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::transport::{Admin, Transport};
 
-/// How long [`CancelToken::cancel`] keeps trying to end a wait whose `BLPOP` the server has
-/// not started yet (it was sent a moment before the cancel).
-const UNBLOCK_PERSISTENCE: Duration = Duration::from_secs(2);
+/// The deadline of each command [`CancelToken::cancel`] sends to end a wait.
+const INTERRUPT_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Ends the waits of the locks built with it, from any thread.
 ///
@@ -21,8 +20,9 @@ const UNBLOCK_PERSISTENCE: Duration = Duration::from_secs(2);
 /// next waiter).
 ///
 /// `cancel` ends a wait blocked in `BLPOP` with `CLIENT UNBLOCK`, sent from the calling
-/// thread. Where an ACL refuses that command, the wait ends when its current `BLPOP` does
-/// (at most 5 s).
+/// thread; a wait whose `BLPOP` the server has not started yet has its connection closed
+/// (`CLIENT KILL`), and settles what it sent. Where an ACL refuses those commands, the wait
+/// ends when its current `BLPOP` does (at most 5 s).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_lock::Error> {
@@ -33,8 +33,8 @@ const UNBLOCK_PERSISTENCE: Duration = Duration::from_secs(2);
 /// let lock = Lock::builder(&client, "deploy").cancel_token(token.clone()).build()?;
 /// let waiter = std::thread::spawn(move || lock.acquire());
 /// token.cancel(); // e.g. on SIGTERM
-/// match waiter.join().unwrap() {
-///     Err(Error::Cancelled { .. }) => println!("gave up waiting"),
+/// match waiter.join() {
+///     Ok(Err(Error::Cancelled { .. })) => println!("gave up waiting"),
 ///     other => println!("{other:?}"),
 /// }
 /// # Ok(())
@@ -51,6 +51,8 @@ struct Inner {
     next: AtomicU64,
     /// The waits blocked in `BLPOP` now.
     blocked: Mutex<Vec<Blocked>>,
+    /// Wakes the pauses of waits that back off while their server is away.
+    woken: Condvar,
 }
 
 struct Blocked {
@@ -81,13 +83,14 @@ impl CancelToken {
         let blocked: Vec<(u64, Arc<dyn Transport>, u64)> = {
             let blocked = self.inner.blocked.lock();
             self.inner.cancelled.store(true, Ordering::SeqCst);
+            self.inner.woken.notify_all();
             blocked
                 .iter()
                 .map(|b| (b.key, Arc::clone(&b.transport), b.conn))
                 .collect()
         };
         for (key, transport, conn) in blocked {
-            self.unblock(key, &*transport, conn);
+            self.interrupt(key, &*transport, conn);
         }
     }
 
@@ -121,24 +124,30 @@ impl CancelToken {
         Some(Registration { token: self, key })
     }
 
-    /// Ends the `BLPOP` of a registered wait. The server may not have started it yet (it was
-    /// sent just before the cancel): then the unblock finds nothing, and is sent again until
-    /// the wait has ended or the server refuses.
-    fn unblock(&self, key: u64, transport: &dyn Transport, conn: u64) {
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            match transport.unblock(conn, Instant::now() + UNBLOCK_PERSISTENCE) {
-                Ok(Admin::Done) | Ok(Admin::Refused) | Err(_) => return,
-                Ok(Admin::Nothing) => {}
-            }
-            let still_blocked = self.inner.blocked.lock().iter().any(|b| b.key == key);
-            if !still_blocked || started.elapsed() > UNBLOCK_PERSISTENCE {
-                return;
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
+    /// Ends the `BLPOP` of a registered wait. When there is none to end, the `BLPOP` has
+    /// either returned (and the try behind it run) or not reached the server yet: closing the
+    /// connection covers both, since what it has not run never runs, and the wait settles
+    /// what it did by reading the lock.
+    fn interrupt(&self, key: u64, transport: &dyn Transport, conn: u64) {
+        let deadline = Instant::now() + INTERRUPT_DEADLINE;
+        if !matches!(transport.unblock(conn, deadline), Ok(Admin::Nothing)) {
+            return;
         }
+        // A wait already over may have handed its connection to another one.
+        let still_waiting = self.inner.blocked.lock().iter().any(|b| b.key == key);
+        if still_waiting {
+            let _ = transport.kill(conn, deadline);
+        }
+    }
+
+    /// Waits up to `pause` unless the token is, or gets, cancelled; whether it is. The
+    /// backoff of a wait whose server is away, so that a cancel cuts it short.
+    pub(crate) fn pause(&self, pause: Duration) -> bool {
+        let mut blocked = self.inner.blocked.lock();
+        if !self.is_cancelled() {
+            let _ = self.inner.woken.wait_for(&mut blocked, pause);
+        }
+        self.is_cancelled()
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::lock::{wait_for, Wait};
+use crate::protocol::lease::Wait;
 use crate::{Error, Lock};
 
 /// Proof that a [`Lock`] is held; the lock is released when the guard is dropped.
@@ -39,12 +39,11 @@ pub struct LockGuard<'a> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let lock = Arc::new(redis_lock::Lock::new(&client, "tickets")?);
 /// let guard = lock.lock_arc()?;
-/// std::thread::spawn(move || {
+/// let worker = std::thread::spawn(move || {
 ///     // ... work under the lock ...
 ///     drop(guard); // released here, on this thread
-/// })
-/// .join()
-/// .unwrap();
+/// });
+/// let _ = worker.join();
 /// # Ok(())
 /// # }
 /// ```
@@ -106,7 +105,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_>>, Error> {
-        self.guard(wait_for(timeout))
+        self.guard(Wait::timeout(Instant::now(), timeout))
     }
 
     /// The guard if the lock comes free by `deadline`, else `None`.
@@ -134,7 +133,7 @@ impl Lock {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "jobs")?);
     /// let guard = lock.lock_arc()?;
-    /// std::thread::spawn(move || drop(guard)).join().unwrap();
+    /// let _ = std::thread::spawn(move || drop(guard)).join();
     /// # Ok(())
     /// # }
     /// ```
@@ -176,7 +175,7 @@ impl Lock {
         self: &Arc<Self>,
         timeout: Duration,
     ) -> Result<Option<ArcLockGuard>, Error> {
-        self.arc_guard(wait_for(timeout))
+        self.arc_guard(Wait::timeout(Instant::now(), timeout))
     }
 
     /// [`try_lock_until`](Self::try_lock_until), with a guard that owns an `Arc` of the lock.

@@ -191,10 +191,11 @@
 //!     .fencing(true)
 //!     .build()?;
 //! let guard = lock.lock()?;
-//! let token = guard.fencing_token().expect("fencing is on");
-//! // The store keeps the highest token it has accepted and refuses lower ones, e.g. in SQL:
-//! //   UPDATE ledger SET balance = $1, fence = $token WHERE id = $2 AND fence < $token
-//! println!("writing with token {token}");
+//! if let Some(token) = guard.fencing_token() {
+//!     // The store keeps the highest token it has accepted and refuses lower ones, e.g. in
+//!     // SQL: UPDATE ledger SET balance = $1, fence = $token WHERE id = $2 AND fence < $token
+//!     println!("writing with token {token}");
+//! }
 //! # Ok(())
 //! # }
 //! ```
@@ -306,12 +307,9 @@
 //!     .cancel_token(token.clone())
 //!     .build()?;
 //!
-//! // Elsewhere, e.g. in a shutdown handler: `token.cancel()`.
+//! // Elsewhere, e.g. in a shutdown handler.
 //! let canceller = token.clone();
-//! std::thread::spawn(move || {
-//!     std::thread::sleep(std::time::Duration::from_secs(10));
-//!     canceller.cancel();
-//! });
+//! std::thread::spawn(move || canceller.cancel());
 //!
 //! match lock.lock() {
 //!     Ok(guard) => {
@@ -351,7 +349,9 @@
 //!     // ... export, checking guard.lost() between steps ...
 //!     drop(guard); // released here, on the worker thread
 //! });
-//! worker.join().expect("the worker panicked");
+//! if worker.join().is_err() {
+//!     eprintln!("the worker panicked; its guard released the lock as it unwound");
+//! }
 //! # Ok(())
 //! # }
 //! ```

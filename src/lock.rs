@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use crate::protocol::keys::Keys;
-use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure};
+use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
 use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
 use crate::renew::Renewal;
 use crate::settings::{millis, Settings};
@@ -64,15 +64,6 @@ struct State {
     /// The epoch of the latest acquisition.
     epoch: u64,
     renewal: Option<Renewal>,
-}
-
-/// How long a caller waits for the lock.
-#[derive(Clone, Copy)]
-pub(crate) enum Wait {
-    /// One try.
-    Never,
-    Until(Instant),
-    Forever,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -200,7 +191,10 @@ impl Lock {
     /// ```
     #[must_use = "the lock may not have been taken"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
-        Ok(self.inner.acquire(wait_for(timeout))?.is_some())
+        Ok(self
+            .inner
+            .acquire(Wait::timeout(Instant::now(), timeout))?
+            .is_some())
     }
 
     /// Releases the lock and wakes one waiter.
@@ -393,17 +387,6 @@ impl Lock {
     }
 }
 
-/// A wait of `timeout`; zero is a single try.
-pub(crate) fn wait_for(timeout: Duration) -> Wait {
-    if timeout.is_zero() {
-        return Wait::Never;
-    }
-    match Instant::now().checked_add(timeout) {
-        Some(deadline) => Wait::Until(deadline),
-        None => Wait::Forever,
-    }
-}
-
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The id stays out: anyone who knows it can release the lock.
@@ -434,10 +417,7 @@ impl Inner {
     }
 
     fn cancelled(&self) -> bool {
-        self.settings
-            .cancel
-            .as_ref()
-            .is_some_and(|t| t.is_cancelled())
+        self.settings.cancel.is_cancelled()
     }
 
     /// The end of a round trip started now: the I/O timeout, and for a wait with a deadline,
@@ -492,8 +472,8 @@ impl Inner {
         }
         log::debug!("lock {:?}: acquiring", self.name());
         let mut waiter: Option<Box<dyn Waiter + '_>> = None;
+        let mut waiting = Waiting::new(wait);
         let mut tried = self.try_short(wait)?;
-        let mut free_retries = 2;
         loop {
             match tried {
                 Tried::Acquired {
@@ -501,9 +481,11 @@ impl Inner {
                     token,
                     attempt,
                 } => {
-                    let now = Instant::now();
-                    if attempt.needs_confirming(now, self.settings.expire()) {
-                        match self.confirm(wait)? {
+                    let confirming = self.settings.expire_ms.filter(|_| {
+                        attempt.needs_confirming(Instant::now(), self.settings.expire())
+                    });
+                    if let Some(ms) = confirming {
+                        match self.confirm(wait, ms)? {
                             Some(confirmed) => valid_until = confirmed,
                             None => {
                                 tried = self.try_short(wait)?;
@@ -518,7 +500,7 @@ impl Inner {
                         return Err(self.error(|name| Error::Cancelled { name }));
                     }
                     if let Some(waiter) = waiter.take() {
-                        waiter.finish(true);
+                        waiter.keep_for_holder();
                     }
                     return self.acquired(valid_until, token).map(Some);
                 }
@@ -529,24 +511,9 @@ impl Inner {
                     if self.cancelled() {
                         return Err(self.error(|name| Error::Cancelled { name }));
                     }
-                    let deadline = match wait {
-                        // Free by the time the try looked (a settled lost reply, a holder
-                        // letting go mid-try): a single try is not over yet.
-                        Wait::Never if pttl == Pttl::Gone && free_retries > 0 => {
-                            free_retries -= 1;
-                            tried = self.try_short(wait)?;
-                            continue;
-                        }
-                        Wait::Never => return Ok(None),
-                        Wait::Until(deadline) => Some(deadline),
-                        Wait::Forever => None,
-                    };
-                    tried = match lease::next(at, deadline, pttl) {
+                    tried = match waiting.after_busy(at, pttl) {
                         Next::GiveUp => {
                             log::debug!("lock {:?}: not acquired in time", self.name());
-                            if let Some(waiter) = waiter.take() {
-                                waiter.finish(false);
-                            }
                             return Ok(None);
                         }
                         Next::TryNow => self.try_short(wait)?,
@@ -598,12 +565,12 @@ impl Inner {
         );
         let id = conn.id();
         // While registered, a cancel ends the `BLPOP` from the cancelling thread.
-        let registration = match (&self.settings.cancel, id) {
-            (Some(token), Some(id)) => match token.blocking(&self.transport, id) {
+        let registration = match id {
+            Some(id) => match self.settings.cancel.blocking(&self.transport, id) {
                 Some(registration) => Some(registration),
                 None => return Err(self.error(|name| Error::Cancelled { name })),
             },
-            _ => None,
+            None => None,
         };
         let sent = Instant::now();
         let attempt = Attempting::new(sent, true);
@@ -790,7 +757,9 @@ impl Inner {
                 "lock {:?}: server away ({error}); trying again",
                 self.name()
             );
-            std::thread::sleep(pause);
+            if self.settings.cancel.pause(pause) {
+                return Err(self.error(|name| Error::Cancelled { name }));
+            }
             pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
@@ -826,8 +795,7 @@ impl Inner {
     }
 
     /// Restarts the expiry of a lock just taken after a wait; `None` if it is not ours.
-    fn confirm(&self, wait: Wait) -> Result<Option<Option<Instant>>, Error> {
-        let ms = self.settings.expire_ms.unwrap_or(0);
+    fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Option<Instant>>, Error> {
         let request = requests::extend(&self.keys, &self.settings.id, ms);
         let answered = self.call_again(&request, self.io_deadline(wait))?;
         Ok(

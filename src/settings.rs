@@ -21,7 +21,8 @@ pub(crate) struct Settings {
     pub(crate) auto_renewal: bool,
     pub(crate) fencing: bool,
     pub(crate) io_timeout: Duration,
-    pub(crate) cancel: Option<CancelToken>,
+    /// The caller's token, or one of the handle's own that nobody cancels.
+    pub(crate) cancel: CancelToken,
 }
 
 impl Settings {

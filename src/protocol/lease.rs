@@ -9,6 +9,63 @@ use super::requests::Pttl;
 /// after at most this long, even when the holder has no expiry and the caller no timeout.
 pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
 
+/// How long a caller waits for the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// One try.
+    Never,
+    Until(Instant),
+    Forever,
+}
+
+impl Wait {
+    /// A wait of `timeout` from `now`; zero is a single try.
+    pub(crate) fn timeout(now: Instant, timeout: Duration) -> Wait {
+        if timeout.is_zero() {
+            return Wait::Never;
+        }
+        match now.checked_add(timeout) {
+            Some(deadline) => Wait::Until(deadline),
+            None => Wait::Forever,
+        }
+    }
+}
+
+/// How many more times a single try goes again when it found the lock free mid-try.
+const FREE_RETRIES: u8 = 2;
+
+/// The waiting side of one acquire call.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    wait: Wait,
+    free_retries: u8,
+}
+
+impl Waiting {
+    pub(crate) fn new(wait: Wait) -> Self {
+        Waiting {
+            wait,
+            free_retries: FREE_RETRIES,
+        }
+    }
+
+    /// What to do after a try whose reply came at `now` found the lock busy for `pttl`. A
+    /// single try that found the lock free by the time it looked (the holder let go between
+    /// its commands, or a lost reply was settled by reading) is not over yet: it goes again,
+    /// a bounded number of times.
+    pub(crate) fn after_busy(&mut self, now: Instant, pttl: Pttl) -> Next {
+        match self.wait {
+            Wait::Never if pttl == Pttl::Gone && self.free_retries > 0 => {
+                self.free_retries -= 1;
+                Next::TryNow
+            }
+            Wait::Never => Next::GiveUp,
+            Wait::Until(deadline) => next(now, Some(deadline), pttl),
+            Wait::Forever => next(now, None, pttl),
+        }
+    }
+}
+
 /// What to do after a try found the lock busy.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Next {
@@ -23,7 +80,7 @@ pub(crate) enum Next {
 /// How long to block after a busy try whose reply arrived at `now`: until the holder's expiry
 /// + 1 ms (so the next try finds the key gone), the caller's deadline, or [`MAX_BLOCK`],
 ///   whichever comes first.
-pub(crate) fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
+fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
     let mut block = MAX_BLOCK;
     if let Some(deadline) = deadline {
         let remaining = deadline.saturating_duration_since(now);
@@ -188,6 +245,32 @@ mod tests {
     fn a_passed_deadline_gives_up_even_on_a_free_lock() {
         let now = Instant::now();
         assert_eq!(next(now, Some(now), Pttl::Gone), Next::GiveUp);
+    }
+
+    #[test]
+    fn a_single_try_goes_again_on_a_lock_found_free_but_only_twice() {
+        let now = Instant::now();
+        let mut waiting = Waiting::new(Wait::Never);
+        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::TryNow);
+        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::TryNow);
+        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::GiveUp);
+    }
+
+    #[test]
+    fn a_single_try_gives_up_on_a_held_lock() {
+        let mut waiting = Waiting::new(Wait::Never);
+        assert_eq!(
+            waiting.after_busy(Instant::now(), Pttl::Forever),
+            Next::GiveUp
+        );
+    }
+
+    #[test]
+    fn a_zero_timeout_is_a_single_try_and_a_huge_one_is_forever() {
+        let now = Instant::now();
+        assert_eq!(Wait::timeout(now, Duration::ZERO), Wait::Never);
+        assert_eq!(Wait::timeout(now, Duration::MAX), Wait::Forever);
+        assert_eq!(Wait::timeout(now, ms(5)), Wait::Until(now + ms(5)));
     }
 
     #[test]

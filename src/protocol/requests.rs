@@ -123,12 +123,8 @@ pub(crate) fn wait_then_try(
         set.arg("PX").arg(ms);
     }
     cmds.push(set);
-    let mut get = redis::cmd("GET");
-    get.arg(&keys.lock);
-    cmds.push(get);
-    let mut pttl = redis::cmd("PTTL");
-    pttl.arg(&keys.lock);
-    cmds.push(pttl);
+    cmds.push(on_key("GET", &keys.lock));
+    cmds.push(on_key("PTTL", &keys.lock));
     Request::new(cmds, false)
 }
 
@@ -220,12 +216,24 @@ fn owner(keys: &Keys, reply: &Value) -> Result<Option<Vec<u8>>, Error> {
     match reply {
         Value::Nil => Ok(None),
         Value::BulkString(id) => Ok(Some(id.clone())),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-            key: keys.lock.clone(),
-            reason: "it holds a value that is not a string, so it is not a lock".into(),
-        }),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
+}
+
+/// A key at `lock:<name>` that is not a string.
+fn not_a_lock(keys: &Keys) -> Error {
+    Error::Corrupt {
+        key: keys.lock.clone(),
+        reason: "it holds a value that is not a string, so it is not a lock".into(),
+    }
+}
+
+/// `verb key`.
+fn on_key(verb: &str, key: &str) -> Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(key);
+    cmd
 }
 
 /// An error reply as the server's error; anything else as a reply the lock never expects.
@@ -248,17 +256,13 @@ pub(crate) struct Observed {
 /// `GET`, `PTTL` (and the fencing counter) in one `MULTI`, so the TTL belongs to the owner
 /// read with it. A read: repeatable.
 pub(crate) fn observe(keys: &Keys, with_fence: bool) -> Request {
-    let mut cmds = vec![redis::cmd("MULTI")];
-    let mut get = redis::cmd("GET");
-    get.arg(&keys.lock);
-    cmds.push(get);
-    let mut pttl = redis::cmd("PTTL");
-    pttl.arg(&keys.lock);
-    cmds.push(pttl);
+    let mut cmds = vec![
+        redis::cmd("MULTI"),
+        on_key("GET", &keys.lock),
+        on_key("PTTL", &keys.lock),
+    ];
     if with_fence {
-        let mut fence = redis::cmd("GET");
-        fence.arg(&keys.fence);
-        cmds.push(fence);
+        cmds.push(on_key("GET", &keys.fence));
     }
     cmds.push(redis::cmd("EXEC"));
     Request::new(cmds, true)
@@ -325,10 +329,7 @@ pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
     match reply {
         Value::Int(0) => Ok(true),
         Value::Int(1) => Ok(false),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-            key: keys.lock.clone(),
-            reason: "it holds a value that is not a string, so it is not a lock".into(),
-        }),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
 }
@@ -355,10 +356,7 @@ pub(crate) fn parse_extend(keys: &Keys, reply: &Value) -> Result<Extended, Error
         Value::Int(0) => Ok(Extended::Yes),
         Value::Int(1) => Ok(Extended::NotOurs),
         Value::Int(2) => Ok(Extended::NoExpiry),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-            key: keys.lock.clone(),
-            reason: "it holds a value that is not a string, so it is not a lock".into(),
-        }),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
 }

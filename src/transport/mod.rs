@@ -71,9 +71,10 @@ pub(crate) trait Waiter: Send {
     /// stays usable, and that late reply is skipped when it comes.
     fn recv(&mut self, until: Instant) -> Result<Option<Value>, Fault>;
 
-    /// Gives the connection back after a wait that ended with all its replies read. One that
-    /// took the lock may go to short requests, so the holder is sure of one for its release.
-    fn finish(self: Box<Self>, acquired: bool);
+    /// Gives back the connection of a wait that took the lock: to the short requests when
+    /// the process has none, so the holder is sure of one for its release. (Dropped, a waiter
+    /// goes back to the waits' connections.)
+    fn keep_for_holder(self: Box<Self>);
 }
 
 /// Sends `request`, and its script's text in a second round trip if the server answered

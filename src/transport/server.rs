@@ -202,8 +202,8 @@ impl Waiter for WaitConn<'_> {
         }
     }
 
-    fn finish(mut self: Box<Self>, acquired: bool) {
-        if acquired && self.server.short.live() == 0 {
+    fn keep_for_holder(mut self: Box<Self>) {
+        if self.server.short.live() == 0 {
             if let Some(conn) = self.loan.take() {
                 drop(self.server.short.lend_new(conn));
             }
@@ -339,9 +339,7 @@ impl Loan<'_> {
 
     /// Closes the connection: after a failure its next reply could belong to an old request.
     fn discard(&mut self) {
-        if self.conn.take().is_some() {
-            self.pool.live.fetch_sub(1, Ordering::SeqCst);
-        }
+        drop(self.take());
     }
 
     fn take(&mut self) -> Option<Conn> {
