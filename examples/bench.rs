@@ -90,7 +90,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_lock::Lock;
+use redis_blpop_lock::Lock;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const LOCK_EXPIRE: Duration = Duration::from_secs(10);

@@ -14,7 +14,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use redis_lock::Cache;
+use redis_blpop_lock::Cache;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -7,14 +7,14 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use redis_lock::Lock;
+use redis_blpop_lock::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = support::redis_url(None)?;
     let client = redis::Client::open(url)?;
 
     let client = &client;
-    let turns: Vec<Result<(), redis_lock::Error>> = thread::scope(|s| {
+    let turns: Vec<Result<(), redis_blpop_lock::Error>> = thread::scope(|s| {
         let workers: Vec<_> = (1..=4)
             .map(|worker| s.spawn(move || take_turns(client, worker)))
             .collect();
@@ -28,14 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The closure style, and what an operator sees.
-    let answer = redis_lock::with_lock(client, "quickstart", || 6 * 7)?;
+    let answer = redis_blpop_lock::with_lock(client, "quickstart", || 6 * 7)?;
     println!("with_lock returned {answer}");
     let probe = Lock::new(client, "quickstart")?;
     println!("held now: {}", probe.locked()?);
     Ok(())
 }
 
-fn take_turns(client: &redis::Client, worker: u32) -> Result<(), redis_lock::Error> {
+fn take_turns(client: &redis::Client, worker: u32) -> Result<(), redis_blpop_lock::Error> {
     let lock = Lock::builder(client, "quickstart")
         .expire(Duration::from_secs(5))
         .auto_renewal(true)

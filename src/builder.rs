@@ -13,9 +13,9 @@ impl Lock {
     /// A handle on the lock `name`, with no expiry and a random owner id.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "cron:cleanup")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "cron:cleanup")?;
     /// if lock.try_acquire()? {
     ///     // ... only one process in the fleet gets here at a time ...
     ///     lock.release()?;
@@ -30,9 +30,9 @@ impl Lock {
     /// A builder for a handle on the lock `name`; see [`LockBuilder`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "cron:cleanup")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "cron:cleanup")
     ///     .expire(std::time::Duration::from_secs(10))
     ///     .build()?;
     /// # Ok(())
@@ -46,11 +46,11 @@ impl Lock {
 /// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// use std::time::Duration;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = redis_lock::Lock::builder(&client, "invoices")
+/// let lock = redis_blpop_lock::Lock::builder(&client, "invoices")
 ///     .expire(Duration::from_secs(30))
 ///     .id("worker-7")
 ///     .build()?;
@@ -90,10 +90,10 @@ impl<'c> LockBuilder<'c> {
     /// holder cannot keep it forever. Rounded up to whole milliseconds; at least 1 ms.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .expire(Duration::from_secs(30))
     ///     .build()?;
     /// # Ok(())
@@ -108,10 +108,10 @@ impl<'c> LockBuilder<'c> {
     /// the expiry until it is released or the handle is dropped. Needs [`expire`](Self::expire).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .expire(Duration::from_secs(30))
     ///     .auto_renewal(true) // extended every 20 s while held
     ///     .build()?;
@@ -127,10 +127,10 @@ impl<'c> LockBuilder<'c> {
     /// owner: either may extend or release the lock. Compared byte for byte; not empty.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job").id("host-a:worker-3").build()?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job").id("host-a:worker-3").build()?;
     /// assert_eq!(lock.id(), "host-a:worker-3");
     /// # Ok(())
     /// # }
@@ -144,10 +144,10 @@ impl<'c> LockBuilder<'c> {
     /// (default 1000 ms, as in python-redis-lock).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .signal_expire(Duration::from_secs(5))
     ///     .build()?;
     /// # Ok(())
@@ -163,10 +163,10 @@ impl<'c> LockBuilder<'c> {
     /// [`Lock::fencing_token`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
     /// let guard = lock.lock()?;
     /// println!("token {:?}", guard.fencing_token());
     /// # Ok(())
@@ -184,10 +184,10 @@ impl<'c> LockBuilder<'c> {
     /// (at most the smaller of this and 250 ms).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .io_timeout(Duration::from_millis(500))
     ///     .build()?;
     /// # Ok(())
@@ -201,10 +201,10 @@ impl<'c> LockBuilder<'c> {
     /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let token = redis_lock::CancelToken::new();
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let token = redis_blpop_lock::CancelToken::new();
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .cancel_token(token.clone())
     ///     .build()?;
     /// # Ok(())
@@ -218,13 +218,13 @@ impl<'c> LockBuilder<'c> {
     /// Checks the settings and makes the handle. No connection is opened yet.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "job")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
     ///     .expire(Duration::from_secs(30))
     ///     .build()?;
-    /// assert!(redis_lock::Lock::builder(&client, "").build().is_err());
+    /// assert!(redis_blpop_lock::Lock::builder(&client, "").build().is_err());
     /// # Ok(())
     /// # }
     /// ```

@@ -50,7 +50,7 @@ const FRESH_SUFFIX: &str = ":fresh";
 /// use std::time::Duration;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let cache = redis_lock::Cache::new(&client)?.prefix("cache:");
+/// let cache = redis_blpop_lock::Cache::new(&client)?.prefix("cache:");
 /// let html: String = cache.get_or_set("front-page", Duration::from_secs(60), || {
 ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>("<h1>hello</h1>".to_string())
 /// })?;
@@ -87,9 +87,9 @@ impl Cache {
     /// No connection is opened yet.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let cache = redis_lock::Cache::new(&client)?;
+    /// let cache = redis_blpop_lock::Cache::new(&client)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -106,9 +106,9 @@ impl Cache {
     /// `cache:report`). Lock names keep the bare key, as python-redis-lock's do.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let cache = redis_lock::Cache::new(&client)?.prefix("cache:");
+    /// let cache = redis_blpop_lock::Cache::new(&client)?.prefix("cache:");
     /// # Ok(())
     /// # }
     /// ```
@@ -123,10 +123,10 @@ impl Cache {
     /// Under 1 ms is refused with [`Error::InvalidArgument`] at the first miss.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let cache = redis_lock::Cache::new(&client)?.lock_expire(Duration::from_secs(5));
+    /// let cache = redis_blpop_lock::Cache::new(&client)?.lock_expire(Duration::from_secs(5));
     /// # Ok(())
     /// # }
     /// ```
@@ -145,7 +145,7 @@ impl Cache {
     /// When `compute` fails, its error comes back to this caller, nothing is stored, and the
     /// lock is released so that the next waiter computes; a panic in `compute` releases the
     /// lock as it unwinds. Lock and Redis failures come back as `E` through
-    /// `From<redis_lock::Error>`. A failed release after the value was stored is only logged:
+    /// `From<redis_blpop_lock::Error>`. A failed release after the value was stored is only logged:
     /// the value is good, and the lock expires by itself.
     ///
     /// A `ttl` under 1 ms, or a value that is not exactly one Redis argument (a `Vec` of
@@ -156,7 +156,7 @@ impl Cache {
     /// use std::time::Duration;
     ///
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let cache = redis_lock::Cache::new(&client)?;
+    /// let cache = redis_blpop_lock::Cache::new(&client)?;
     /// let total: i64 = cache.get_or_set("sales:total", Duration::from_secs(300), || {
     ///     // ... a slow query that must not run 500 times at once ...
     ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(42)
@@ -219,7 +219,7 @@ impl Cache {
     /// use std::time::Duration;
     ///
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let cache = redis_lock::Cache::new(&client)?;
+    /// let cache = redis_blpop_lock::Cache::new(&client)?;
     /// // Fresh for a minute; after that served stale for up to an hour while one worker
     /// // refreshes it.
     /// let rates: String = cache.get_or_revalidate(

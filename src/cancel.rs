@@ -25,8 +25,8 @@ const INTERRUPT_DEADLINE: Duration = Duration::from_secs(2);
 /// ends when its current `BLPOP` does (at most 5 s).
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
-/// use redis_lock::{CancelToken, Error, Lock};
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use redis_blpop_lock::{CancelToken, Error, Lock};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let token = CancelToken::new();
@@ -65,7 +65,7 @@ impl CancelToken {
     /// A token that is not cancelled.
     ///
     /// ```
-    /// let token = redis_lock::CancelToken::new();
+    /// let token = redis_blpop_lock::CancelToken::new();
     /// assert!(!token.is_cancelled());
     /// ```
     pub fn new() -> Self {
@@ -75,7 +75,7 @@ impl CancelToken {
     /// Cancels every wait on the locks built with this token, now and later.
     ///
     /// ```
-    /// let token = redis_lock::CancelToken::new();
+    /// let token = redis_blpop_lock::CancelToken::new();
     /// token.cancel();
     /// assert!(token.is_cancelled());
     /// ```
@@ -97,7 +97,7 @@ impl CancelToken {
     /// Whether [`cancel`](Self::cancel) has been called.
     ///
     /// ```
-    /// let token = redis_lock::CancelToken::new();
+    /// let token = redis_blpop_lock::CancelToken::new();
     /// assert!(!token.is_cancelled());
     /// ```
     pub fn is_cancelled(&self) -> bool {

@@ -6,11 +6,11 @@ use std::fmt;
 /// connection, ...), so a log line says what the server said.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = redis_lock::Lock::new(&client, "report")?;
+/// let lock = redis_blpop_lock::Lock::new(&client, "report")?;
 /// match lock.release() {
-///     Err(redis_lock::Error::NotAcquired { name }) => println!("{name} was not ours"),
+///     Err(redis_blpop_lock::Error::NotAcquired { name }) => println!("{name} was not ours"),
 ///     other => other?,
 /// }
 /// # Ok(())

@@ -15,9 +15,9 @@ use crate::{Error, Lock};
 /// panic; call [`unlock`](Self::unlock) to see the error instead.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = redis_lock::Lock::new(&client, "tickets")?;
+/// let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
 /// let guard = lock.lock()?;
 /// // ... sell the ticket ...
 /// guard.unlock()?;
@@ -34,10 +34,10 @@ pub struct LockGuard<'a> {
 /// thread; from [`Lock::lock_arc`] and its `try_` forms.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// use std::sync::Arc;
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = Arc::new(redis_lock::Lock::new(&client, "tickets")?);
+/// let lock = Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
 /// let guard = lock.lock_arc()?;
 /// let worker = std::thread::spawn(move || {
 ///     // ... work under the lock ...
@@ -57,9 +57,9 @@ impl Lock {
     /// Blocks until the lock is ours and returns a guard that releases it on drop.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// {
     ///     let _guard = lock.lock()?;
     ///     // ... critical section ...
@@ -78,9 +78,9 @@ impl Lock {
     /// The guard if the lock is free now, `None` if someone else holds it; never blocks.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// match lock.try_lock()? {
     ///     Some(_guard) => println!("got it"),
     ///     None => println!("busy"),
@@ -95,9 +95,9 @@ impl Lock {
     /// The guard if the lock comes free within `timeout`, else `None`.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// if let Some(_guard) = lock.try_lock_for(std::time::Duration::from_millis(500))? {
     ///     // ... critical section ...
     /// }
@@ -111,10 +111,10 @@ impl Lock {
     /// The guard if the lock comes free by `deadline`, else `None`.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::{Duration, Instant};
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// let deadline = Instant::now() + Duration::from_secs(2);
     /// if let Some(_guard) = lock.try_lock_until(deadline)? {
     ///     // ... critical section ...
@@ -129,9 +129,9 @@ impl Lock {
     /// [`lock`](Self::lock), with a guard that owns an `Arc` of the lock.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "jobs")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "jobs")?);
     /// let guard = lock.lock_arc()?;
     /// let _ = std::thread::spawn(move || drop(guard)).join();
     /// # Ok(())
@@ -148,9 +148,9 @@ impl Lock {
     /// [`try_lock`](Self::try_lock), with a guard that owns an `Arc` of the lock.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "jobs")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "jobs")?);
     /// if let Some(guard) = lock.try_lock_arc()? {
     ///     std::thread::spawn(move || drop(guard));
     /// }
@@ -164,9 +164,9 @@ impl Lock {
     /// [`try_lock_for`](Self::try_lock_for), with a guard that owns an `Arc` of the lock.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "jobs")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "jobs")?);
     /// let guard = lock.try_lock_arc_for(std::time::Duration::from_secs(1))?;
     /// # Ok(())
     /// # }
@@ -181,10 +181,10 @@ impl Lock {
     /// [`try_lock_until`](Self::try_lock_until), with a guard that owns an `Arc` of the lock.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::{Duration, Instant};
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "jobs")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "jobs")?);
     /// let guard = lock.try_lock_arc_until(Instant::now() + Duration::from_secs(1))?;
     /// # Ok(())
     /// # }
@@ -201,9 +201,9 @@ impl Lock {
     /// `with Lock(...)` raises it.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
     /// let total = lock.with_lock(|| 2 + 2)?;
     /// assert_eq!(total, 4);
     /// # Ok(())
@@ -238,9 +238,9 @@ impl<'a> LockGuard<'a> {
     /// The lock this guard holds.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// # let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
     /// let guard = lock.lock()?;
     /// assert_eq!(guard.lock().name(), "tickets");
     /// # Ok(())
@@ -253,9 +253,9 @@ impl<'a> LockGuard<'a> {
     /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// # let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
     /// let guard = lock.lock()?;
     /// assert!(!guard.lost());
     /// # Ok(())
@@ -268,9 +268,9 @@ impl<'a> LockGuard<'a> {
     /// This acquisition's fencing token; see [`Lock::fencing_token`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
     /// let guard = lock.lock()?;
     /// println!("token {:?}", guard.fencing_token());
     /// # Ok(())
@@ -283,10 +283,10 @@ impl<'a> LockGuard<'a> {
     /// Extends the held lock; see [`Lock::extend`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "batch")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "batch")
     ///     .expire(Duration::from_secs(10))
     ///     .build()?;
     /// let guard = lock.lock()?;
@@ -301,9 +301,9 @@ impl<'a> LockGuard<'a> {
     /// Releases now and reports how that went, instead of logging it in drop.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// # let lock = redis_lock::Lock::new(&client, "tickets")?;
+    /// # let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
     /// let guard = lock.lock()?;
     /// guard.unlock()?;
     /// # Ok(())
@@ -326,9 +326,9 @@ impl ArcLockGuard {
     /// The lock this guard holds.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "tickets")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
     /// let guard = lock.lock_arc()?;
     /// assert_eq!(guard.lock().name(), "tickets");
     /// # Ok(())
@@ -341,9 +341,9 @@ impl ArcLockGuard {
     /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "tickets")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
     /// let guard = lock.lock_arc()?;
     /// assert!(!guard.lost());
     /// # Ok(())
@@ -356,9 +356,9 @@ impl ArcLockGuard {
     /// This acquisition's fencing token; see [`Lock::fencing_token`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
     /// let lock = std::sync::Arc::new(lock);
     /// let guard = lock.lock_arc()?;
     /// println!("token {:?}", guard.fencing_token());
@@ -372,9 +372,9 @@ impl ArcLockGuard {
     /// Releases now and reports how that went, instead of logging it in drop.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_lock::Lock::new(&client, "tickets")?);
+    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
     /// lock.lock_arc()?.unlock()?;
     /// # Ok(())
     /// # }
@@ -432,9 +432,9 @@ const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
 /// connection each time.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let total = redis_lock::with_lock(&client, "ledger", || 2 + 2)?;
+/// let total = redis_blpop_lock::with_lock(&client, "ledger", || 2 + 2)?;
 /// assert_eq!(total, 4);
 /// # Ok(())
 /// # }

@@ -10,14 +10,14 @@
 //! name: each blocks the other and each wakes the other's waiters.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
-//! use redis_lock::Lock;
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //!
 //! // Closure style.
-//! redis_lock::with_lock(&client, "report", || println!("only one of us at a time"))?;
+//! redis_blpop_lock::with_lock(&client, "report", || println!("only one of us at a time"))?;
 //!
 //! // Guard style, with an expiry kept alive by a renewal thread.
 //! let lock = Lock::builder(&client, "report")
@@ -35,13 +35,13 @@
 //! # Usage
 //!
 //! The same tour as python-redis-lock's README, in Rust. Every call that talks to Redis returns
-//! `Result<_, redis_lock::Error>`; a handle ([`Lock`]) is `Send + Sync` and may be shared
+//! `Result<_, redis_blpop_lock::Error>`; a handle ([`Lock`]) is `Send + Sync` and may be shared
 //! between threads.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
-//! use redis_lock::Lock;
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //!
@@ -73,7 +73,7 @@
 //! }
 //!
 //! // Closure style: acquire, run, release (also when the closure panics).
-//! let answer = redis_lock::with_lock(&client, "name-of-the-lock", || 6 * 7)?;
+//! let answer = redis_blpop_lock::with_lock(&client, "name-of-the-lock", || 6 * 7)?;
 //! assert_eq!(answer, 42);
 //! # Ok(())
 //! # }
@@ -84,11 +84,11 @@
 //! settings, build the lock and call `Lock::with_lock` on it:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
-//! let lock = redis_lock::Lock::builder(&client, "nightly-report")
+//! let lock = redis_blpop_lock::Lock::builder(&client, "nightly-report")
 //!     .expire(Duration::from_secs(120))
 //!     .auto_renewal(true)
 //!     .fencing(true)
@@ -105,8 +105,8 @@
 //! python-redis-lock. Give your own to let another handle or process act as the same owner:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
-//! use redis_lock::Lock;
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let lock = Lock::builder(&client, "invoices").id("worker-7").build()?;
@@ -137,9 +137,9 @@
 //! A holder that sees `lost()` must stop writing: someone else may hold the lock now.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
-//! use redis_lock::Lock;
+//! use redis_blpop_lock::Lock;
 //!
 //! # fn process(_batch: u32) {}
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
@@ -182,11 +182,11 @@
 //! that name:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
-//! let lock = redis_lock::Lock::builder(&client, "ledger")
+//! let lock = redis_blpop_lock::Lock::builder(&client, "ledger")
 //!     .expire(Duration::from_secs(10))
 //!     .fencing(true)
 //!     .build()?;
@@ -213,9 +213,9 @@
 //! without an expiry):
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
-//! let lock = redis_lock::Lock::new(&client, "nightly-report")?;
+//! let lock = redis_blpop_lock::Lock::new(&client, "nightly-report")?;
 //! match lock.holder()? {
 //!     Some(holder) => println!("held by {} for {:?} more", holder.id, holder.ttl),
 //!     None => println!("free"),
@@ -228,14 +228,14 @@
 //! lock at once with [`reset_all`]:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
-//! use redis_lock::Lock;
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! // One lock, whoever holds it (wakes one waiter):
 //! Lock::new(&client, "stuck-job")?.reset()?;
 //! // Every lock: returns how many it deleted.
-//! let n = redis_lock::reset_all(&client)?;
+//! let n = redis_blpop_lock::reset_all(&client)?;
 //! println!("reset {n} locks");
 //! # Ok(())
 //! # }
@@ -265,9 +265,9 @@
 //! needs, and what happens without them).
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::{Duration, Instant};
-//! use redis_lock::Lock;
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let deadline = Instant::now() + Duration::from_secs(2);
@@ -298,8 +298,8 @@
 //! lock nobody uses.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
-//! use redis_lock::{CancelToken, Error, Lock};
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use redis_blpop_lock::{CancelToken, Error, Lock};
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let token = CancelToken::new();
@@ -332,10 +332,10 @@
 //! `ArcLockGuard`, which is `'static` and can be moved into a thread:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), redis_lock::Error> {
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use redis_lock::Lock;
+//! use redis_blpop_lock::Lock;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let lock = Arc::new(
@@ -367,51 +367,61 @@
 //! # Outcome rules
 //!
 //! A reply can be lost: the connection is killed, the network drops, the server stalls past the
-//! deadline. The request may or may not have run. Every request the lock sends is in one of two
-//! classes:
+//! deadline. The request may or may not have run, and on a stalled server it may still run
+//! later. Every request the lock sends is in one of two classes, and the rule for each is
+//! enforced in one place (`src/transport/mod.rs` and the driver's settle path):
 //!
-//! - **Safe to send twice**: reads; `SET NX` with our id, whose outcome is settled by reading the
-//!   owner; `extend`, which checks the owner; the owner-checked unlock and reset.
-//! - **Not safe to send twice**: everything else.
-//!
-//! Either way, a request whose reply is lost is never sent again blind:
-//!
-//! 1. First the connection it went out on is closed at the server (`CLIENT KILL ID`), so the
-//!    request cannot still run later, after the client has moved on.
-//! 2. Then the outcome is settled by reading state: whose id `lock:<name>` holds.
-//! 3. When that cannot be done before the deadline, the call returns
-//!    `Error::OutcomeUnknown { name, operation }`, and the handle asks Redis before its next
-//!    acquire instead of trusting what it believed.
+//! - **Safe to send twice**, because a second run does no more than the first: reads (owner and
+//!   TTL in one `MULTI`, `SCAN`, `MGET`); the unlock, which deletes only the owner it is given
+//!   (also `reset`'s delete, with the owner it read); `extend`, which checks the owner; `CLIENT
+//!   UNBLOCK` and `CLIENT KILL`. When its reply is lost, it is sent once more on a new
+//!   connection.
+//! - **Not safe to send twice**: a try at the lock (`SET NX`, or `acquire.lua` with fencing,
+//!   alone or behind a waiter's `BLPOP`), since a second run could take a lock freed after the
+//!   first. When its reply is lost it is never sent again. First the connection it went out on
+//!   is closed at the server (`CLIENT KILL ID`), so the try cannot still run later; then the
+//!   outcome is settled by reading whose id `lock:<name>` holds (ours: the lock was taken, and
+//!   its expiry counts from that read). While the server is away this is retried until the
+//!   wait's deadline (or for the I/O timeout). When it cannot be done in time, the call returns
+//!   `Error::OutcomeUnknown { name, operation }` and the handle asks Redis before its next
+//!   acquire or release, instead of trusting what it believed; a handle dropped in that state
+//!   settles it on the way out.
 //!
 //! What callers can rely on as a result:
 //!
-//! - [`Lock::release`] never reports [`Error::NotAcquired`] for a lock its own unlock released.
+//! - [`Lock::release`] never reports [`Error::NotAcquired`] for a lock its own unlock released:
+//!   when the reply was lost and the second send finds the lock gone, that is success. When
+//!   neither reply came back, it is `OutcomeUnknown`, and the next acquire asks Redis rather
+//!   than refusing with `AlreadyAcquired`.
 //! - [`Lock::reset`] deletes only the owner it read, so it can never delete a lock taken after it
-//!   looked.
+//!   looked; [`reset_all`] likewise, batch by batch.
 //! - A guard releases only its own acquisition: a guard dropped late never releases a later
 //!   acquisition of the same handle.
+//! - A fencing acquire takes the token and the lock together or neither; a corrupt counter is
+//!   `Error::Corrupt` and nothing is written.
 //!
 //! # Least privilege
 //!
-//! A Redis user needs exactly this:
+//! A Redis user needs exactly this (`tests/integration/security.rs` removes each right in turn
+//! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* resetchannels -@all +set +get +pttl +exists +blpop +evalsha +eval +scan +incr +pexpire +del +lpush +type +client|id +client|unblock +client|kill
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +client|id +client|unblock +client|kill
 //! ```
 //!
-//! - `+scan` is for [`reset_all`].
-//! - `+client|id +client|unblock +client|kill` let the client end its own `BLPOP` on time and
-//!   close a connection whose reply was lost (see [Deadlines](#deadlines) and
-//!   [Outcome rules](#outcome-rules)). Without them the lock still works: waits end at the
-//!   server's own timer (up to 100 ms late at the default `hz 10`), and lost replies are settled
-//!   by reading state only; the lock says so once in its log. Note that these rights are not
-//!   limited by key patterns: a user holding them may unblock or kill any connection on the
-//!   server. Leave them out where that matters more than the lateness.
-//! - On Redis 7.2+ also add `+client|setinfo`, which the `redis` crate sends when it connects (and
-//!   ignores if refused).
+//! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
+//!   reply); `+scan +mget` are for [`reset_all`].
+//! - `+client|id +client|unblock +client|kill` let the client end its own `BLPOP` on time, let a
+//!   [`CancelToken`] end a wait, and close a connection whose reply was lost (see
+//!   [Deadlines](#deadlines) and [Outcome rules](#outcome-rules)). Without them the lock still
+//!   works: waits end at the server's own timer (up to 100 ms late at the default `hz 10`), a
+//!   cancel takes effect when the current `BLPOP` ends, and lost replies are settled by reading
+//!   state only; the lock says so once in its log. These rights are not limited by key
+//!   patterns: a user holding them may unblock or kill any connection on the server. Leave them
+//!   out where that matters more than the lateness.
 //!
-//! A missing right is an [`Error::Redis`]: `NOPERM` for a command the client sends; for a command
-//! inside a script Redis 7.0 answers
+//! A missing right is an [`Error::Redis`]: `NOPERM` for a command the client sends (`EXECABORT`
+//! naming `NOPERM` inside a `MULTI`); for a command inside a script Redis 7.0 answers
 //! `ERR The user executing the script can't run this command or subcommand`.
 //!
 //! # Passwords and TLS
@@ -430,7 +440,7 @@
 //!     "rediss://redis.internal:6380/",
 //!     redis::TlsCertificates { client_tls: None, root_cert: Some(std::fs::read("ca.pem")?) },
 //! )?;
-//! let lock = redis_lock::Lock::new(&client, "report")?;
+//! let lock = redis_blpop_lock::Lock::new(&client, "report")?;
 //! # }
 //! # Ok(())
 //! # }
@@ -484,6 +494,7 @@ mod protocol;
 mod renew;
 mod reset_all;
 mod settings;
+mod timer;
 mod transport;
 
 pub use builder::LockBuilder;

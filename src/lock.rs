@@ -13,6 +13,7 @@ use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait
 use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
 use crate::renew::Renewal;
 use crate::settings::{millis, Settings};
+use crate::timer;
 use crate::transport::{self, Admin, Answered, Fault, Transport, Waiter};
 use crate::Error;
 
@@ -24,11 +25,11 @@ use crate::Error;
 /// the lock is not reentrant: acquiring it again under the same id is an error.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// use std::time::Duration;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let lock = redis_lock::Lock::builder(&client, "nightly-report")
+/// let lock = redis_blpop_lock::Lock::builder(&client, "nightly-report")
 ///     .expire(Duration::from_secs(60))
 ///     .auto_renewal(true)
 ///     .build()?;
@@ -82,13 +83,15 @@ enum Tried {
     },
 }
 
-/// Logs a refusal of `CLIENT UNBLOCK` / `CLIENT KILL` once per process.
-static UNBLOCK_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Logs a refusal of `CLIENT KILL` once per process.
 static KILL_REFUSED: AtomicBool = AtomicBool::new(false);
 
-fn log_refused_once(flag: &AtomicBool, what: &str) {
-    if !flag.swap(true, Ordering::Relaxed) {
-        log::warn!("the server refuses {what}; see the ACL rule in the crate docs");
+fn log_kill_refused_once() {
+    if !KILL_REFUSED.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "the server refuses CLIENT KILL: lost replies are settled by reading state only; \
+             see the ACL rule in the crate docs"
+        );
     }
 }
 
@@ -112,9 +115,9 @@ impl Lock {
     /// The lock's name (the key is `lock:<name>`).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// assert_eq!(lock.name(), "jobs");
     /// # Ok(())
     /// # }
@@ -126,9 +129,9 @@ impl Lock {
     /// This handle's owner id: what Redis holds while this handle owns the lock.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// assert_eq!(lock.id().len(), 24);
     /// # Ok(())
     /// # }
@@ -145,9 +148,9 @@ impl Lock {
     /// [`Error::Cancelled`] when the handle's [`CancelToken`](crate::CancelToken) is cancelled.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// lock.acquire()?;
     /// lock.release()?;
     /// # Ok(())
@@ -160,9 +163,9 @@ impl Lock {
     /// Takes the lock if it is free, never blocking. `Ok(false)` when someone else holds it.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// if !lock.try_acquire()? {
     ///     println!("busy, held by {:?}", lock.holder()?);
     /// }
@@ -180,9 +183,9 @@ impl Lock {
     /// [`LockBuilder::io_timeout`](crate::LockBuilder::io_timeout)).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// if lock.acquire_timeout(std::time::Duration::from_secs(5))? {
     ///     lock.release()?;
     /// }
@@ -205,10 +208,10 @@ impl Lock {
     /// reached in time it is [`Error::OutcomeUnknown`], and the next acquire asks Redis.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
-    /// assert!(matches!(lock.release(), Err(redis_lock::Error::NotAcquired { .. })));
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
+    /// assert!(matches!(lock.release(), Err(redis_blpop_lock::Error::NotAcquired { .. })));
     /// # Ok(())
     /// # }
     /// ```
@@ -223,10 +226,10 @@ impl Lock {
     /// [`Error::InvalidArgument`] when neither `expire` nor a configured expiry is there.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "jobs")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "jobs")
     ///     .expire(Duration::from_secs(10))
     ///     .build()?;
     /// let _guard = lock.lock()?;
@@ -260,9 +263,9 @@ impl Lock {
     /// is not a lock: it is left alone and reported as [`Error::Corrupt`].
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "stuck-job")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "stuck-job")?;
     /// if lock.reset()? {
     ///     println!("freed a stuck lock");
     /// }
@@ -278,9 +281,9 @@ impl Lock {
     /// free.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// match lock.holder()? {
     ///     Some(holder) => println!("held by {} for {:?}", holder.id, holder.ttl),
     ///     None => println!("free"),
@@ -302,9 +305,9 @@ impl Lock {
     /// Whether anyone holds the lock (one round trip).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// println!("held: {}", lock.locked()?);
     /// # Ok(())
     /// # }
@@ -317,9 +320,9 @@ impl Lock {
     /// [`holder`](Self::holder) for the remaining expiry too.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::new(&client, "jobs")?;
+    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
     /// lock.acquire()?;
     /// assert_eq!(lock.owner_id()?.as_deref(), Some(lock.id()));
     /// # Ok(())
@@ -335,10 +338,10 @@ impl Lock {
     /// released or acquired again; false when the handle holds nothing.
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_lock::Lock::builder(&client, "jobs")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "jobs")
     ///     .expire(Duration::from_secs(10))
     ///     .auto_renewal(true)
     ///     .build()?;
@@ -364,9 +367,9 @@ impl Lock {
     /// past its expiry) after someone else took it:
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), redis_lock::Error> {
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_lock::Lock::builder(&client, "ledger")
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger")
     ///     .expire(std::time::Duration::from_secs(10))
     ///     .fencing(true)
     ///     .build()?;
@@ -423,7 +426,12 @@ impl Inner {
     /// The end of a round trip started now: the I/O timeout, and for a wait with a deadline,
     /// no later than the deadline plus the grace.
     fn io_deadline(&self, wait: Wait) -> Instant {
-        let io = Instant::now() + self.settings.io_timeout;
+        self.io_deadline_after(Instant::now(), wait)
+    }
+
+    /// The end of a round trip whose reply is due at `due` rather than now: a wait's `BLPOP`.
+    fn io_deadline_after(&self, due: Instant, wait: Wait) -> Instant {
+        let io = due + self.settings.io_timeout;
         match wait {
             Wait::Until(deadline) => io.min(deadline + self.settings.grace()),
             Wait::Never | Wait::Forever => io,
@@ -608,6 +616,8 @@ impl Inner {
     }
 
     /// Sends the `BLPOP` + try and reads the try's replies (the `BLPOP`'s own is not needed).
+    /// The timer thread ends the `BLPOP` at `until`; the reads' deadline is only the backstop
+    /// for a server that does not answer.
     fn exchange_wait(
         &self,
         conn: &mut dyn Waiter,
@@ -616,39 +626,19 @@ impl Inner {
         wait: Wait,
     ) -> Result<(Vec<Value>, Option<redis::ServerError>), Fault> {
         conn.send(request, self.io_deadline(wait))?;
-        let blpop = conn.recv(until)?;
-        if blpop.is_none() {
-            // Our clock says the wait is over; the late `BLPOP` reply will be skipped.
-            if let Some(id) = conn.id() {
-                match self.transport.unblock(id, self.io_deadline(wait)) {
-                    Ok(Admin::Refused) => log_refused_once(&UNBLOCK_REFUSED, "CLIENT UNBLOCK"),
-                    Ok(Admin::Done | Admin::Nothing) => {}
-                    // The try's reply is what tells; reading it below meets the same fault.
-                    Err(fault) => log::debug!("lock {:?}: unblock failed: {fault:?}", self.name()),
-                }
-            }
-        }
+        let alarm = conn.id().map(|id| timer::set(until, &self.transport, id));
+        let blpop = conn.recv(self.io_deadline_after(until, wait));
+        drop(alarm);
+        let blpop = blpop?;
         let reply_deadline = self.io_deadline(wait);
         let mut replies = Vec::with_capacity(request.cmds.len());
         // A `BLPOP` refused (the signal key is not a list) still lets the try run.
         let refused = match blpop {
-            Some(Value::ServerError(e)) => Some(e),
+            Value::ServerError(e) => Some(e),
             _ => None,
         };
         for _ in 1..request.cmds.len() {
-            match conn.recv(reply_deadline)? {
-                Some(reply) => replies.push(reply),
-                None => {
-                    return Err(Fault::Lost {
-                        conn: conn.id(),
-                        error: std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "no reply to the try before the deadline",
-                        )
-                        .into(),
-                    })
-                }
-            }
+            replies.push(conn.recv(reply_deadline)?);
         }
         // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
         if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
@@ -721,7 +711,7 @@ impl Inner {
         self.reconnecting(wait, |deadline| {
             if let Some(conn) = conn {
                 match self.transport.kill(conn, deadline) {
-                    Ok(Admin::Refused) => log_refused_once(&KILL_REFUSED, "CLIENT KILL"),
+                    Ok(Admin::Refused) => log_kill_refused_once(),
                     Ok(Admin::Done | Admin::Nothing) => {}
                     Err(fault) => return Err(fault.into_error().into()),
                 }

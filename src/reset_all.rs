@@ -23,9 +23,9 @@ const SCAN_BATCH: usize = 1000;
 /// its batch was read is never deleted. Each round trip has a deadline of 5 s.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), redis_lock::Error> {
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let freed = redis_lock::reset_all(&client)?;
+/// let freed = redis_blpop_lock::reset_all(&client)?;
 /// println!("reset {freed} locks");
 /// # Ok(())
 /// # }

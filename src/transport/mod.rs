@@ -67,9 +67,8 @@ pub(crate) trait Waiter: Send {
     /// Sends `request` by `deadline`, without reading the replies.
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault>;
 
-    /// The next reply, waiting until `until`. `Ok(None)` if none came by then: the connection
-    /// stays usable, and that late reply is skipped when it comes.
-    fn recv(&mut self, until: Instant) -> Result<Option<Value>, Fault>;
+    /// The next reply, by `deadline`.
+    fn recv(&mut self, deadline: Instant) -> Result<Value, Fault>;
 
     /// Gives back the connection of a wait that took the lock: to the short requests when
     /// the process has none, so the holder is sure of one for its release. (Dropped, a waiter

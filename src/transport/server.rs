@@ -186,20 +186,16 @@ impl Waiter for WaitConn<'_> {
         })
     }
 
-    fn recv(&mut self, until: Instant) -> Result<Option<Value>, Fault> {
+    fn recv(&mut self, deadline: Instant) -> Result<Value, Fault> {
         let conn = self
             .loan
             .conn()
             .map_err(|error| Fault::Lost { conn: None, error })?;
         let id = conn.id;
-        match conn.recv(until) {
-            Ok(value) => Ok(Some(value)),
-            Err(e) if e.is_timeout() => Ok(None),
-            Err(error) => {
-                self.loan.discard();
-                Err(Fault::Lost { conn: id, error })
-            }
-        }
+        conn.recv(deadline).map_err(|error| {
+            self.loan.discard();
+            Fault::Lost { conn: id, error }
+        })
     }
 
     fn keep_for_holder(mut self: Box<Self>) {

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{Cache, Error};
+use redis_blpop_lock::{Cache, Error};
 
 use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
 

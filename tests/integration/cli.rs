@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::Lock;
+use redis_blpop_lock::Lock;
 
 use crate::support::{eventually, send_signal, RedisServer};
 
@@ -215,6 +215,55 @@ fn a_signal_while_waiting_exits_without_running_the_command() {
     assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
     assert!(!ran.exists(), "the command ran");
     assert_eq!(holder.owner_id().unwrap().as_deref(), Some("holder"));
+}
+
+/// SIGTERM to a waiting run, and the holder's release 0–3 ms later: the run's pipelined try
+/// may land after the signal. Whatever the race, the run leaves no lock behind and its wake-up
+/// reaches the next waiter.
+#[test]
+fn a_run_interrupted_as_the_lock_frees_leaves_no_lock_and_passes_the_wakeup_on() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let client = server.client();
+    for attempt in 0..16u64 {
+        let holder = Lock::new(&client, "l").unwrap();
+        holder.acquire().unwrap();
+        let ran = scratch.file(&format!("ran-{attempt}"));
+        let run = redis_lock(&server)
+            .args(["run", "l", "--id", "run", "--", "touch"])
+            .arg(&ran)
+            .spawn()
+            .unwrap();
+        server.until_blocked(1, HUNG, || false);
+        let patient = Lock::new(&client, "l").unwrap();
+        let next = std::thread::spawn(move || {
+            let got = patient.acquire_timeout(Duration::from_secs(20));
+            (patient, got, Instant::now())
+        });
+        server.until_blocked(2, HUNG, || next.is_finished());
+        send_signal(run.id(), "TERM");
+        std::thread::sleep(Duration::from_millis(attempt % 4));
+        let released = Instant::now();
+        holder.release().unwrap();
+        let output = finish(run);
+        match output.status.code() {
+            // Interrupted while waiting: nothing ran.
+            Some(143) => assert!(!ran.exists(), "the command ran"),
+            // The lock came first; the command ran and the lock was released after it.
+            Some(0) => assert!(ran.exists()),
+            other => panic!("exit {other:?}: {}", stderr(&output)),
+        }
+        let (patient, got, at) = next.join().unwrap();
+        assert!(got.unwrap(), "the next waiter never got the lock");
+        assert!(
+            at.duration_since(released) < WOKEN_WITHIN,
+            "the next waiter got the lock {:?} after the release: the run kept it, or its \
+             wake-up was swallowed",
+            at.duration_since(released)
+        );
+        patient.release().unwrap();
+        assert!(!held(&server, "l"));
+    }
 }
 
 #[test]

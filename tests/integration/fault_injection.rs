@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
-use redis_lock::{Error, Lock};
+use redis_blpop_lock::{Error, Lock};
 
 use crate::support::{eventually, ms, secs, ChildProcess, Proxy, RedisServer};
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis::Commands;
-use redis_lock::{Error, Lock};
+use redis_blpop_lock::{Error, Lock};
 
 use crate::support::{spawn_waiter, RedisServer};
 
@@ -41,7 +41,7 @@ fn every_operation_survives_a_script_flush() {
     assert!(lock.reset().unwrap());
     lock.acquire().unwrap();
     script_flush(&server);
-    assert_eq!(redis_lock::reset_all(&client).unwrap(), 1);
+    assert_eq!(redis_blpop_lock::reset_all(&client).unwrap(), 1);
 }
 
 #[test]

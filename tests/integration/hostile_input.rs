@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Commands;
-use redis_lock::{Error, Lock};
+use redis_blpop_lock::{Error, Lock};
 
 use crate::support::RedisServer;
 
@@ -335,7 +335,10 @@ fn reset_all_frees_locks_with_hostile_names() {
                 let lock = Lock::new(&client, name.as_str()).unwrap();
                 prop_assert!(lock.try_acquire().unwrap());
             }
-            prop_assert_eq!(redis_lock::reset_all(&client).unwrap(), distinct.len());
+            prop_assert_eq!(
+                redis_blpop_lock::reset_all(&client).unwrap(),
+                distinct.len()
+            );
             for name in &distinct {
                 prop_assert!(!conn.exists::<_, bool>(key("lock:", name)).unwrap());
             }

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{Error, Lock};
+use redis_blpop_lock::{Error, Lock};
 
 use crate::support::{secs, spawn_waiter, ChildProcess, RedisServer};
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redis::Commands;
-use redis_lock::{reset_all, with_lock, Error, Lock};
+use redis_blpop_lock::{reset_all, with_lock, Error, Lock};
 
 use crate::support::{eventually, ms, RedisServer};
 

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Instant;
 
 use redis::Commands;
-use redis_lock::{CancelToken, Error, Lock};
+use redis_blpop_lock::{CancelToken, Error, Lock};
 
 use crate::support::{eventually, ms, secs, Proxy, RedisServer};
 

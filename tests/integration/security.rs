@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::Duration;
 
-use redis_lock::{reset_all, Error, Lock};
+use redis_blpop_lock::{reset_all, Error, Lock};
 
 use crate::support::{secs, RedisServer};
 
@@ -240,7 +240,7 @@ mod tls {
     use std::time::Duration;
 
     use redis::TlsCertificates;
-    use redis_lock::{Error, Lock};
+    use redis_blpop_lock::{Error, Lock};
 
     use crate::support::{eventually, free_port};
 
@@ -414,7 +414,7 @@ mod tls {
         assert!(!signal, "the waiter was not woken by the release's signal");
         assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
         lock.release().unwrap();
-        assert_eq!(redis_lock::reset_all(&client).unwrap(), 0);
+        assert_eq!(redis_blpop_lock::reset_all(&client).unwrap(), 0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis_lock::Lock;
+use redis_blpop_lock::Lock;
 
 use crate::support::{eventually, ChildProcess, RedisServer};
 
@@ -69,5 +69,5 @@ pub fn renewal_threads_end(client: &redis::Client) {
 fn a_lock_handle_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Lock>();
-    assert_send_sync::<redis_lock::LockGuard<'static>>();
+    assert_send_sync::<redis_blpop_lock::LockGuard<'static>>();
 }

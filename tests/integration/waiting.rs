@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{reset_all, Lock};
+use redis_blpop_lock::{reset_all, Lock};
 
 use crate::support::{spawn_waiter, ChildProcess, RedisServer};
 

@@ -1,6 +1,6 @@
 //! The operator's commands: `status`, `reset` and `reset-all`.
 
-use redis_lock::{Holder, Lock};
+use redis_blpop_lock::{Holder, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -82,7 +82,7 @@ pub(crate) fn reset_all(client: &redis::Client, yes: bool) -> Outcome {
             return Ok(exit::DECLINED);
         }
     }
-    let count = redis_lock::reset_all(client).map_err(Failure::lock)?;
+    let count = redis_blpop_lock::reset_all(client).map_err(Failure::lock)?;
     let plural = if count == 1 { "" } else { "s" };
     out!("reset {count} lock{plural}");
     Ok(0)

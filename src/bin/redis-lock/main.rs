@@ -161,9 +161,9 @@ impl Failure {
     }
 
     /// A lock operation failed: a bad argument is the user's, anything else is Redis's.
-    fn lock(e: redis_lock::Error) -> Self {
+    fn lock(e: redis_blpop_lock::Error) -> Self {
         let code = match e {
-            redis_lock::Error::InvalidArgument(_) => exit::USAGE,
+            redis_blpop_lock::Error::InvalidArgument(_) => exit::USAGE,
             _ => exit::REDIS,
         };
         Failure::new(code, e.to_string())

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_lock::{CancelToken, Error, Lock};
+use redis_blpop_lock::{CancelToken, Error, Lock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;

@@ -40,8 +40,8 @@ pub fn eventually(limit: Duration, what: impl Display, mut done: impl FnMut() ->
 
 /// A thread that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
 pub fn spawn_waiter(
-    lock: redis_lock::Lock,
+    lock: redis_blpop_lock::Lock,
     timeout: Duration,
-) -> std::thread::JoinHandle<Result<bool, redis_lock::Error>> {
+) -> std::thread::JoinHandle<Result<bool, redis_blpop_lock::Error>> {
     std::thread::spawn(move || lock.acquire_timeout(timeout))
 }

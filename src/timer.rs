@@ -1,0 +1,136 @@
+//! The waits' clock: ends a wait's `BLPOP` at its deadline with `CLIENT UNBLOCK`, from one
+//! thread per process.
+//!
+//! Redis checks blocked clients' timeouts only `hz` times a second (every 100 ms by default),
+//! and a socket's read timeout fires late too (tens of milliseconds on a loaded VM). A thread
+//! parked until the earliest deadline wakes within a fraction of a millisecond, and its
+//! `CLIENT UNBLOCK <id> TIMEOUT` makes the server answer the `BLPOP` as timed out, so the try
+//! pipelined behind it runs at once. An unblock that arrives after the `BLPOP` returned on its
+//! own finds nothing to do, or at worst ends the next `BLPOP` of that connection early: a
+//! spurious wake, never a wrong result, since the try that follows reads the truth.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::transport::{Admin, Transport};
+
+/// How long the thread stays up with nothing to do before it ends.
+const IDLE: Duration = Duration::from_secs(5);
+/// The longest an unblock may take: a frozen server must not hold up the other waits' alarms.
+const UNBLOCK_DEADLINE: Duration = Duration::from_secs(1);
+
+static CLOCK: LazyLock<Clock> = LazyLock::new(|| Clock {
+    state: Mutex::new(State::default()),
+    changed: Condvar::new(),
+});
+
+/// Logs a refusal of `CLIENT UNBLOCK` once per process.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+struct Clock {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    alarms: BTreeMap<(Instant, u64), Due>,
+    next_key: u64,
+    running: bool,
+}
+
+struct Due {
+    transport: Arc<dyn Transport>,
+    conn: u64,
+}
+
+/// A pending unblock; dropping it takes it back.
+pub(crate) struct Alarm {
+    slot: Option<(Instant, u64)>,
+}
+
+/// Ends the `BLPOP` of connection `conn` at `at`, unless the alarm is dropped first. Without a
+/// thread to keep the time (the system refused one) the wait ends at the server's timer.
+pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: u64) -> Alarm {
+    let mut state = CLOCK.state.lock();
+    if !state.running {
+        let spawned = thread::Builder::new()
+            .name("redis-lock-timer".to_string())
+            .spawn(keep_time);
+        match spawned {
+            Ok(_) => state.running = true,
+            Err(e) => {
+                log::warn!("no timer thread ({e}): waits end at the server's own timer");
+                return Alarm { slot: None };
+            }
+        }
+    }
+    let key = state.next_key;
+    state.next_key += 1;
+    let earliest = state
+        .alarms
+        .keys()
+        .next()
+        .is_none_or(|(first, _)| at < *first);
+    state.alarms.insert(
+        (at, key),
+        Due {
+            transport: Arc::clone(transport),
+            conn,
+        },
+    );
+    if earliest {
+        CLOCK.changed.notify_one();
+    }
+    Alarm {
+        slot: Some((at, key)),
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            CLOCK.state.lock().alarms.remove(&slot);
+        }
+    }
+}
+
+/// The timer thread: sleeps until the earliest alarm, fires what is due, and ends after
+/// [`IDLE`] with nothing to do.
+fn keep_time() {
+    let mut state = CLOCK.state.lock();
+    loop {
+        let now = Instant::now();
+        let Some(&(at, key)) = state.alarms.keys().next() else {
+            if CLOCK.changed.wait_for(&mut state, IDLE).timed_out() && state.alarms.is_empty() {
+                state.running = false;
+                return;
+            }
+            continue;
+        };
+        if at > now {
+            CLOCK.changed.wait_until(&mut state, at);
+            continue;
+        }
+        let Some(due) = state.alarms.remove(&(at, key)) else {
+            continue;
+        };
+        drop(state);
+        let deadline = Instant::now() + UNBLOCK_DEADLINE;
+        match due.transport.unblock(due.conn, deadline) {
+            Ok(Admin::Refused) if !REFUSED.swap(true, Ordering::Relaxed) => log::warn!(
+                "the server refuses CLIENT UNBLOCK: waits end at its own timer, up to 1/hz \
+                 late; see the ACL rule in the crate docs"
+            ),
+            Ok(_) => {}
+            // The wait's own read meets the same trouble and settles it.
+            Err(fault) => log::debug!("unblock failed: {fault:?}"),
+        }
+        state = CLOCK.state.lock();
+    }
+}
