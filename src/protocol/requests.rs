@@ -14,8 +14,8 @@ use crate::Error;
 /// Commands sent together in one round trip.
 pub(crate) struct Request {
     pub(crate) cmds: Vec<Cmd>,
-    /// The script call among `cmds`, if any, and the same call with the script's text.
-    eval: Option<(usize, Cmd)>,
+    /// The script call among `cmds`, if any, and its script.
+    eval: Option<(usize, &'static Script)>,
     /// Whether running it twice does no more than running it once.
     pub(crate) repeatable: bool,
 }
@@ -39,8 +39,8 @@ impl Request {
         Request::new(vec![cmd], repeatable)
     }
 
-    fn with_script(mut self, script: &Script, keys: &[&[u8]], args: &[&[u8]]) -> Self {
-        self.eval = Some((self.cmds.len(), script.eval(keys, args)));
+    fn with_script(mut self, script: &'static Script, keys: &[&[u8]], args: &[&[u8]]) -> Self {
+        self.eval = Some((self.cmds.len(), script));
         self.cmds.push(script.evalsha(keys, args));
         self
     }
@@ -63,12 +63,13 @@ impl Request {
         replies: &[Value],
         skipped: usize,
     ) -> Option<(usize, Request)> {
-        let (at, eval) = self.eval.as_ref()?;
-        let at = at.checked_sub(skipped)?;
-        match replies.get(at) {
-            Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
-                Some((at, Request::new(vec![eval.clone()], self.repeatable)))
-            }
+        let (index, script) = self.eval?;
+        let at = index.checked_sub(skipped)?;
+        match (replies.get(at), self.cmds.get(index)) {
+            (Some(Value::ServerError(e)), Some(evalsha)) if e.code() == "NOSCRIPT" => Some((
+                at,
+                Request::new(vec![script.eval_of(evalsha)], self.repeatable),
+            )),
             _ => None,
         }
     }
@@ -599,9 +600,13 @@ mod tests {
         let (at, retry) = req.noscript_retry(&replies, 0).unwrap();
         assert_eq!(at, 1);
         assert_eq!(retry.cmds.len(), 1);
-        assert!(String::from_utf8(retry.packed())
-            .unwrap()
-            .contains("EVAL\r\n"));
+        let wire = String::from_utf8(retry.packed()).unwrap();
+        assert!(wire.starts_with("*7\r\n$4\r\nEVAL\r\n"), "{wire}");
+        let args = "$1\r\n2\r\n$6\r\nlock:l\r\n$12\r\nlock-fence:l\r\n$2\r\nme\r\n$3\r\n100\r\n";
+        assert!(
+            wire.ends_with(args),
+            "the retry keeps the call's keys and arguments: {wire}"
+        );
         assert!(req
             .noscript_retry(&[Value::Nil, Value::Int(0)], 0)
             .is_none());

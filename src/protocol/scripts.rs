@@ -21,9 +21,18 @@ impl Script {
         self.command("EVALSHA", &self.sha, keys, args)
     }
 
-    /// The same call with the script's text, for a server that answered `NOSCRIPT`.
-    pub(crate) fn eval(&self, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
-        self.command("EVAL", self.code, keys, args)
+    /// The call `evalsha` made, with the script's text instead of its SHA, for a server that
+    /// answered `NOSCRIPT`. Built only then: the text is not copied on every call.
+    pub(crate) fn eval_of(&self, evalsha: &Cmd) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.code);
+        // After EVALSHA and the SHA: the key count, the keys and the arguments.
+        for arg in evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
     }
 
     fn command(&self, verb: &str, script: &str, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
