@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::{transport_of, Backend};
 use crate::lock::Lock;
 use crate::settings::{millis, Settings, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
-use crate::transport::server::Server;
 use crate::transport::Transport;
 use crate::{id, CancelToken, Error};
 
@@ -23,8 +23,8 @@ impl Lock {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(client: &redis::Client, name: impl Into<String>) -> Result<Lock, Error> {
-        Lock::builder(client, name).build()
+    pub fn new(backend: &(impl Backend + ?Sized), name: impl Into<String>) -> Result<Lock, Error> {
+        Lock::builder(backend, name).build()
     }
 
     /// A builder for a handle on the lock `name`; see [`LockBuilder`].
@@ -38,8 +38,8 @@ impl Lock {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn builder(client: &redis::Client, name: impl Into<String>) -> LockBuilder<'_> {
-        LockBuilder::new(client, name.into())
+    pub fn builder<B: Backend + ?Sized>(backend: &B, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(backend, name.into())
     }
 }
 
@@ -59,8 +59,9 @@ impl Lock {
 /// # }
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
-pub struct LockBuilder<'c> {
-    client: &'c redis::Client,
+pub struct LockBuilder {
+    /// Where the lock lives; a backend that cannot be used fails the build.
+    transport: Result<Arc<dyn Transport>, Error>,
     name: String,
     expire: Option<Duration>,
     auto_renewal: bool,
@@ -69,12 +70,22 @@ pub struct LockBuilder<'c> {
     fencing: bool,
     io_timeout: Duration,
     cancel: Option<CancelToken>,
+    replicas: Option<(u32, Duration)>,
 }
 
-impl<'c> LockBuilder<'c> {
-    pub(crate) fn new(client: &'c redis::Client, name: String) -> Self {
+impl LockBuilder {
+    pub(crate) fn new<B: Backend + ?Sized>(backend: &B, name: String) -> Self {
+        LockBuilder::on_result(transport_of(backend), name)
+    }
+
+    /// A builder for a lock on `transport`, for the crate's own helpers that have one.
+    pub(crate) fn on(transport: Arc<dyn Transport>, name: String) -> Self {
+        LockBuilder::on_result(Ok(transport), name)
+    }
+
+    fn on_result(transport: Result<Arc<dyn Transport>, Error>, name: String) -> Self {
         LockBuilder {
-            client,
+            transport,
             name,
             expire: None,
             auto_renewal: false,
@@ -83,6 +94,7 @@ impl<'c> LockBuilder<'c> {
             fencing: false,
             io_timeout: DEFAULT_IO_TIMEOUT,
             cancel: None,
+            replicas: None,
         }
     }
 
@@ -215,6 +227,32 @@ impl<'c> LockBuilder<'c> {
         self
     }
 
+    /// Has `replicas` replicas acknowledge each acquisition, extension and release before
+    /// the call returns: the same connection sends `WAIT replicas timeout` right after it.
+    /// Off by default.
+    ///
+    /// Fewer acknowledgements within `timeout` is [`Error::NotReplicated`]; an acquisition
+    /// that could not be confirmed is released before that error is returned. What it buys:
+    /// a failover to a replica that acknowledged keeps the lock. What it does not: `WAIT` is
+    /// not consensus, and a replica that did not acknowledge may still be promoted (the
+    /// crate docs' Sentinel section says more).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger")
+    ///     .expire(Duration::from_secs(30))
+    ///     .replicas(1, Duration::from_millis(100))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Checks the settings and makes the handle. No connection is opened yet.
     ///
     /// ```no_run
@@ -245,6 +283,11 @@ impl<'c> LockBuilder<'c> {
         if self.io_timeout < Duration::from_millis(1) {
             return Err(Error::invalid("io_timeout must be at least 1 ms"));
         }
+        let replicas = match self.replicas {
+            Some((0, _)) => return Err(Error::invalid("replicas must be at least 1")),
+            Some((n, timeout)) => Some((n, millis("the replicas' timeout", timeout)?)),
+            None => None,
+        };
         let settings = Settings {
             name: self.name,
             id,
@@ -254,8 +297,9 @@ impl<'c> LockBuilder<'c> {
             fencing: self.fencing,
             io_timeout: self.io_timeout,
             cancel: self.cancel.unwrap_or_default(),
+            replicas,
         };
-        let transport: Arc<dyn Transport> = Server::shared(self.client)?;
+        let transport = self.transport?;
         Ok(Lock::from_settings(settings, transport))
     }
 }

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
 
+use crate::backend::transport_of;
+use crate::protocol::keys;
 use crate::protocol::requests::Request;
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
-use crate::transport::server::Server;
 use crate::transport::{send_repeatable, Transport};
-use crate::{Error, Lock, LockGuard};
+use crate::{Backend, Error, Lock, LockBuilder, LockGuard};
 
 /// How long a computing worker's lock lives without a renewal, unless
 /// [`Cache::lock_expire`] says otherwise. The renewal thread keeps it alive while the worker
@@ -59,8 +60,7 @@ const FRESH_SUFFIX: &str = ":fresh";
 /// ```
 #[derive(Clone)]
 pub struct Cache {
-    /// Locks are built from a client; their connections are the same shared ones.
-    client: redis::Client,
+    /// Where the values and the entries' locks live.
     transport: Arc<dyn Transport>,
     prefix: String,
     lock_expire: Duration,
@@ -80,11 +80,14 @@ struct Keys {
     name: String,
     value: String,
     fresh: String,
+    /// Their hash slot: on a cluster the freshness marker shares the value's.
+    slot: u16,
 }
 
 impl Cache {
-    /// A cache on the server `client` points at, with no key prefix and a 30 s lock expiry.
-    /// No connection is opened yet.
+    /// A cache on `backend` (a server, a cluster, a Sentinel-managed primary; see
+    /// [`Backend`]), with no key prefix and a 30 s lock expiry. No connection is opened yet.
+    /// On a cluster the freshness marker is `{P+K}:fresh`, in the value's hash slot.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -93,10 +96,9 @@ impl Cache {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(client: &redis::Client) -> Result<Cache, Error> {
+    pub fn new(backend: &(impl Backend + ?Sized)) -> Result<Cache, Error> {
         Ok(Cache {
-            client: client.clone(),
-            transport: Server::shared(client)?,
+            transport: transport_of(backend)?,
             prefix: String::new(),
             lock_expire: DEFAULT_LOCK_EXPIRE,
         })
@@ -186,7 +188,7 @@ impl Cache {
         single_arg(&value)?;
         let mut set = redis::cmd("SET");
         set.arg(&keys.value).arg(&value).arg("PX").arg(ttl_ms);
-        self.query::<()>(vec![set])?;
+        self.query::<()>(keys.slot, vec![set])?;
         release(guard, &keys);
         Ok(value)
     }
@@ -283,30 +285,39 @@ impl Cache {
             return Err(Error::invalid("the cache key is empty"));
         }
         let value = format!("{}{key}", self.prefix);
+        let fresh = if self.transport.hash_tags() {
+            format!("{}{FRESH_SUFFIX}", keys::same_slot(&value))
+        } else {
+            format!("{value}{FRESH_SUFFIX}")
+        };
         Ok(Keys {
             name: key.to_string(),
-            fresh: format!("{value}{FRESH_SUFFIX}"),
+            slot: keys::slot(value.as_bytes()),
+            fresh,
             value,
         })
     }
 
     fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
-        Lock::builder(&self.client, format!("get_or_set:{}", keys.name))
-            .expire(self.lock_expire)
-            .auto_renewal(true)
-            .build()
+        LockBuilder::on(
+            Arc::clone(&self.transport),
+            format!("get_or_set:{}", keys.name),
+        )
+        .expire(self.lock_expire)
+        .auto_renewal(true)
+        .build()
     }
 
     fn get<T: FromRedisValue>(&self, keys: &Keys) -> Result<Option<T>, Error> {
         let mut get = redis::cmd("GET");
         get.arg(&keys.value);
-        self.query(vec![get])
+        self.query(keys.slot, vec![get])
     }
 
     fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
         let mut mget = redis::cmd("MGET");
         mget.arg(&keys.value).arg(&keys.fresh);
-        let (value, fresh): (Option<T>, Option<Value>) = self.query(vec![mget])?;
+        let (value, fresh): (Option<T>, Option<Value>) = self.query(keys.slot, vec![mget])?;
         Ok(match (value, fresh) {
             (Some(value), Some(_)) => Lookup::Fresh(value),
             (Some(value), None) => Lookup::Stale(value),
@@ -328,12 +339,15 @@ impl Cache {
         set_value.arg(&keys.value).arg(value).arg("PX").arg(keep_ms);
         let mut set_fresh = redis::cmd("SET");
         set_fresh.arg(&keys.fresh).arg(1).arg("PX").arg(fresh_ms);
-        let written: Vec<Value> = self.query(vec![
-            redis::cmd("MULTI"),
-            set_value,
-            set_fresh,
-            redis::cmd("EXEC"),
-        ])?;
+        let written: Vec<Value> = self.query(
+            keys.slot,
+            vec![
+                redis::cmd("MULTI"),
+                set_value,
+                set_fresh,
+                redis::cmd("EXEC"),
+            ],
+        )?;
         match written.as_slice() {
             [Value::Okay, Value::Okay] => Ok(()),
             _ => Err(Error::unexpected(&written)),
@@ -342,8 +356,8 @@ impl Cache {
 
     /// Sends `cmds` together and reads the last reply as `T`. Every cache request is a read
     /// or a plain overwrite, so a lost reply is simply asked again.
-    fn query<T: FromRedisValue>(&self, cmds: Vec<Cmd>) -> Result<T, Error> {
-        let request = Request::repeatable(cmds);
+    fn query<T: FromRedisValue>(&self, slot: u16, cmds: Vec<Cmd>) -> Result<T, Error> {
+        let request = Request::repeatable(cmds).on_slot(slot);
         let deadline = Instant::now() + DEFAULT_IO_TIMEOUT;
         let mut answered = send_repeatable(&*self.transport, &request, deadline)?;
         let last = answered.replies.pop().unwrap_or(Value::Nil);
@@ -398,7 +412,7 @@ impl Cache {
         // refreshed the value and released in between.
         let mut exists = redis::cmd("EXISTS");
         exists.arg(&keys.fresh);
-        match self.query::<bool>(vec![exists]) {
+        match self.query::<bool>(keys.slot, vec![exists]) {
             Ok(true) => return,
             Ok(false) => {}
             Err(e) => {

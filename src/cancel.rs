@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::transport::{Admin, Transport};
+use crate::transport::{Admin, ConnId, Transport};
 
 /// The deadline of each command [`CancelToken::cancel`] sends to end a wait.
 const INTERRUPT_DEADLINE: Duration = Duration::from_secs(2);
@@ -58,7 +58,7 @@ struct Inner {
 struct Blocked {
     key: u64,
     transport: Arc<dyn Transport>,
-    conn: u64,
+    conn: ConnId,
 }
 
 impl CancelToken {
@@ -80,7 +80,7 @@ impl CancelToken {
     /// assert!(token.is_cancelled());
     /// ```
     pub fn cancel(&self) {
-        let blocked: Vec<(u64, Arc<dyn Transport>, u64)> = {
+        let blocked: Vec<(u64, Arc<dyn Transport>, ConnId)> = {
             let blocked = self.inner.blocked.lock();
             self.inner.cancelled.store(true, Ordering::SeqCst);
             self.inner.woken.notify_all();
@@ -109,7 +109,7 @@ impl CancelToken {
     pub(crate) fn blocking(
         &self,
         transport: &Arc<dyn Transport>,
-        conn: u64,
+        conn: ConnId,
     ) -> Option<Registration<'_>> {
         let mut blocked = self.inner.blocked.lock();
         if self.is_cancelled() {
@@ -128,7 +128,7 @@ impl CancelToken {
     /// either returned (and the try behind it run) or not reached the server yet: closing the
     /// connection covers both, since what it has not run never runs, and the wait settles
     /// what it did by reading the lock.
-    fn interrupt(&self, key: u64, transport: &dyn Transport, conn: u64) {
+    fn interrupt(&self, key: u64, transport: &dyn Transport, conn: ConnId) {
         let deadline = Instant::now() + INTERRUPT_DEADLINE;
         if !matches!(transport.unblock(conn, deadline), Ok(Admin::Nothing)) {
             return;

@@ -66,6 +66,22 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// Fewer replicas than [`LockBuilder::replicas`](crate::LockBuilder::replicas) asked for
+    /// acknowledged a change in time. An acquisition is released before this is returned; an
+    /// extension or a release did happen on the primary.
+    #[error(
+        "{operation} of lock {name:?} reached {acked} of the {wanted} replicas asked for in time"
+    )]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// `"acquire"`, `"extend"` or `"release"`.
+        operation: &'static str,
+        /// How many replicas acknowledged.
+        acked: u64,
+        /// How many were asked for.
+        wanted: u32,
+    },
     /// An argument was out of range or missing; the message says which.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::protocol::lease::Wait;
-use crate::{Error, Lock};
+use crate::{Backend, Error, Lock};
 
 /// Proof that a [`Lock`] is held; the lock is released when the guard is dropped.
 ///
@@ -440,11 +440,11 @@ const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
 /// # }
 /// ```
 pub fn with_lock<T>(
-    client: &redis::Client,
+    backend: &(impl Backend + ?Sized),
     name: impl Into<String>,
     work: impl FnOnce() -> T,
 ) -> Result<T, Error> {
-    Lock::builder(client, name)
+    Lock::builder(backend, name)
         .expire(WITH_LOCK_EXPIRE)
         .auto_renewal(true)
         .build()?

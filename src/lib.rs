@@ -483,6 +483,7 @@
 //!   see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
+mod backend;
 mod builder;
 mod cache;
 mod cancel;
@@ -493,10 +494,13 @@ mod lock;
 mod protocol;
 mod renew;
 mod reset_all;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod settings;
 mod timer;
 mod transport;
 
+pub use backend::Backend;
 pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use cancel::CancelToken;
@@ -504,3 +508,5 @@ pub use error::Error;
 pub use guard::{with_lock, ArcLockGuard, LockGuard};
 pub use lock::{Holder, Lock};
 pub use reset_all::reset_all;
+#[cfg(feature = "sentinel")]
+pub use sentinel::Sentinel;

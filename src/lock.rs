@@ -10,11 +10,12 @@ use redis::Value;
 
 use crate::protocol::keys::Keys;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
+use crate::protocol::redirect;
 use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
 use crate::renew::Renewal;
 use crate::settings::{millis, Settings};
 use crate::timer;
-use crate::transport::{self, Admin, Answered, Fault, Transport, Waiter};
+use crate::transport::{self, Admin, Answered, ConnId, Fault, Transport, Waiter};
 use crate::Error;
 
 /// A distributed lock on one Redis key, `lock:<name>`.
@@ -74,6 +75,8 @@ enum Tried {
         token: Option<u64>,
         /// When it followed a wait, the send that may have set the key, to be confirmed.
         attempt: Attempting,
+        /// How many replicas acknowledged it, when the request asked (`WAIT`).
+        acks: Option<u64>,
     },
     Busy {
         owner: Option<Vec<u8>>,
@@ -81,6 +84,13 @@ enum Tried {
         /// When the reply came: the holder's TTL counts from no later than this.
         at: Instant,
     },
+}
+
+/// A lock just taken, confirmed by an extend.
+struct Confirmed {
+    valid_until: Option<Instant>,
+    /// How many replicas acknowledged the extend, when that was asked.
+    acks: Option<u64>,
 }
 
 /// Logs a refusal of `CLIENT KILL` once per process.
@@ -98,7 +108,7 @@ fn log_kill_refused_once() {
 impl Lock {
     pub(crate) fn from_settings(settings: Settings, transport: Arc<dyn Transport>) -> Lock {
         let inner = Inner {
-            keys: Keys::new(&settings.name),
+            keys: Keys::new(&settings.name, transport.hash_tags()),
             settings,
             transport,
             state: Mutex::new(State {
@@ -430,10 +440,12 @@ impl Inner {
     }
 
     /// The end of a round trip whose reply is due at `due` rather than now: a wait's `BLPOP`.
+    /// A `WAIT` for replicas may add its own timeout.
     fn io_deadline_after(&self, due: Instant, wait: Wait) -> Instant {
-        let io = due + self.settings.io_timeout;
+        let replicas = self.settings.replicas_timeout();
+        let io = due + self.settings.io_timeout + replicas;
         match wait {
-            Wait::Until(deadline) => io.min(deadline + self.settings.grace()),
+            Wait::Until(deadline) => io.min(deadline + self.settings.grace() + replicas),
             Wait::Never | Wait::Forever => io,
         }
     }
@@ -488,18 +500,31 @@ impl Inner {
                     mut valid_until,
                     token,
                     attempt,
+                    mut acks,
                 } => {
+                    // A lock found ours by a read was not acknowledged by replicas yet: an
+                    // extend, with its `WAIT`, confirms it.
+                    let unacknowledged = self.settings.replicas.is_some() && acks.is_none();
                     let confirming = self.settings.expire_ms.filter(|_| {
-                        attempt.needs_confirming(Instant::now(), self.settings.expire())
+                        unacknowledged
+                            || attempt.needs_confirming(Instant::now(), self.settings.expire())
                     });
                     if let Some(ms) = confirming {
                         match self.confirm(wait, ms)? {
-                            Some(confirmed) => valid_until = confirmed,
+                            Some(confirmed) => {
+                                valid_until = confirmed.valid_until;
+                                acks = confirmed.acks.or(acks);
+                            }
                             None => {
                                 tried = self.try_short(wait)?;
                                 continue;
                             }
                         }
+                    }
+                    if let Err(e) = self.replicated("acquire", acks) {
+                        // Not confirmed: a failover could hand it to someone else as well.
+                        self.unlock_quietly();
+                        return Err(e);
                     }
                     if self.cancelled() {
                         // Granted just as the wait was cancelled: give it back, which also
@@ -539,11 +564,15 @@ impl Inner {
             &self.settings.id,
             self.settings.expire_ms,
             self.settings.fencing,
-        );
+        )
+        .replicated(self.settings.replicas);
         let deadline = self.io_deadline(wait);
         let sent = Instant::now();
         match self.call(&request, deadline) {
-            Ok(replies) => self.tried(&replies, Attempting::new(sent, false)),
+            Ok(mut replies) => {
+                let acks = request.acks(&mut replies)?;
+                self.tried(&replies, Attempting::new(sent, false), acks)
+            }
             Err(Fault::NotSent(e)) => Err(e.into()),
             Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait),
         }
@@ -570,7 +599,8 @@ impl Inner {
             self.settings.expire_ms,
             self.settings.fencing,
             Some(block),
-        );
+        )
+        .replicated(self.settings.replicas);
         let id = conn.id();
         // While registered, a cancel ends the `BLPOP` from the cancelling thread.
         let registration = match id {
@@ -585,15 +615,28 @@ impl Inner {
         let outcome = self.exchange_wait(conn.as_mut(), &request, until, wait);
         drop(registration);
         match outcome {
-            Ok((replies, refused)) => match (self.tried(&replies, attempt)?, refused) {
-                (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-                    key: self.keys.signal.clone(),
-                    reason: "it holds a value that is not a list, so waiters cannot block on it"
-                        .into(),
-                }),
-                (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
-                (tried, _) => Ok(tried),
-            },
+            // Turned away whole after the wait (the key moved, the primary is changing): the
+            // next try goes by the short path, which finds where the key lives now.
+            Ok((replies, _)) if requests::try_redirected(&replies) => Ok(Tried::Busy {
+                owner: None,
+                pttl: Pttl::Gone,
+                at: Instant::now(),
+            }),
+            Ok((mut replies, refused)) => {
+                let acks = request.acks(&mut replies)?;
+                match (self.tried(&replies, attempt, acks)?, refused) {
+                    (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => {
+                        Err(Error::Corrupt {
+                            key: self.keys.signal.clone(),
+                            reason:
+                                "it holds a value that is not a list, so waiters cannot block on it"
+                                    .into(),
+                        })
+                    }
+                    (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
+                    (tried, _) => Ok(tried),
+                }
+            }
             Err(fault) => {
                 // The connection was closed on the failure; the next wait takes another.
                 *slot = None;
@@ -607,11 +650,13 @@ impl Inner {
 
     fn waiter_conn(&self, wait: Wait) -> Result<Box<dyn Waiter + '_>, Error> {
         self.reconnecting(wait, |deadline| {
-            self.transport.waiter(deadline).map_err(|fault| {
-                let e = fault.into_error();
-                log::warn!("lock {:?}: no connection to wait on: {e}", self.name());
-                e.into()
-            })
+            self.transport
+                .waiter(self.keys.slot, deadline)
+                .map_err(|fault| {
+                    let e = fault.into_error();
+                    log::warn!("lock {:?}: no connection to wait on: {e}", self.name());
+                    e.into()
+                })
         })
     }
 
@@ -632,9 +677,10 @@ impl Inner {
         let blpop = blpop?;
         let reply_deadline = self.io_deadline(wait);
         let mut replies = Vec::with_capacity(request.cmds.len());
-        // A `BLPOP` refused (the signal key is not a list) still lets the try run.
+        // A `BLPOP` refused (the signal key is not a list) still lets the try run. One turned
+        // away by a cluster or a changing primary did not wait: the try says what to do.
         let refused = match blpop {
-            Value::ServerError(e) => Some(e),
+            Value::ServerError(e) if redirect::of(&e).is_none() => Some(e),
             _ => None,
         };
         for _ in 1..request.cmds.len() {
@@ -642,19 +688,24 @@ impl Inner {
         }
         // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
         if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
-            if let Some(reply) = self.transport.call(&retry, reply_deadline)?.pop() {
-                replies[at] = reply;
-            }
+            let retried = self.transport.call(&retry, reply_deadline)?;
+            request.patch(&mut replies, at, retried);
         }
         Ok((replies, refused))
     }
 
-    fn tried(&self, replies: &[Value], attempt: Attempting) -> Result<Tried, Error> {
+    fn tried(
+        &self,
+        replies: &[Value],
+        attempt: Attempting,
+        acks: Option<u64>,
+    ) -> Result<Tried, Error> {
         Ok(match requests::parse_try(&self.keys, replies)? {
             Attempt::Acquired { token } => Tried::Acquired {
                 valid_until: attempt.valid_until(self.settings.expire()),
                 token,
                 attempt,
+                acks,
             },
             Attempt::Busy { owner, pttl } => Tried::Busy {
                 owner,
@@ -669,7 +720,7 @@ impl Inner {
     /// outcome is unknown, and the next call asks Redis first.
     fn settle_try(
         &self,
-        conn: Option<u64>,
+        conn: Option<ConnId>,
         error: redis::RedisError,
         wait: Wait,
     ) -> Result<Tried, Error> {
@@ -683,6 +734,7 @@ impl Inner {
                     valid_until: lease::valid_from_read(sent, observed.pttl),
                     token: observed.fence,
                     attempt: Attempting::new(sent, false),
+                    acks: None,
                 })
             }
             Ok((observed, _)) => Ok(Tried::Busy {
@@ -707,7 +759,7 @@ impl Inner {
     /// Closes `conn` at the server (where allowed) and reads the lock.
     /// Keeps trying while the server is away (a restart, a failover), until the caller's
     /// deadline plus the grace, or for the I/O timeout when there is none.
-    fn settle(&self, conn: Option<u64>, wait: Wait) -> Result<(Observed, Instant), Error> {
+    fn settle(&self, conn: Option<ConnId>, wait: Wait) -> Result<(Observed, Instant), Error> {
         self.reconnecting(wait, |deadline| {
             if let Some(conn) = conn {
                 match self.transport.kill(conn, deadline) {
@@ -784,18 +836,39 @@ impl Inner {
         }
     }
 
-    /// Restarts the expiry of a lock just taken after a wait; `None` if it is not ours.
-    fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Option<Instant>>, Error> {
-        let request = requests::extend(&self.keys, &self.settings.id, ms);
-        let answered = self.call_again(&request, self.io_deadline(wait))?;
+    /// Restarts the expiry of a lock just taken; `None` if it is not ours. Says until when it
+    /// is valid, and how many replicas acknowledged it when that was asked.
+    fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Confirmed>, Error> {
+        let request =
+            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let mut answered = self.call_again(&request, self.io_deadline(wait))?;
+        let acks = request.acks(&mut answered.replies)?;
         Ok(
             match requests::parse_extend(&self.keys, answered.first())? {
                 Extended::NotOurs => None,
-                Extended::Yes | Extended::NoExpiry => {
-                    Some(Attempting::new(answered.sent, false).valid_until(self.settings.expire()))
-                }
+                Extended::Yes | Extended::NoExpiry => Some(Confirmed {
+                    valid_until: Attempting::new(answered.sent, false)
+                        .valid_until(self.settings.expire()),
+                    acks,
+                }),
             },
         )
+    }
+
+    /// Fails with [`Error::NotReplicated`] when fewer replicas than asked for acknowledged
+    /// `operation` (`acks` is `None` when no `WAIT` ran).
+    fn replicated(&self, operation: &'static str, acks: Option<u64>) -> Result<(), Error> {
+        match self.settings.replicas {
+            Some((wanted, _)) if acks.unwrap_or(0) < u64::from(wanted) => {
+                Err(Error::NotReplicated {
+                    name: self.settings.name.clone(),
+                    operation,
+                    acked: acks.unwrap_or(0),
+                    wanted,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     fn acquired(
@@ -857,13 +930,15 @@ impl Inner {
             &self.keys,
             self.settings.id.as_bytes(),
             self.settings.signal_expire_ms,
-        );
+        )
+        .replicated(self.settings.replicas);
         match self.call_again(&request, deadline) {
-            Ok(answered) => {
+            Ok(mut answered) => {
+                let acks = request.acks(&mut answered.replies)?;
                 let released = requests::parse_unlock(&self.keys, answered.first())?;
                 self.state.lock().belief = Belief::Free;
                 if released || answered.lost_before || unsure_release {
-                    Ok(())
+                    self.replicated("release", acks)
                 } else {
                     Err(self.error(|name| Error::NotAcquired { name }))
                 }
@@ -897,10 +972,15 @@ impl Inner {
 
     /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
     pub(crate) fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
-        let request = requests::extend(&self.keys, &self.settings.id, ms);
-        let answered = self.call_again(&request, self.io_deadline(Wait::Never))?;
+        let request =
+            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let mut answered = self.call_again(&request, self.io_deadline(Wait::Never))?;
+        let acks = request.acks(&mut answered.replies)?;
         let extended = requests::parse_extend(&self.keys, answered.first())?;
         if extended == Extended::Yes {
+            // Not replicated, the longer expiry may not survive a failover: the lease keeps
+            // the old one.
+            self.replicated("extend", acks)?;
             if let Belief::Held(lease) = &mut self.state.lock().belief {
                 lease.extended(answered.sent, Duration::from_millis(ms));
             }

@@ -1,13 +1,14 @@
 //! `reset_all`: the operator's way to free every lock at once.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use redis::Value;
 
+use crate::backend::{transport_of, Backend};
 use crate::protocol::keys;
 use crate::protocol::requests::{self, Request};
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
-use crate::transport::server::Server;
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 
@@ -15,12 +16,13 @@ use crate::Error;
 const SCAN_BATCH: usize = 1000;
 
 /// Deletes every lock (every string key `lock:*`) and wakes a waiter on each; returns how many
-/// locks it deleted.
+/// locks it deleted. On a cluster it scans every primary.
 ///
 /// Keys are found with `SCAN` from the client, a batch at a time; the owners of a batch are
 /// read with `MGET`, and one script call deletes each lock that still holds the owner read,
 /// so a large keyspace never blocks the server the way `KEYS` would, and a lock taken after
-/// its batch was read is never deleted. Each round trip has a deadline of 5 s.
+/// its batch was read is never deleted. On a cluster a batch is split by hash slot, since
+/// one command's keys must share one. Each round trip has a deadline of 5 s.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -30,35 +32,58 @@ const SCAN_BATCH: usize = 1000;
 /// # Ok(())
 /// # }
 /// ```
-pub fn reset_all(client: &redis::Client) -> Result<usize, Error> {
-    let server = Server::shared(client)?;
+pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
+    let transport = transport_of(backend)?;
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
-    let mut cursor: u64 = 0;
     let mut reset = 0;
-    loop {
-        let (next, found) =
-            requests::parse_scan(&one(&*server, &requests::scan(cursor, SCAN_BATCH))?)?;
-        if !found.is_empty() {
-            let owners =
-                requests::parse_owners(&one(&*server, &requests::owners(&found))?, found.len())?;
-            let held: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = found
-                .into_iter()
-                .zip(owners)
-                .filter_map(|(lock, owner)| Some((keys::signal_of(&lock)?, lock, owner?)))
-                .map(|(signal, lock, owner)| (lock, signal, owner))
-                .collect();
-            if !held.is_empty() {
-                let reply = one(&*server, &requests::reset_batch(&held, signal_expire_ms))?;
-                reset += requests::parse_count(&reply)?;
+    transport.each_primary(Instant::now() + DEFAULT_IO_TIMEOUT, &mut |primary| {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, found) =
+                requests::parse_scan(&one(primary, &requests::scan(cursor, SCAN_BATCH))?)?;
+            let mut by_slot: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+            for key in found {
+                let slot = if transport.hash_tags() {
+                    keys::slot(&key)
+                } else {
+                    0
+                };
+                by_slot.entry(slot).or_default().push(key);
+            }
+            for batch in by_slot.into_values() {
+                reset += reset_batch(&*transport, batch, signal_expire_ms)?;
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(());
             }
         }
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
+    })?;
     log::info!("reset {reset} locks");
     Ok(reset)
+}
+
+/// Resets the locks among `found` (keys of one hash slot) that are held, each only if the
+/// owner read still holds it.
+fn reset_batch(
+    transport: &dyn Transport,
+    found: Vec<Vec<u8>>,
+    signal_expire_ms: u64,
+) -> Result<usize, Error> {
+    let owners = requests::parse_owners(&one(transport, &requests::owners(&found))?, found.len())?;
+    let held: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = found
+        .into_iter()
+        .zip(owners)
+        .filter_map(|(lock, owner)| Some((keys::signal_of(&lock)?, lock, owner?)))
+        .map(|(signal, lock, owner)| (lock, signal, owner))
+        .collect();
+    if held.is_empty() {
+        return Ok(0);
+    }
+    requests::parse_count(&one(
+        transport,
+        &requests::reset_batch(&held, signal_expire_ms),
+    )?)
 }
 
 /// The one reply of a read or an owner-checked reset.

@@ -23,11 +23,19 @@ pub(crate) struct Settings {
     pub(crate) io_timeout: Duration,
     /// The caller's token, or one of the handle's own that nobody cancels.
     pub(crate) cancel: CancelToken,
+    /// How many replicas must acknowledge a change, and within how many milliseconds.
+    pub(crate) replicas: Option<(u32, u64)>,
 }
 
 impl Settings {
     pub(crate) fn expire(&self) -> Option<Duration> {
         self.expire_ms.map(Duration::from_millis)
+    }
+
+    /// How long a request's `WAIT` for replicas may add to its round trip.
+    pub(crate) fn replicas_timeout(&self) -> Duration {
+        self.replicas
+            .map_or(Duration::ZERO, |(_, ms)| Duration::from_millis(ms))
     }
 
     /// How long after a caller's deadline the round trip under way may still finish: enough

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::transport::{Admin, Transport};
+use crate::transport::{Admin, ConnId, Transport};
 
 /// How long the thread stays up with nothing to do before it ends.
 const IDLE: Duration = Duration::from_secs(5);
@@ -46,7 +46,7 @@ struct State {
 
 struct Due {
     transport: Arc<dyn Transport>,
-    conn: u64,
+    conn: ConnId,
 }
 
 /// A pending unblock; dropping it takes it back.
@@ -56,7 +56,7 @@ pub(crate) struct Alarm {
 
 /// Ends the `BLPOP` of connection `conn` at `at`, unless the alarm is dropped first. Without a
 /// thread to keep the time (the system refused one) the wait ends at the server's timer.
-pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: u64) -> Alarm {
+pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: ConnId) -> Alarm {
     let mut state = CLOCK.state.lock();
     if !state.running {
         let spawned = thread::Builder::new()

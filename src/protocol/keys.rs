@@ -1,7 +1,10 @@
-//! Key names: the only place they are spelled.
+//! Key names: the only place they are spelled, and the hash slots they fall in.
 //!
 //! python-redis-lock's layout: `lock:<name>` holds the owner's id, `lock-signal:<name>` is the
-//! list a release pushes to, and this crate adds `lock-fence:<name>` for fencing tokens.
+//! list a release pushes to, and this crate adds `lock-fence:<name>` for fencing tokens. On a
+//! Redis Cluster the three must share a hash slot, or the scripts and the `BLPOP` + try
+//! pipeline could not run: there the name goes in braces (`lock:{name}`), unless it already
+//! has a hash tag of its own, which then decides the slot as it is.
 
 const LOCK_PREFIX: &str = "lock:";
 const SIGNAL_PREFIX: &str = "lock-signal:";
@@ -10,22 +13,66 @@ const FENCE_PREFIX: &str = "lock-fence:";
 /// The `SCAN MATCH` pattern that finds every lock key.
 pub(crate) const LOCK_PATTERN: &str = "lock:*";
 
-/// The keys of one lock.
+/// How many hash slots a Redis Cluster has.
+const SLOTS: u16 = 16384;
+
+/// The keys of one lock, and the hash slot of its lock key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Keys {
     pub(crate) lock: String,
     pub(crate) signal: String,
     pub(crate) fence: String,
+    pub(crate) slot: u16,
 }
 
 impl Keys {
-    pub(crate) fn new(name: &str) -> Keys {
+    /// The keys of lock `name`; `tagged` when they must share a hash slot (a cluster).
+    pub(crate) fn new(name: &str, tagged: bool) -> Keys {
+        let name = if tagged { same_slot(name) } else { name.into() };
+        let lock = format!("{LOCK_PREFIX}{name}");
         Keys {
-            lock: format!("{LOCK_PREFIX}{name}"),
+            slot: slot(lock.as_bytes()),
             signal: format!("{SIGNAL_PREFIX}{name}"),
             fence: format!("{FENCE_PREFIX}{name}"),
+            lock,
         }
     }
+}
+
+/// `text` in braces, unless it has a hash tag already: keys that embed the result share a
+/// hash slot whatever else they add around it.
+pub(crate) fn same_slot(text: &str) -> String {
+    if hash_tag(text.as_bytes()).is_some() {
+        text.into()
+    } else {
+        format!("{{{text}}}")
+    }
+}
+
+/// What Redis Cluster hashes in `key`: the part between the first `{` and the first `}`
+/// after it, when that part is not empty.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it (CRC16-XMODEM of the hashed part).
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
 }
 
 /// The signal list that belongs to a lock key found by `SCAN` (any bytes after the prefix).
@@ -41,10 +88,43 @@ mod tests {
 
     #[test]
     fn keys_are_python_redis_locks_with_the_name_as_given() {
-        let keys = Keys::new("a:b c");
+        let keys = Keys::new("a:b c", false);
         assert_eq!(keys.lock, "lock:a:b c");
         assert_eq!(keys.signal, "lock-signal:a:b c");
         assert_eq!(keys.fence, "lock-fence:a:b c");
+    }
+
+    #[test]
+    fn on_a_cluster_the_name_becomes_the_hash_tag() {
+        let keys = Keys::new("jobs", true);
+        assert_eq!(keys.lock, "lock:{jobs}");
+        assert_eq!(keys.signal, "lock-signal:{jobs}");
+        assert_eq!(keys.fence, "lock-fence:{jobs}");
+        assert_eq!(slot(keys.signal.as_bytes()), keys.slot);
+        assert_eq!(slot(keys.fence.as_bytes()), keys.slot);
+    }
+
+    #[test]
+    fn a_name_with_its_own_hash_tag_is_used_as_is() {
+        // python-redis-lock's users reach `lock:{jobs}` by naming their lock `{jobs}`.
+        assert_eq!(Keys::new("{jobs}", true).lock, "lock:{jobs}");
+        assert_eq!(
+            Keys::new("user:{42}:mail", true).lock,
+            "lock:user:{42}:mail"
+        );
+        // An empty tag is no tag: Redis hashes the whole key.
+        assert_eq!(Keys::new("a{}b", true).lock, "lock:{a{}b}");
+    }
+
+    #[test]
+    fn slots_match_what_redis_cluster_computes() {
+        // From CLUSTER KEYSLOT on Redis 7.0.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"123456789"), 12739);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), 8363);
+        assert_eq!(slot(b"foo{{bar}}zap"), 4015);
+        assert_eq!(slot(b""), 0);
     }
 
     #[test]
@@ -53,6 +133,7 @@ mod tests {
             signal_of(b"lock:\xff\x00x"),
             Some(b"lock-signal:\xff\x00x".to_vec())
         );
+        assert_eq!(signal_of(b"lock:{a}"), Some(b"lock-signal:{a}".to_vec()));
         assert_eq!(signal_of(b"lockx"), None);
     }
 }

@@ -196,7 +196,7 @@ pub(crate) enum Belief {
 pub(crate) struct Unsure {
     /// The connection it went out on (its `CLIENT ID`), to close at the server before
     /// reading state, so that the request cannot run after the read.
-    pub(crate) conn: Option<u64>,
+    pub(crate) conn: Option<super::ConnId>,
     /// Whether it was a release (else a try): a release's own unlock may be why the lock is
     /// gone, so "not ours" afterwards is not `NotAcquired`.
     pub(crate) releasing: bool,

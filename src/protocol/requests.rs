@@ -8,16 +8,25 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use super::keys::Keys;
+use super::redirect;
 use super::scripts::{Script, ACQUIRE, EXTEND, RESET_ALL, UNLOCK};
 use crate::Error;
 
 /// Commands sent together in one round trip.
+///
+/// A request writes with its first command, or runs as one `MULTI` transaction: so when a
+/// cluster redirects its first command (or aborts its transaction), nothing in it ran, and
+/// it can go to the right node whatever it is ([`redirect::ran_nothing`]).
 pub(crate) struct Request {
     pub(crate) cmds: Vec<Cmd>,
     /// The script call among `cmds`, if any, and its script.
     eval: Option<(usize, &'static Script)>,
     /// Whether running it twice does no more than running it once.
     pub(crate) repeatable: bool,
+    /// The hash slot of its keys, which a cluster routes by; `None` for any node.
+    pub(crate) slot: Option<u16>,
+    /// Whether its last command is a `WAIT` for replicas.
+    waits: bool,
 }
 
 impl Request {
@@ -26,6 +35,39 @@ impl Request {
             cmds,
             eval: None,
             repeatable,
+            slot: None,
+            waits: false,
+        }
+    }
+
+    /// The request for the keys of hash slot `slot`.
+    pub(crate) fn on_slot(mut self, slot: u16) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// The request followed, on the same connection, by `WAIT replicas timeout`: the reply
+    /// says how many replicas have what this connection wrote.
+    pub(crate) fn replicated(mut self, replicas: Option<(u32, u64)>) -> Self {
+        if let Some((replicas, timeout_ms)) = replicas {
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(replicas).arg(timeout_ms);
+            self.cmds.push(wait);
+            self.waits = true;
+        }
+        self
+    }
+
+    /// Takes the `WAIT`'s reply off `replies`: how many replicas acknowledged, or `None`
+    /// when the request did not wait.
+    pub(crate) fn acks(&self, replies: &mut Vec<Value>) -> Result<Option<u64>, Error> {
+        if !self.waits {
+            return Ok(None);
+        }
+        match replies.pop() {
+            Some(Value::Int(n)) => Ok(Some(u64::try_from(n).unwrap_or(0))),
+            Some(other) => Err(reply_error(&other)),
+            None => Err(Error::unexpected(&replies)),
         }
     }
 
@@ -57,7 +99,8 @@ impl Request {
     /// When the server answered `NOSCRIPT` to the script call, the request that sends its
     /// text, and where in `replies` its reply goes (`replies` answer the commands after the
     /// first `skipped`). The refused call ran nothing, so this is safe whatever the request
-    /// is; the other commands ran and are not sent again.
+    /// is; the other commands ran and are not sent again, except a `WAIT`, which must follow
+    /// the script's write to count it. [`patch`](Self::patch) puts the replies in place.
     pub(crate) fn noscript_retry(
         &self,
         replies: &[Value],
@@ -66,12 +109,74 @@ impl Request {
         let (index, script) = self.eval?;
         let at = index.checked_sub(skipped)?;
         match (replies.get(at), self.cmds.get(index)) {
-            (Some(Value::ServerError(e)), Some(evalsha)) if e.code() == "NOSCRIPT" => Some((
-                at,
-                Request::new(vec![script.eval_of(evalsha)], self.repeatable),
-            )),
+            (Some(Value::ServerError(e)), Some(evalsha)) if e.code() == "NOSCRIPT" => {
+                let mut cmds = vec![script.eval_of(evalsha)];
+                if self.waits {
+                    cmds.extend(self.cmds.last().cloned());
+                }
+                let retry = Request {
+                    cmds,
+                    eval: None,
+                    waits: self.waits,
+                    ..*self
+                };
+                Some((at, retry))
+            }
             _ => None,
         }
+    }
+
+    /// Puts the replies of a [`noscript_retry`](Self::noscript_retry) into `replies`.
+    pub(crate) fn patch(&self, replies: &mut [Value], at: usize, mut retried: Vec<Value>) {
+        if self.waits {
+            if let (Some(wait), Some(last)) = (retried.pop(), replies.last_mut()) {
+                *last = wait;
+            }
+        }
+        if let (Some(reply), Some(slot)) = (retried.pop(), replies.get_mut(at)) {
+            *slot = reply;
+        }
+    }
+}
+
+/// Sending a request where a cluster's `ASK` says.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+impl Request {
+    /// The request for a node that answered `ASK`: each command preceded by `ASKING`, or the
+    /// whole transaction by one (the flag lasts through `MULTI`).
+    pub(crate) fn asking(&self) -> Request {
+        let asking = || redis::cmd("ASKING");
+        let cmds = if self.is_transaction() {
+            std::iter::once(asking())
+                .chain(self.cmds.iter().cloned())
+                .collect()
+        } else {
+            self.cmds
+                .iter()
+                .flat_map(|c| [asking(), c.clone()])
+                .collect()
+        };
+        Request {
+            cmds,
+            eval: None,
+            ..*self
+        }
+    }
+
+    /// The replies of [`asking`](Self::asking)'s request without those of the `ASKING`s.
+    pub(crate) fn without_asking(&self, replies: Vec<Value>) -> Vec<Value> {
+        if self.is_transaction() {
+            replies.into_iter().skip(1).collect()
+        } else {
+            replies.into_iter().skip(1).step_by(2).collect()
+        }
+    }
+
+    fn is_transaction(&self) -> bool {
+        self.cmds
+            .first()
+            .and_then(|c| c.args_iter().next())
+            .is_some_and(|verb| matches!(verb, redis::Arg::Simple(b"MULTI")))
     }
 }
 
@@ -112,11 +217,13 @@ pub(crate) fn wait_then_try(
     }
     if fencing {
         let expire = num(expire_ms.unwrap_or(0));
-        return Request::new(cmds, false).with_script(
-            &ACQUIRE,
-            &[keys.lock.as_bytes(), keys.fence.as_bytes()],
-            &[id.as_bytes(), &expire],
-        );
+        return Request::new(cmds, false)
+            .with_script(
+                &ACQUIRE,
+                &[keys.lock.as_bytes(), keys.fence.as_bytes()],
+                &[id.as_bytes(), &expire],
+            )
+            .on_slot(keys.slot);
     }
     let mut set = redis::cmd("SET");
     set.arg(&keys.lock).arg(id).arg("NX");
@@ -126,7 +233,7 @@ pub(crate) fn wait_then_try(
     cmds.push(set);
     cmds.push(on_key("GET", &keys.lock));
     cmds.push(on_key("PTTL", &keys.lock));
-    Request::new(cmds, false)
+    Request::new(cmds, false).on_slot(keys.slot)
 }
 
 /// How long a key has left, as `PTTL` says.
@@ -165,9 +272,26 @@ pub(crate) enum Attempt {
     },
 }
 
+/// Whether a try was turned away whole, having taken nothing: by a cluster that moved the
+/// key, or a primary that is changing. Where its key lives now, it may be free.
+pub(crate) fn try_redirected(replies: &[Value]) -> bool {
+    replies.first().is_some_and(moved)
+}
+
+fn moved(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(e) if redirect::of(e).is_some())
+}
+
 /// The try's replies (after any `BLPOP` reply), for the lock with `keys`.
 pub(crate) fn parse_try(keys: &Keys, replies: &[Value]) -> Result<Attempt, Error> {
     match replies {
+        // Taken, then the key moved before the reads (a slot migration): the reads do not
+        // matter.
+        [Value::Okay, get, _] if moved(get) => Ok(Attempt::Acquired { token: None }),
+        [Value::Nil, get, pttl] if moved(get) || moved(pttl) => Ok(Attempt::Busy {
+            owner: None,
+            pttl: Pttl::Gone,
+        }),
         [set, get, pttl] => {
             let owner = owner(keys, get)?;
             match set {
@@ -266,7 +390,7 @@ pub(crate) fn observe(keys: &Keys, with_fence: bool) -> Request {
         cmds.push(on_key("GET", &keys.fence));
     }
     cmds.push(redis::cmd("EXEC"));
-    Request::new(cmds, true)
+    Request::new(cmds, true).on_slot(keys.slot)
 }
 
 pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, Error> {
@@ -318,11 +442,13 @@ pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, 
 /// the operator's reset, with the owner it read. Owner-checked, so repeatable: a second run
 /// finds the key gone or someone else's, and changes nothing.
 pub(crate) fn unlock(keys: &Keys, owner: &[u8], signal_expire_ms: u64) -> Request {
-    Request::new(Vec::new(), true).with_script(
-        &UNLOCK,
-        &[keys.lock.as_bytes(), keys.signal.as_bytes()],
-        &[owner, &num(signal_expire_ms)],
-    )
+    Request::new(Vec::new(), true)
+        .with_script(
+            &UNLOCK,
+            &[keys.lock.as_bytes(), keys.signal.as_bytes()],
+            &[owner, &num(signal_expire_ms)],
+        )
+        .on_slot(keys.slot)
 }
 
 /// Whether an unlock released the lock: `false` when it was not held by that owner.
@@ -337,11 +463,9 @@ pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
 
 /// Sets a new expiry of `ms` on the lock if `id` holds it. Owner-checked, so repeatable.
 pub(crate) fn extend(keys: &Keys, id: &str, ms: u64) -> Request {
-    Request::new(Vec::new(), true).with_script(
-        &EXTEND,
-        &[keys.lock.as_bytes()],
-        &[id.as_bytes(), &num(ms)],
-    )
+    Request::new(Vec::new(), true)
+        .with_script(&EXTEND, &[keys.lock.as_bytes()], &[id.as_bytes(), &num(ms)])
+        .on_slot(keys.slot)
 }
 
 /// How an extend came out.
@@ -396,11 +520,16 @@ pub(crate) fn parse_scan(reply: &Value) -> Result<(u64, Vec<Vec<u8>>), Error> {
 }
 
 /// The owners of the lock keys found by a scan (`MGET`: `nil` for a key that is gone or not
-/// a string). A read.
+/// a string). A read. On a cluster the keys must share a hash slot.
 pub(crate) fn owners(lock_keys: &[Vec<u8>]) -> Request {
     let mut cmd = redis::cmd("MGET");
     cmd.arg(lock_keys);
-    Request::new(vec![cmd], true)
+    Request::new(vec![cmd], true).on_slot(first_slot(lock_keys.iter().map(Vec::as_slice)))
+}
+
+/// The hash slot of the first of `keys` (0 for none): a batch's keys share it on a cluster.
+fn first_slot<'k>(mut keys: impl Iterator<Item = &'k [u8]>) -> u16 {
+    keys.next().map_or(0, super::keys::slot)
 }
 
 pub(crate) fn parse_owners(reply: &Value, n: usize) -> Result<Vec<Option<Vec<u8>>>, Error> {
@@ -419,7 +548,7 @@ pub(crate) fn parse_owners(reply: &Value, n: usize) -> Result<Vec<Option<Vec<u8>
 
 /// Resets every lock in `held` (lock key, its signal list, the owner read) that the owner
 /// still holds, waking a waiter on each. Owner-checked, so repeatable, and never deletes a
-/// lock taken after the owners were read.
+/// lock taken after the owners were read. On a cluster the keys must share a hash slot.
 pub(crate) fn reset_batch(held: &[(Vec<u8>, Vec<u8>, Vec<u8>)], signal_expire_ms: u64) -> Request {
     let keys: Vec<&[u8]> = held
         .iter()
@@ -428,7 +557,9 @@ pub(crate) fn reset_batch(held: &[(Vec<u8>, Vec<u8>, Vec<u8>)], signal_expire_ms
     let expire = num(signal_expire_ms);
     let mut args: Vec<&[u8]> = vec![&expire];
     args.extend(held.iter().map(|(_, _, owner)| owner.as_slice()));
-    Request::new(Vec::new(), true).with_script(&RESET_ALL, &keys, &args)
+    Request::new(Vec::new(), true)
+        .with_script(&RESET_ALL, &keys, &args)
+        .on_slot(first_slot(held.iter().map(|(lock, _, _)| lock.as_slice())))
 }
 
 /// How many locks a reset batch deleted.
@@ -444,7 +575,7 @@ mod tests {
     use super::*;
 
     fn keys() -> Keys {
-        Keys::new("l")
+        Keys::new("l", false)
     }
 
     fn bulk(s: &str) -> Value {
@@ -612,6 +743,75 @@ mod tests {
             .is_none());
         let (at, _) = req.noscript_retry(&replies[1..], 1).unwrap();
         assert_eq!(at, 0, "after the BLPOP's reply is left out");
+    }
+
+    #[test]
+    fn a_request_for_replicas_ends_in_wait_and_hands_its_reply_back() {
+        let req = unlock(&keys(), b"me", 1000).replicated(Some((1, 50)));
+        let wire = String::from_utf8(req.packed()).unwrap();
+        assert!(
+            wire.ends_with("*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$2\r\n50\r\n"),
+            "{wire}"
+        );
+        let mut replies = vec![Value::Int(0), Value::Int(1)];
+        assert_eq!(req.acks(&mut replies).unwrap(), Some(1));
+        assert_eq!(replies, [Value::Int(0)]);
+        let plain = unlock(&keys(), b"me", 1000);
+        assert_eq!(plain.acks(&mut vec![Value::Int(0)]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_noscript_retry_waits_for_replicas_after_the_script() {
+        let req = extend(&keys(), "me", 100).replicated(Some((1, 50)));
+        let mut replies = vec![server_error("NOSCRIPT No matching script"), Value::Int(1)];
+        let (at, retry) = req.noscript_retry(&replies, 0).unwrap();
+        assert_eq!(
+            retry.cmds.len(),
+            2,
+            "the script's text, then the WAIT again"
+        );
+        req.patch(&mut replies, at, vec![Value::Int(0), Value::Int(2)]);
+        assert_eq!(replies, [Value::Int(0), Value::Int(2)]);
+    }
+
+    #[test]
+    fn a_lock_requests_slot_is_its_lock_keys() {
+        let keys = Keys::new("jobs", true);
+        assert_eq!(try_lock(&keys, "me", None, false).slot, Some(keys.slot));
+        assert_eq!(observe(&keys, false).slot, Some(keys.slot));
+        assert_eq!(owners(&[b"lock:{jobs}".to_vec()]).slot, Some(keys.slot));
+    }
+
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    #[test]
+    fn asking_goes_before_each_command_or_once_before_a_transaction() {
+        let try_req = try_lock(&keys(), "me", None, false);
+        let asked = try_req.asking();
+        assert_eq!(asked.cmds.len(), 6);
+        let replies = (0..6).map(Value::Int).collect();
+        assert_eq!(
+            try_req.without_asking(replies),
+            [Value::Int(1), Value::Int(3), Value::Int(5)]
+        );
+        let read = observe(&keys(), false);
+        assert_eq!(read.asking().cmds.len(), read.cmds.len() + 1);
+        let replies = (0..5).map(Value::Int).collect::<Vec<_>>();
+        assert_eq!(read.without_asking(replies).len(), 4);
+    }
+
+    #[test]
+    fn a_try_turned_away_whole_took_nothing() {
+        assert!(try_redirected(&[server_error("MOVED 1 127.0.0.1:7000")]));
+        assert!(!try_redirected(&[Value::Okay, Value::Nil, Value::Int(-2)]));
+        let partial = [
+            Value::Okay,
+            server_error("ASK 1 127.0.0.1:7000"),
+            Value::Int(5),
+        ];
+        assert_eq!(
+            parse_try(&keys(), &partial).unwrap(),
+            Attempt::Acquired { token: None }
+        );
     }
 
     #[test]

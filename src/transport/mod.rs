@@ -1,6 +1,15 @@
-//! The seam between the protocol core and where requests go. One server today; a cluster, a
-//! sentinel-managed primary or a quorum plug in here without touching the core or the driver.
+//! The seam between the protocol core and where requests go: one server, a cluster, or a
+//! Sentinel-managed primary, each behind [`Transport`], so the core and the driver do not
+//! know which.
 
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) mod nodes;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) mod routed;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod server;
 
 use std::time::Instant;
@@ -8,6 +17,7 @@ use std::time::Instant;
 use redis::{RedisError, Value};
 
 use crate::protocol::requests::Request;
+pub(crate) use crate::protocol::ConnId;
 
 /// Why a request came back without its replies.
 #[derive(Debug)]
@@ -17,7 +27,7 @@ pub(crate) enum Fault {
     /// The request was sent but its replies did not all come back: it may have run, and it
     /// may still run unless `conn` is closed at the server first.
     Lost {
-        conn: Option<u64>,
+        conn: Option<ConnId>,
         error: RedisError,
     },
 }
@@ -43,26 +53,42 @@ pub(crate) enum Admin {
 
 /// Where a lock's requests go.
 pub(crate) trait Transport: Send + Sync {
-    /// Sends `request` over a connection that never blocks at the server and returns its
-    /// replies, all by `deadline`. Taking a connection counts against the same deadline.
+    /// Sends `request` over a connection that never blocks at the server, to the server that
+    /// holds its slot, and returns its replies, all by `deadline`. Taking a connection counts
+    /// against the same deadline.
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault>;
 
-    /// A connection of its own for one wait, kept apart from those of short requests so that
-    /// waiters can never starve a holder of the connection it needs to release.
-    fn waiter(&self, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault>;
+    /// A connection of its own for waits on keys in `slot`, kept apart from those of short
+    /// requests so that waiters can never starve a holder of the connection it needs to
+    /// release.
+    fn waiter(&self, slot: u16, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault>;
 
     /// Ends the `BLPOP` that connection `conn` is blocked in now, as if it had timed out.
-    fn unblock(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault>;
+    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault>;
 
-    /// Closes connection `conn` at the server: whatever it sent and the server has not run
-    /// yet never runs.
-    fn kill(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault>;
+    /// Closes connection `conn` at its server: whatever it sent and the server has not run
+    /// yet never runs. A server that is down has nothing left to run: `Nothing`.
+    fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault>;
+
+    /// Whether a lock's keys must share a hash slot (a cluster): see [`Keys`].
+    ///
+    /// [`Keys`]: crate::protocol::keys::Keys
+    fn hash_tags(&self) -> bool {
+        false
+    }
+
+    /// Runs `visit` on each primary, for what must reach every one (`reset_all`'s `SCAN`).
+    fn each_primary(
+        &self,
+        deadline: Instant,
+        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), crate::Error>,
+    ) -> Result<(), crate::Error>;
 }
 
 /// A connection lent to one wait.
 pub(crate) trait Waiter: Send {
     /// Its id at the server (`CLIENT ID`), when the server told it.
-    fn id(&self) -> Option<u64>;
+    fn id(&self) -> Option<ConnId>;
 
     /// Sends `request` by `deadline`, without reading the replies.
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault>;
@@ -85,9 +111,8 @@ pub(crate) fn send(
 ) -> Result<Vec<Value>, Fault> {
     let mut replies = transport.call(request, deadline)?;
     if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
-        if let Some(reply) = transport.call(&retry, deadline)?.pop() {
-            replies[at] = reply;
-        }
+        let retried = transport.call(&retry, deadline)?;
+        request.patch(&mut replies, at, retried);
     }
     Ok(replies)
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, ErrorKind, RedisError, Value};
 
-use super::{Admin, Fault, Transport, Waiter};
+use super::{Admin, ConnId, Fault, Transport, Waiter};
 use crate::protocol::requests::Request;
 use crate::Error;
 
@@ -20,7 +20,10 @@ const MAX_IDLE: usize = 16;
 /// again would cost a system call on every request.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
-static SERVERS: LazyLock<Mutex<HashMap<String, Arc<Server>>>> = LazyLock::new(Default::default);
+/// Every server the process has talked to. They are never dropped, so a backend over several
+/// servers can lend out connections that borrow a server for as long as it likes.
+static SERVERS: LazyLock<Mutex<HashMap<String, &'static Arc<Server>>>> =
+    LazyLock::new(Default::default);
 
 pub(crate) struct Server {
     client: redis::Client,
@@ -33,14 +36,14 @@ pub(crate) struct Server {
 impl Server {
     /// The backend for the server, database and credentials that `client` points at, shared
     /// by every handle in the process.
-    pub(crate) fn shared(client: &redis::Client) -> Result<Arc<Server>, Error> {
+    pub(crate) fn shared(client: &redis::Client) -> Result<&'static Arc<Server>, Error> {
         let info = client.get_connection_info();
         let settings = info.redis_settings();
         // The Debug form of the settings hides the password, which must still tell pools apart.
         let key = format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password());
         let mut servers = SERVERS.lock();
         if let Some(server) = servers.get(&key) {
-            return Ok(Arc::clone(server));
+            return Ok(server);
         }
         // Lock traffic is small request/reply pairs: Nagle's algorithm would only add latency.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
@@ -49,12 +52,12 @@ impl Server {
         let redis = settings.clone().set_skip_set_lib_name();
         let client =
             redis::Client::open(info.clone().set_tcp_settings(tcp).set_redis_settings(redis))?;
-        let server = Arc::new(Server {
+        let server: &'static Arc<Server> = Box::leak(Box::new(Arc::new(Server {
             client,
             short: Pool::default(),
             waiting: Pool::default(),
-        });
-        servers.insert(key, Arc::clone(&server));
+        })));
+        servers.insert(key, server);
         Ok(server)
     }
 
@@ -103,7 +106,12 @@ impl Server {
     fn admin(&self, cmd: &redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
         // Killing or unblocking twice does no more than once.
         let request = Request::single(cmd.clone(), true);
-        let answered = super::send_repeatable(self, &request, deadline).map_err(Fault::NotSent)?;
+        let answered = match super::send_repeatable(self, &request, deadline) {
+            Ok(answered) => answered,
+            // A server that is not there has no connection left to act on.
+            Err(e) if e.is_connection_refusal() => return Ok(Admin::Nothing),
+            Err(e) => return Err(Fault::NotSent(e)),
+        };
         Ok(match answered.replies.first() {
             Some(Value::Int(0)) => Admin::Nothing,
             Some(Value::Int(_) | Value::Okay) => Admin::Done,
@@ -144,7 +152,7 @@ impl Transport for Server {
         result
     }
 
-    fn waiter(&self, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
+    fn waiter(&self, _slot: u16, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
         let loan = match self.waiting.take_idle() {
             Some(loan) => loan,
             None => self
@@ -154,16 +162,24 @@ impl Transport for Server {
         Ok(Box::new(WaitConn { server: self, loan }))
     }
 
-    fn unblock(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault> {
+    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
         let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("UNBLOCK").arg(conn).arg("TIMEOUT");
+        cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
         self.admin(&cmd, deadline)
     }
 
-    fn kill(&self, conn: u64, deadline: Instant) -> Result<Admin, Fault> {
+    fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
         let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("KILL").arg("ID").arg(conn);
+        cmd.arg("KILL").arg("ID").arg(conn.id);
         self.admin(&cmd, deadline)
+    }
+
+    fn each_primary(
+        &self,
+        _deadline: Instant,
+        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        visit(self)
     }
 }
 
@@ -173,13 +189,13 @@ struct WaitConn<'a> {
 }
 
 impl Waiter for WaitConn<'_> {
-    fn id(&self) -> Option<u64> {
-        self.loan.conn.as_ref().and_then(|c| c.id)
+    fn id(&self) -> Option<ConnId> {
+        self.loan.conn.as_ref().and_then(Conn::conn_id)
     }
 
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
         let conn = self.loan.conn().map_err(Fault::NotSent)?;
-        let id = conn.id;
+        let id = conn.conn_id();
         conn.send(&request.packed(), deadline).map_err(|error| {
             self.loan.discard();
             Fault::Lost { conn: id, error }
@@ -191,7 +207,7 @@ impl Waiter for WaitConn<'_> {
             .loan
             .conn()
             .map_err(|error| Fault::Lost { conn: None, error })?;
-        let id = conn.id;
+        let id = conn.conn_id();
         conn.recv(deadline).map_err(|error| {
             self.loan.discard();
             Fault::Lost { conn: id, error }
@@ -216,15 +232,21 @@ struct Conn {
 }
 
 impl Conn {
+    /// Its id for the transport: a single server is node 0 (a transport over several servers
+    /// numbers them).
+    fn conn_id(&self) -> Option<ConnId> {
+        self.id.map(|id| ConnId { node: 0, id })
+    }
+
     /// Sends `request` and reads all its replies by `deadline`. A failure after the send is
     /// `Lost`: the server may have run the request.
     fn exchange(&mut self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
-        let lost = |id, error| Fault::Lost { conn: id, error };
+        let lost = |conn, error| Fault::Lost { conn, error };
         self.send(&request.packed(), deadline)
-            .map_err(|e| lost(self.id, e))?;
+            .map_err(|e| lost(self.conn_id(), e))?;
         let mut replies = Vec::with_capacity(request.cmds.len());
         for _ in 0..request.cmds.len() {
-            replies.push(self.recv(deadline).map_err(|e| lost(self.id, e))?);
+            replies.push(self.recv(deadline).map_err(|e| lost(self.conn_id(), e))?);
         }
         Ok(replies)
     }

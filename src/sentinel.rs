@@ -1,0 +1,122 @@
+//! [`Sentinel`]: locks on the primary that Redis Sentinel names.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+
+use crate::backend::{sealed, Backend};
+use crate::transport::nodes::{addr_of, with_addr};
+use crate::transport::routed::Routed;
+use crate::transport::sentinel::Primary;
+use crate::transport::Transport;
+use crate::Error;
+
+static SENTINELS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
+    LazyLock::new(Default::default);
+
+/// The primary of a Sentinel-monitored service, as a place where locks live (feature
+/// `sentinel`).
+///
+/// The sentinels are asked which node is the primary (and the node confirms it with
+/// `ROLE`); when it stops serving (killed, or demoted by a failover) they are asked again,
+/// and waiters and holders carry on with the new one. A lock the old primary had not yet
+/// replicated is lost in a failover: its holder learns it through `lost()` or its next
+/// renewal, and [`LockBuilder::replicas`](crate::LockBuilder::replicas) narrows that window.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use redis_blpop_lock::{Lock, Sentinel};
+///
+/// let sentinel = Sentinel::new(
+///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+///     "mymaster",
+/// )?;
+/// let lock = Lock::new(&sentinel, "invoices")?;
+/// let _guard = lock.lock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Sentinel {
+    sentinels: Vec<ConnectionInfo>,
+    service: String,
+    primary: RedisConnectionInfo,
+}
+
+impl Sentinel {
+    /// The primary of `service`, as the sentinels at `sentinels` name it. Their URLs carry
+    /// the sentinels' own credentials; a `rediss://` URL means TLS to the primary too.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// let sentinel = redis_blpop_lock::Sentinel::new(["redis://127.0.0.1:26379"], "mymaster")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new<T: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = T>,
+        service: impl Into<String>,
+    ) -> Result<Sentinel, Error> {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        if sentinels.is_empty() {
+            return Err(Error::invalid("Sentinel::new needs at least one sentinel"));
+        }
+        if sentinels.iter().any(|s| addr_of(s).is_none()) {
+            return Err(Error::invalid(
+                "sentinels are reached over TCP, not Unix sockets",
+            ));
+        }
+        Ok(Sentinel {
+            sentinels,
+            service: service.into(),
+            primary: RedisConnectionInfo::default(),
+        })
+    }
+
+    /// The primary's credentials and database (the sentinels' URLs carry their own).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// let sentinel = redis_blpop_lock::Sentinel::new(["redis://127.0.0.1:26379"], "mymaster")?
+    ///     .primary_settings(redis::RedisConnectionInfo::default().set_password("s3cret"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn primary_settings(mut self, settings: RedisConnectionInfo) -> Sentinel {
+        self.primary = settings;
+        self
+    }
+}
+
+impl Backend for Sentinel {}
+
+impl sealed::Sealed for Sentinel {
+    fn connect(&self) -> Result<sealed::Route, Error> {
+        let key = format!(
+            "{:?}|{}|{:?}|{:?}",
+            self.sentinels.iter().map(addr_of).collect::<Vec<_>>(),
+            self.service,
+            self.primary,
+            self.primary.password()
+        );
+        let mut known = SENTINELS.lock();
+        if let Some(found) = known.get(&key) {
+            return Ok(sealed::Route(Arc::clone(found)));
+        }
+        // The primary is reached like the first sentinel (TCP or TLS), with its own settings.
+        let Some(first) = self.sentinels.first() else {
+            return Err(Error::invalid("Sentinel::new needs at least one sentinel"));
+        };
+        let template = with_addr(first, "", 0).set_redis_settings(self.primary.clone());
+        let topology = Primary::new(self.sentinels.clone(), self.service.clone());
+        let transport: Arc<dyn Transport> = Arc::new(Routed::new(topology, template));
+        known.insert(key, Arc::clone(&transport));
+        Ok(sealed::Route(transport))
+    }
+}

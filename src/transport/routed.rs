@@ -1,0 +1,363 @@
+//! A transport over several servers of which one serves each key at a time: a cluster's
+//! primaries, each serving its slots, or the primary a Sentinel names. What differs between
+//! the two is the [`Topology`]; following redirections and riding out a failover is here.
+//!
+//! A request goes again only when none of it ran: the server was not reached, or it turned
+//! the request away (`MOVED`, `ASK`, `CLUSTERDOWN`, `READONLY`, ...: see
+//! [`redirect`](crate::protocol::redirect)). A request that may have run comes back as
+//! [`Fault::Lost`], for the driver to settle as on one server.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
+
+use super::nodes::Nodes;
+use super::server::Server;
+use super::{Admin, ConnId, Fault, Transport, Waiter};
+use crate::protocol::redirect::{self, Redirect};
+use crate::protocol::requests::Request;
+use crate::Error;
+
+/// The first pause while the topology changes; it doubles up to [`PAUSE_MAX`].
+const PAUSE_FIRST: Duration = Duration::from_millis(5);
+const PAUSE_MAX: Duration = Duration::from_millis(200);
+/// Redirections followed at once before pausing: nodes that disagree during a migration can
+/// send a request back and forth.
+const MAX_HOPS: u32 = 5;
+
+/// Which server serves which keys, as last learned.
+pub(crate) trait Topology: Send + Sync + 'static {
+    /// The address (`host:port`) of the primary serving `slot`.
+    fn primary_for(&self, slot: Option<u16>) -> Option<String>;
+
+    /// The addresses of every primary.
+    fn primaries(&self) -> Vec<String>;
+
+    /// Learns the topology again, by `deadline`.
+    fn learn(&self, nodes: &Nodes, deadline: Instant) -> Result<(), RedisError>;
+
+    /// A `MOVED` said that `slot` lives at `addr` now.
+    fn moved(&self, slot: u16, addr: &str);
+
+    /// Whether a lock's keys must share a hash slot.
+    fn hash_tags(&self) -> bool;
+}
+
+pub(crate) struct Routed<T> {
+    topology: T,
+    nodes: Nodes,
+    /// When the topology was last learned: a failure from before then needs no new look.
+    learned: Mutex<Option<Instant>>,
+}
+
+/// How one attempt on one server came out.
+enum Outcome<R> {
+    Done(R),
+    /// Turned away, having run nothing.
+    Redirected(Redirect, RedisError),
+    /// The server is not there (down, or not yet replaced).
+    Away(RedisError),
+    Failed(Fault),
+}
+
+impl<T: Topology> Routed<T> {
+    /// Servers reached with `template`'s credentials and TLS, at the addresses `topology`
+    /// names.
+    pub(crate) fn new(topology: T, template: ConnectionInfo) -> Self {
+        Routed {
+            topology,
+            nodes: Nodes::new(template),
+            learned: Mutex::new(None),
+        }
+    }
+
+    /// Learns the topology again, unless someone did since `failed_at`. One at a time: the
+    /// threads that met the same failure wait for one look instead of each taking their own.
+    fn relearn(&self, failed_at: Instant, deadline: Instant) {
+        let mut learned = self.learned.lock();
+        if learned.is_some_and(|at| at > failed_at) {
+            return;
+        }
+        match self.topology.learn(&self.nodes, deadline) {
+            Ok(()) => *learned = Some(Instant::now()),
+            Err(e) => log::debug!("could not learn the topology: {e}"),
+        }
+    }
+
+    fn node_for(
+        &self,
+        slot: Option<u16>,
+        deadline: Instant,
+    ) -> Result<(usize, &'static Server), RedisError> {
+        let addr = match self.topology.primary_for(slot) {
+            Some(addr) => addr,
+            None => {
+                self.relearn(Instant::now(), deadline);
+                self.topology.primary_for(slot).ok_or_else(|| {
+                    RedisError::from((
+                        ErrorKind::Io,
+                        "no primary known for the key: the topology could not be learned",
+                    ))
+                })?
+            }
+        };
+        self.nodes.at(&addr)
+    }
+
+    /// Runs `attempt` on the server that serves `slot` (`asking` when an `ASK` sent it
+    /// there), following redirections and riding out a topology that is changing, by
+    /// `deadline`.
+    fn through<R>(
+        &self,
+        slot: Option<u16>,
+        mut ask: Option<String>,
+        deadline: Instant,
+        mut attempt: impl FnMut(usize, &'static Server, bool) -> Outcome<R>,
+    ) -> Result<R, Fault> {
+        let mut hops = 0;
+        let mut pause = PAUSE_FIRST;
+        loop {
+            let started = Instant::now();
+            let target = match ask.take() {
+                Some(addr) => self.nodes.at(&addr).map(|(node, s)| (node, s, true)),
+                None => self
+                    .node_for(slot, deadline)
+                    .map(|(node, s)| (node, s, false)),
+            };
+            let error = match target {
+                Err(e) => e,
+                Ok((node, server, asking)) => match attempt(node, server, asking) {
+                    Outcome::Done(result) => return Ok(result),
+                    Outcome::Failed(fault) => return Err(fault),
+                    Outcome::Redirected(Redirect::Moved { slot, addr }, _) if hops < MAX_HOPS => {
+                        hops += 1;
+                        self.topology.moved(slot, &addr);
+                        continue;
+                    }
+                    Outcome::Redirected(Redirect::Ask { addr }, _) if hops < MAX_HOPS => {
+                        hops += 1;
+                        ask = Some(addr);
+                        continue;
+                    }
+                    Outcome::Redirected(_, e) | Outcome::Away(e) => e,
+                },
+            };
+            if Instant::now() + pause >= deadline {
+                return Err(Fault::NotSent(error));
+            }
+            log::debug!("the topology is changing ({error}); looking again");
+            // Backoff for servers that are changing, never a way of waiting for a lock.
+            thread::sleep(pause);
+            pause = (pause * 2).min(PAUSE_MAX);
+            hops = 0;
+            self.relearn(started, deadline);
+        }
+    }
+}
+
+impl<T: Topology> Transport for Routed<T> {
+    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        self.through(request.slot, None, deadline, |node, server, asking| {
+            let sent = if asking {
+                server
+                    .call(&request.asking(), deadline)
+                    .map(|replies| request.without_asking(replies))
+            } else {
+                server.call(request, deadline)
+            };
+            match sent {
+                Ok(replies) => match redirect::ran_nothing(&replies) {
+                    None => Outcome::Done(replies),
+                    Some(to) => Outcome::Redirected(to, first_error(&replies)),
+                },
+                Err(Fault::NotSent(e)) if is_away(&e) => Outcome::Away(e),
+                Err(fault) => Outcome::Failed(numbered(fault, node)),
+            }
+        })
+    }
+
+    fn waiter(&self, slot: u16, _deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
+        // The connection is taken at the first send, where the slot's server is looked up.
+        Ok(Box::new(RoutedWaiter {
+            routed: self,
+            slot,
+            conn: None,
+            ask: None,
+            asking: false,
+            moved: None,
+        }))
+    }
+
+    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
+        match self.nodes.get(conn.node) {
+            Some(server) => server.unblock(conn, deadline),
+            None => Ok(Admin::Nothing),
+        }
+    }
+
+    fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
+        match self.nodes.get(conn.node) {
+            Some(server) => server.kill(conn, deadline),
+            None => Ok(Admin::Nothing),
+        }
+    }
+
+    fn hash_tags(&self) -> bool {
+        self.topology.hash_tags()
+    }
+
+    fn each_primary(
+        &self,
+        deadline: Instant,
+        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        if self.topology.primaries().is_empty() {
+            self.relearn(Instant::now(), deadline);
+        }
+        for addr in self.topology.primaries() {
+            let (_, server) = self.nodes.at(&addr)?;
+            visit(server)?;
+        }
+        Ok(())
+    }
+}
+
+/// A wait's connection to the server of its slot, moved to the slot's new server after a
+/// redirection or a failover.
+struct RoutedWaiter<'a, T> {
+    routed: &'a Routed<T>,
+    slot: u16,
+    /// The connection and its server's number: `None` before the first send and after the
+    /// server turned the wait away.
+    conn: Option<(usize, Box<dyn Waiter + 'static>)>,
+    /// Where an `ASK` said to send the next request.
+    ask: Option<String>,
+    /// Whether each reply of the request under way follows an `ASKING`'s.
+    asking: bool,
+    /// Set when a reply turned the request under way away: the next request goes to the
+    /// slot's server anew (`true`: after the topology is learned again).
+    moved: Option<bool>,
+}
+
+impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
+    fn id(&self) -> Option<ConnId> {
+        let (node, conn) = self.conn.as_ref()?;
+        conn.id().map(|c| ConnId {
+            node: *node,
+            id: c.id,
+        })
+    }
+
+    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
+        let ask = self.ask.take();
+        if let Some(relearn) = self.moved.take() {
+            if relearn {
+                self.routed.relearn(Instant::now(), deadline);
+            }
+            self.conn = None;
+        }
+        if ask.is_some() {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let slot = self.slot;
+            let (node, conn, asking) = self.routed.through(
+                Some(slot),
+                ask,
+                deadline,
+                |node, server, asking| match server.waiter(slot, deadline) {
+                    Ok(conn) => Outcome::Done((node, conn, asking)),
+                    Err(Fault::NotSent(e)) if is_away(&e) => Outcome::Away(e),
+                    Err(fault) => Outcome::Failed(numbered(fault, node)),
+                },
+            )?;
+            self.conn = Some((node, conn));
+            self.asking = asking;
+        } else {
+            self.asking = false;
+        }
+        let Some((node, conn)) = &mut self.conn else {
+            return Err(Fault::NotSent(RedisError::from((
+                ErrorKind::Client,
+                "no connection",
+            ))));
+        };
+        let node = *node;
+        let sent = if self.asking {
+            conn.send(&request.asking(), deadline)
+        } else {
+            conn.send(request, deadline)
+        };
+        sent.map_err(|fault| {
+            self.conn = None;
+            numbered(fault, node)
+        })
+    }
+
+    fn recv(&mut self, deadline: Instant) -> Result<Value, Fault> {
+        let Some((node, conn)) = &mut self.conn else {
+            return Err(Fault::Lost {
+                conn: None,
+                error: RedisError::from((ErrorKind::Client, "the connection was closed")),
+            });
+        };
+        let node = *node;
+        let mut received = || conn.recv(deadline).map_err(|fault| numbered(fault, node));
+        let reply = if self.asking {
+            received().and_then(|_| received())
+        } else {
+            received()
+        };
+        // The rest of the request's replies still come on this connection; the next request
+        // goes where the reply says.
+        match &reply {
+            Err(_) => self.conn = None,
+            Ok(Value::ServerError(e)) => match redirect::of(e) {
+                Some(Redirect::Moved { slot, addr }) => {
+                    self.routed.topology.moved(slot, &addr);
+                    self.moved.get_or_insert(false);
+                }
+                Some(Redirect::Ask { addr }) => self.ask = Some(addr),
+                Some(Redirect::Again) => self.moved = Some(true),
+                None => {}
+            },
+            Ok(_) => {}
+        }
+        reply
+    }
+
+    fn keep_for_holder(self: Box<Self>) {
+        if let Some((_, conn)) = self.conn {
+            conn.keep_for_holder();
+        }
+    }
+}
+
+/// A server's fault with the server's number in its connection id.
+fn numbered(fault: Fault, node: usize) -> Fault {
+    match fault {
+        Fault::Lost { conn, error } => Fault::Lost {
+            conn: conn.map(|c| ConnId { node, id: c.id }),
+            error,
+        },
+        not_sent => not_sent,
+    }
+}
+
+/// Whether a request that was not sent failed because its server is not there.
+fn is_away(e: &RedisError) -> bool {
+    e.is_connection_refusal() || e.is_connection_dropped()
+}
+
+/// The first error among `replies`, as the reason a redirected request did not run.
+fn first_error(replies: &[Value]) -> RedisError {
+    replies
+        .iter()
+        .find_map(|v| match v {
+            Value::ServerError(e) => Some(RedisError::from(e.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| RedisError::from((ErrorKind::Client, "redirected")))
+}
