@@ -364,6 +364,66 @@
 //! [`Cache::get_or_revalidate`] serves a stale value to everyone while one background thread
 //! recomputes it. See [`Cache`] for the details and the keys it writes.
 //!
+//! # Redis Cluster and Sentinel
+//!
+//! Locks live wherever a [`Backend`] says: a [`redis::Client`] (one server), a
+//! [`redis::cluster::ClusterClient`] (feature `cluster`) or a [`Sentinel`] (feature
+//! `sentinel`). The handle, its guards, `lost()`, renewal, fencing and the outcome rules are the
+//! same on each.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! # #[cfg(feature = "cluster")]
+//! # {
+//! let cluster = redis::cluster::ClusterClient::new(vec!["redis://10.0.0.1:7000/"])?;
+//! let lock = redis_blpop_lock::Lock::new(&cluster, "nightly-report")?; // key lock:{nightly-report}
+//! let _guard = lock.lock()?;
+//! # }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Keys on a cluster.** The unlock script and a waiter's `BLPOP` + try need all of a lock's
+//! keys in one hash slot, so on a cluster the name is their hash tag: `lock:{name}`,
+//! `lock-signal:{name}`, `lock-fence:{name}`. A name that already has a tag (`{tenant7}:jobs`)
+//! is used as it is, and its tag decides the slot. A python-redis-lock user on the same cluster
+//! reaches the same lock by naming it `{name}` (python-redis-lock adds no braces of its own).
+//! [`Cache`]'s freshness marker is `{key}:fresh` there, in its value's slot. On one server,
+//! keys stay `lock:<name>`.
+//!
+//! **Routing and failover.** The client learns which primary serves which slot (`CLUSTER
+//! SLOTS`), sends each request there, and follows `MOVED` and `ASK` during a resharding. A
+//! waiter blocks on a connection of its own to its key's primary; when the slot moves, Redis
+//! turns the `BLPOP` away with `MOVED` (it checks blocked clients about once a second) and the
+//! waiter carries on at the slot's new primary, until its own deadline. When a primary dies,
+//! requests that could not have run (a refused connection, `CLUSTERDOWN`, `TRYAGAIN`,
+//! `READONLY`) are retried with a short backoff while the replica takes over, within the call's
+//! deadline; a try whose reply was lost is settled as on one server, by reading the owner on
+//! the new primary. A failover takes the cluster's `cluster-node-timeout` (15 s by default)
+//! plus the election: a waiter in `lock()` rides it out only if the handle's
+//! [`io_timeout`](LockBuilder::io_timeout) is longer. [`reset_all`] scans every primary.
+//!
+//! **Sentinel.** [`Sentinel`] asks the sentinels for the primary, checks it with `ROLE`, and asks
+//! again when the primary stops serving (refused connections, `READONLY` or `UNBLOCKED` after a
+//! demotion; Sentinel also closes the old primary's client connections when it reconfigures
+//! it).
+//!
+//! **What a failover does to a held lock.** Replication is asynchronous: a lock the old primary
+//! had not passed on to the promoted replica is gone after the failover, and another client can
+//! take it. The holder learns it as on one server: its renewal (or [`Lock::extend`]) finds the
+//! key missing and [`Lock::lost`] turns true. [`LockBuilder::replicas`] narrows the window: after
+//! taking, extending or releasing, the same connection sends `WAIT n timeout`, and fewer
+//! acknowledgements is [`Error::NotReplicated`] (an acquisition is released first). It buys
+//! this: a failover to a replica that acknowledged keeps the lock. It does not buy consensus:
+//! Sentinel or the cluster may still promote a replica that did not acknowledge (one that lagged
+//! or was cut off), and then the lock is lost as before. Where that matters, use fencing tokens
+//! with a single primary, or a consensus store.
+//!
+//! **Rights per node.** Every primary needs the ACL rule of [Least privilege](#least-privilege);
+//! a cluster client also needs `+cluster|slots +asking`, a Sentinel client `+role` on the data nodes,
+//! and `+wait` with `replicas`. The sentinels themselves need to answer
+//! `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+//!
 //! # Outcome rules
 //!
 //! A reply can be lost: the connection is killed, the network drops, the server stalls past the
@@ -479,8 +539,11 @@
 //! # Cargo features
 //!
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider.
-//! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset);
-//!   see the repository's `docs/cli.md`.
+//! - `cluster`: [`redis::cluster::ClusterClient`] as a [`Backend`] (the `redis` crate's
+//!   `cluster` feature).
+//! - `sentinel`: [`Sentinel`] (no extra dependency).
+//! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset;
+//!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
 mod backend;

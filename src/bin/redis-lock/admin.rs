@@ -1,9 +1,10 @@
 //! The operator's commands: `status`, `reset` and `reset-all`.
 
-use redis_blpop_lock::{Holder, Lock};
+use redis_blpop_lock::{Backend, Holder, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 
+use crate::place::Place;
 use crate::{exit, Failure, Outcome};
 
 /// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
@@ -20,8 +21,8 @@ pub(crate) fn describe(holder: &Holder) -> String {
     text
 }
 
-pub(crate) fn status(client: &redis::Client, name: &str, json: bool) -> Outcome {
-    let lock = Lock::new(client, name).map_err(Failure::lock)?;
+pub(crate) fn status(backend: &dyn Backend, name: &str, json: bool) -> Outcome {
+    let lock = Lock::new(backend, name).map_err(Failure::lock)?;
     let holder = lock.holder().map_err(Failure::lock)?;
     if json {
         let (owner, ttl) = match &holder {
@@ -46,8 +47,8 @@ pub(crate) fn status(client: &redis::Client, name: &str, json: bool) -> Outcome 
     Ok(0)
 }
 
-pub(crate) fn reset(client: &redis::Client, name: &str) -> Outcome {
-    let lock = Lock::new(client, name).map_err(Failure::lock)?;
+pub(crate) fn reset(backend: &dyn Backend, name: &str) -> Outcome {
+    let lock = Lock::new(backend, name).map_err(Failure::lock)?;
     if lock.reset().map_err(Failure::lock)? {
         out!("lock {name:?}: was held; released it and woke one waiter");
     } else {
@@ -56,7 +57,8 @@ pub(crate) fn reset(client: &redis::Client, name: &str) -> Outcome {
     Ok(0)
 }
 
-pub(crate) fn reset_all(client: &redis::Client, yes: bool) -> Outcome {
+/// `reset-all` on `place` (`where_` says which servers, for the prompt).
+pub(crate) fn reset_all(place: &Place, where_: &str, yes: bool) -> Outcome {
     if !yes {
         if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
             return Err(Failure::new(
@@ -64,15 +66,11 @@ pub(crate) fn reset_all(client: &redis::Client, yes: bool) -> Outcome {
                 "reset-all frees every lock on the server; not on a terminal, so pass --yes to confirm",
             ));
         }
-        let info = client.get_connection_info();
         let mut stderr = std::io::stderr();
-        // The address and database, not the URL: that may hold a password. A prompt that
-        // cannot be shown or answered is a "no", so write errors are let go.
+        // A prompt that cannot be shown or answered is a "no", so write errors are let go.
         let _ = write!(
             stderr,
-            "Release every lock (every lock:* key) on {} db {}? [y/N] ",
-            info.addr(),
-            info.redis_settings().db()
+            "Release every lock (every lock:* key) on {where_}? [y/N] "
         );
         let _ = stderr.flush();
         let mut answer = String::new();
@@ -82,7 +80,7 @@ pub(crate) fn reset_all(client: &redis::Client, yes: bool) -> Outcome {
             return Ok(exit::DECLINED);
         }
     }
-    let count = redis_blpop_lock::reset_all(client).map_err(Failure::lock)?;
+    let count = redis_blpop_lock::reset_all(place.backend()).map_err(Failure::lock)?;
     let plural = if count == 1 { "" } else { "s" };
     out!("reset {count} lock{plural}");
     Ok(0)

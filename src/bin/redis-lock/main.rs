@@ -18,6 +18,7 @@ macro_rules! err {
 }
 
 mod admin;
+mod place;
 mod run;
 
 use std::ffi::OsString;
@@ -65,6 +66,9 @@ Other commands exit 0 on success, 2 on bad usage, 69 when Redis fails; `reset-al
 exits 1 when the operator answers no.
 
 The connection comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379/.
+With --cluster that URL is any node of a Redis Cluster (lock keys are then
+lock:{NAME}); with --sentinel and --service, the sentinels name the primary, and
+--url gives only the primary's credentials and database.
 RUST_LOG=debug shows what the lock does (default: warnings only).";
 
 /// A distributed lock on Redis, compatible with python-redis-lock: run a command under a
@@ -82,6 +86,17 @@ struct Cli {
         default_value = "redis://127.0.0.1:6379/"
     )]
     url: String,
+    /// The URL is a node of a Redis Cluster: locks live on whichever primary serves their
+    /// slot, with keys lock:{NAME} (a NAME with a {tag} of its own keeps it).
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    cluster: bool,
+    /// A sentinel's URL (give it once per sentinel): locks live on the primary that the
+    /// sentinels name for --service, and follow it through failovers.
+    #[arg(long, global = true, value_name = "URL", requires = "service")]
+    sentinel: Vec<String>,
+    /// The service (master name) the sentinels monitor.
+    #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
+    service: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -178,15 +193,16 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let outcome = redis::Client::open(cli.url.as_str())
-        // The URL is not echoed: it may hold a password.
-        .map_err(|e| Failure::new(exit::USAGE, format!("invalid Redis URL: {e}")))
-        .and_then(|client| match cli.command {
-            Command::Run(args) => run::run(&client, args),
-            Command::Status { name, json } => admin::status(&client, &name, json),
-            Command::Reset { name } => admin::reset(&client, &name),
-            Command::ResetAll { yes } => admin::reset_all(&client, yes),
-        });
+    let outcome =
+        place::Place::from_options(&cli.url, cli.cluster, &cli.sentinel, cli.service.as_deref())
+            .and_then(|place| match cli.command {
+                Command::Run(args) => run::run(place.backend(), args),
+                Command::Status { name, json } => admin::status(place.backend(), &name, json),
+                Command::Reset { name } => admin::reset(place.backend(), &name),
+                Command::ResetAll { yes } => {
+                    admin::reset_all(&place, &place.describe(&cli.url), yes)
+                }
+            });
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

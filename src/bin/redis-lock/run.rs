@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_blpop_lock::{CancelToken, Error, Lock};
+use redis_blpop_lock::{Backend, CancelToken, Error, Lock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -38,9 +38,9 @@ enum Taken {
     Interrupted(c_int),
 }
 
-pub(crate) fn run(client: &redis::Client, args: RunArgs) -> Outcome {
+pub(crate) fn run(backend: &dyn Backend, args: RunArgs) -> Outcome {
     let cancel = CancelToken::new();
-    let mut builder = Lock::builder(client, &args.name)
+    let mut builder = Lock::builder(backend, &args.name)
         .expire(args.expire)
         .auto_renewal(true)
         .cancel_token(cancel.clone());
