@@ -17,6 +17,9 @@ mod lock;
 mod outcomes;
 mod security;
 mod threads;
+// Tests of the cluster and sentinel support itself.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+mod topology;
 mod waiting;
 
 /// Runs the other side of a multi-process test when this binary was started as a child (and

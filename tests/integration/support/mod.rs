@@ -1,16 +1,27 @@
 //! What the suites share: a private `redis-server` per test (`server`), child processes
-//! (`child`), a proxy that delays and drops replies on cue (`proxy`), and small helpers.
+//! (`child`), a proxy that delays and drops replies on cue (`proxy`), Redis Cluster and
+//! Sentinel topologies (`cluster`, `sentinel`), and small helpers.
 
 mod child;
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+mod node;
 mod proxy;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod server;
 
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 pub use child::{child_role, send_signal, ChildProcess};
+#[cfg(feature = "cluster")]
+pub use cluster::RedisCluster;
 pub use proxy::Proxy;
 // Outside `RedisServer`, only the TLS tests' server needs a port.
+#[cfg(feature = "sentinel")]
+pub use sentinel::SentinelSet;
 #[cfg(feature = "tls")]
 pub use server::free_port;
 pub use server::RedisServer;

@@ -3,31 +3,43 @@
 
 use std::fmt;
 use std::fs::File;
+use std::io;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::{eventually, secs, send_signal};
 
-const INSTALL_HINT: &str = "redis-server is not on PATH. The tests start their own private \
+pub(super) const INSTALL_HINT: &str =
+    "redis-server is not on PATH. The tests start their own private \
      server; install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu), \
      `brew install redis` (macOS) or `dnf install redis` (Fedora)";
 
 /// How much of the server's log a failure message quotes.
 const LOG_TAIL_LINES: usize = 30;
 
-/// A `redis-server` on a free loopback port, with no persistence; killed on drop. Its output
-/// goes to a log file, removed on drop unless the test is failing.
+/// A `redis-server` on a free loopback port, with no persistence; killed on drop, and with
+/// the test binary however it ends. Its output goes to a log file, removed on drop unless the
+/// test is failing.
 pub struct RedisServer {
     // In a mutex so that `until_answering` can poll it for exit while its failure message
     // holds the server to quote the log.
     child: Mutex<Child>,
     pub port: u16,
-    extra: Vec<String>,
+    args: Args,
     log_path: PathBuf,
+}
+
+/// What a server runs with besides the port and the defaults (loopback, no persistence).
+#[derive(Clone, Default)]
+pub struct Args {
+    /// `redis-server` reads a config file only as its first argument; a sentinel needs one.
+    pub config_file: Option<PathBuf>,
+    /// Extra `redis-server` arguments (`--maxmemory 1mb`, ...).
+    pub extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -37,15 +49,25 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`--maxmemory 1mb`, ...).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let args = Args {
+            config_file: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        RedisServer::start_with_args(|_| args.clone())
+    }
+
+    /// Starts a server with `args(port)`, asked again on each try since each try has a new
+    /// port: a cluster node needs a free bus port too, a sentinel a config file naming its port.
+    pub fn start_with_args(mut args: impl FnMut(u16) -> Args) -> RedisServer {
         let mut last_log = String::new();
         for _ in 0..20 {
             let port = free_port();
+            let args = args(port);
             let log_path = new_log_path();
             let server = RedisServer {
-                child: Mutex::new(spawn(port, &extra, &log_path)),
+                child: Mutex::new(spawn(port, &args, &log_path)),
                 port,
-                extra: extra.clone(),
+                args,
                 log_path,
             };
             if server.until_answering() {
@@ -86,7 +108,7 @@ impl RedisServer {
     pub fn restart_after(&mut self, outage: Duration) {
         self.kill();
         std::thread::sleep(outage);
-        *self.child.get_mut().unwrap() = spawn(self.port, &self.extra, &self.log_path);
+        *self.child.get_mut().unwrap() = spawn(self.port, &self.args, &self.log_path);
         assert!(
             self.until_answering(),
             "{}",
@@ -98,6 +120,22 @@ impl RedisServer {
         let child = self.child.get_mut().unwrap();
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// Whether the process is still there (not killed, not crashed).
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    pub fn running(&self) -> bool {
+        matches!(self.child.lock().unwrap().try_wait(), Ok(None))
+    }
+
+    /// What dropping the server does, for one that is never dropped (the shared cluster's, at
+    /// exit): kills it and removes its log.
+    #[cfg(feature = "cluster")]
+    pub fn shut_down(&self) {
+        let mut child = self.child.lock().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&self.log_path);
     }
 
     /// Freezes the server (SIGSTOP) until `resume`: connections stay open and commands queue
@@ -147,7 +185,7 @@ impl RedisServer {
     }
 
     /// `what` went wrong, followed by the end of the server's log.
-    fn failure<W: fmt::Display>(&self, what: W) -> Failure<'_, W> {
+    pub(super) fn failure<W: fmt::Display>(&self, what: W) -> Failure<'_, W> {
         Failure { server: self, what }
     }
 }
@@ -164,7 +202,7 @@ impl Drop for RedisServer {
 
 /// A failure message about the server. The log is read when the message is written, so a
 /// poll that gives up quotes the log as it is then.
-struct Failure<'a, W> {
+pub(super) struct Failure<'a, W> {
     server: &'a RedisServer,
     what: W,
 }
@@ -199,25 +237,74 @@ fn new_log_path() -> PathBuf {
 
 /// Starts `redis-server` on `port`, its output appended to `log` (with no `--logfile` it logs
 /// to standard output, and a bad argument goes to standard error: both land there).
-fn spawn(port: u16, extra: &[String], log: &std::path::Path) -> Child {
+fn spawn(port: u16, args: &Args, log: &Path) -> Child {
     let file = File::options()
         .create(true)
         .append(true)
         .open(log)
         .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-    let spawned = Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    command
+        .args(&args.config_file)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .args(["--dir", &std::env::temp_dir().to_string_lossy()])
-        .args(extra)
+        // Not the shared `dump.rdb`: a server loads that file at start if a replica (of any
+        // run) left one there.
+        .arg("--dbfilename")
+        .arg(log.with_extension("rdb").file_name().expect("a file name"))
+        .args(&args.extra)
         .stdout(file.try_clone().expect("share the log file"))
-        .stderr(file)
-        .spawn();
-    match spawned {
+        .stderr(file);
+    match spawn_for_the_run(command) {
         Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
         Err(e) => panic!("could not run redis-server: {e}"),
     }
+}
+
+/// Spawns `command` so that the process is killed when this test binary ends, however it
+/// ends (a static such as the shared cluster is never dropped, and a killed binary drops
+/// nothing). PR_SET_PDEATHSIG fires when the thread that forked the child ends, not the
+/// process, so every server is forked by one thread that lives as long as the process.
+fn spawn_for_the_run(mut command: Command) -> io::Result<Child> {
+    type Request = (Command, mpsc::Sender<io::Result<Child>>);
+    static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = std::process::id();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The test binary may have ended before the prctl took effect.
+                if libc::getppid() as u32 != parent {
+                    return Err(io::Error::other("the test binary has exited"));
+                }
+                Ok(())
+            });
+        }
+    }
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("redis-server spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("start the spawner thread");
+        requests
+    });
+    let (reply, spawned) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .expect("the spawner thread lives as long as the process");
+    spawned.recv().expect("the spawner thread replies")
 }
 
 /// Whether a server answers `PING` on `port`.

@@ -1,0 +1,228 @@
+//! A Sentinel-managed primary, private to a test: one primary, one replica, and three
+//! sentinels (quorum 2) that fail over on cue or after a crash.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::node::{until_all, Node};
+use super::server::Args;
+use super::RedisServer;
+
+const SERVICE: &str = "redis-lock-test";
+
+const SENTINELS: usize = 3;
+
+/// How long the sentinels may take: they find each other through hello messages every 2 s,
+/// and demote an old primary that is still up only after it reported its role for 8 s.
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// A primary, its replica and three sentinels on loopback ports, without persistence; killed
+/// on drop, with their config files.
+pub struct SentinelSet {
+    // The primary and the replica at start; the sentinels say which is which now.
+    data: Vec<Node>,
+    sentinels: Vec<Node>,
+    config_files: Vec<PathBuf>,
+}
+
+impl SentinelSet {
+    pub fn start() -> SentinelSet {
+        let mut set = SentinelSet {
+            data: Vec::new(),
+            sentinels: Vec::new(),
+            config_files: Vec::new(),
+        };
+        // Both may be a replica: without these, one would wait 5 s for others to share its
+        // full sync, and write the data it receives to a file.
+        let diskless = [
+            "--repl-diskless-sync-delay",
+            "0",
+            "--repl-diskless-load",
+            "swapdb",
+        ];
+        let primary = RedisServer::start_with(&diskless);
+        let primary_port = primary.port.to_string();
+        set.data.push(Node::new(primary));
+        let replica = RedisServer::start_with(
+            &[&diskless[..], &["--replicaof", "127.0.0.1", &primary_port]].concat(),
+        );
+        set.data.push(Node::new(replica));
+        // Before the sentinels start: they learn of replicas from the primary's INFO, asked
+        // every 10 s after the first time.
+        until_all(LIMIT, "the replica's link", &[&set.data[1]], |node| {
+            node.replication("master_link_status").as_deref() == Some("up")
+        });
+        for _ in 0..SENTINELS {
+            let config_file = new_config_path();
+            set.config_files.push(config_file.clone());
+            let sentinel = RedisServer::start_with_args(|port| {
+                write_config(&config_file, port, &primary_port);
+                Args {
+                    config_file: Some(config_file.clone()),
+                    extra: vec!["--sentinel".to_string()],
+                }
+            });
+            set.sentinels.push(Node::new(sentinel));
+        }
+        set.until_sentinels_know(set.replica().port);
+        set
+    }
+
+    /// The sentinels' URLs, to find the primary through.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        (self.sentinels.iter())
+            .map(|node| node.server.url())
+            .collect()
+    }
+
+    /// The name the sentinels monitor the primary under.
+    pub fn service(&self) -> &str {
+        SERVICE
+    }
+
+    /// The server the sentinels name as the primary now.
+    pub fn primary(&self) -> &RedisServer {
+        let sentinel = &self.sentinels[0];
+        let (_, port): (String, u16) = sentinel.must(
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(SERVICE),
+            "SENTINEL GET-MASTER-ADDR-BY-NAME",
+        );
+        &self.data[self.by_port(port)].server
+    }
+
+    /// The other one, if it is still up.
+    pub fn replica(&self) -> &RedisServer {
+        let primary = self.by_port(self.primary().port);
+        let replica = &self.data[1 - primary];
+        assert!(replica.running(), "the replica was killed");
+        &replica.server
+    }
+
+    /// A failover on cue: the replica becomes the primary, and the old primary its replica.
+    pub fn failover(&self) {
+        let (old, new) = (self.primary().port, self.replica().port);
+        self.sentinels[0].must::<()>(
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE),
+            "SENTINEL FAILOVER",
+        );
+        self.until_promoted(new);
+        until_all(
+            LIMIT,
+            &format!("port {old} to become a replica of {new} with its link up"),
+            &[&self.data[self.by_port(old)]],
+            |node| {
+                node.replication("master_port") == Some(new.to_string())
+                    && node.replication("master_link_status").as_deref() == Some("up")
+            },
+        );
+        // So that another failover has a replica to promote.
+        self.until_sentinels_know(old);
+    }
+
+    /// Kills the primary like a crash (SIGKILL) and waits until the sentinels promoted the
+    /// replica.
+    pub fn kill_primary_and_wait_failover(&mut self) {
+        let (old, new) = (self.primary().port, self.replica().port);
+        let old = self.by_port(old);
+        self.data[old].kill();
+        self.until_promoted(new);
+    }
+
+    /// Waits until every sentinel names `port` as the primary, and it says so itself.
+    fn until_promoted(&self, port: u16) {
+        let sentinels: Vec<&Node> = self.sentinels.iter().collect();
+        until_all(
+            LIMIT,
+            &format!("the sentinels to name port {port} as the primary"),
+            &sentinels,
+            |node| {
+                node.query::<(String, u16)>(
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(SERVICE),
+                )
+                .is_ok_and(|(_, named)| named == port)
+            },
+        );
+        until_all(
+            LIMIT,
+            &format!("port {port} to be a primary"),
+            &[&self.data[self.by_port(port)]],
+            |node| node.replication("role").as_deref() == Some("master"),
+        );
+    }
+
+    /// Waits until every sentinel knows the replica on `replica_port` as one it could promote,
+    /// and the other sentinels.
+    fn until_sentinels_know(&self, replica_port: u16) {
+        let sentinels: Vec<&Node> = self.sentinels.iter().collect();
+        until_all(
+            LIMIT,
+            &format!("the sentinels to know each other and the replica on port {replica_port}"),
+            &sentinels,
+            |node| {
+                let replicas = instances(node, "REPLICAS");
+                let others = instances(node, "SENTINELS");
+                let replica_ok = replicas.iter().any(|replica| {
+                    replica.get("port") == Some(&replica_port.to_string())
+                        && replica.get("flags").map(String::as_str) == Some("slave")
+                });
+                replica_ok && others.len() == SENTINELS - 1
+            },
+        );
+    }
+
+    fn by_port(&self, port: u16) -> usize {
+        (self.data.iter())
+            .position(|node| node.server.port == port)
+            .unwrap_or_else(|| panic!("the sentinels name port {port}, not one of this set"))
+    }
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        // Killed first, so that no sentinel rewrites its config file after it is removed.
+        for node in &mut self.sentinels {
+            node.kill();
+        }
+        for file in &self.config_files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+/// What `SENTINEL REPLICAS|SENTINELS <service>` lists, each as its fields; none if the
+/// sentinel does not answer.
+fn instances(sentinel: &Node, which: &str) -> Vec<HashMap<String, String>> {
+    (sentinel.query(redis::cmd("SENTINEL").arg(which).arg(SERVICE))).unwrap_or_default()
+}
+
+/// Written anew on each try (the port changes), and left writable: a sentinel rewrites its
+/// config file with what it learns.
+fn write_config(path: &PathBuf, port: u16, primary_port: &str) {
+    let dir = std::env::temp_dir();
+    let config = format!(
+        "port {port}\n\
+         bind 127.0.0.1\n\
+         dir {}\n\
+         sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n\
+         sentinel down-after-milliseconds {SERVICE} 1000\n\
+         sentinel failover-timeout {SERVICE} 5000\n",
+        dir.display()
+    );
+    std::fs::write(path, config).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// A sentinel config path no other sentinel of this run uses.
+fn new_config_path() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "redis-lock-test-{}-sentinel-{n}.conf",
+        std::process::id()
+    ))
+}
