@@ -75,15 +75,17 @@ impl<T: Topology> Routed<T> {
 
     /// Learns the topology again, unless someone did since `failed_at`. One at a time: the
     /// threads that met the same failure wait for one look instead of each taking their own.
-    fn relearn(&self, failed_at: Instant, deadline: Instant) {
+    fn relearn(&self, failed_at: Instant, deadline: Instant) -> Result<(), RedisError> {
         let mut learned = self.learned.lock();
         if learned.is_some_and(|at| at > failed_at) {
-            return;
+            return Ok(());
         }
-        match self.topology.learn(&self.nodes, deadline) {
+        let result = self.topology.learn(&self.nodes, deadline);
+        match &result {
             Ok(()) => *learned = Some(Instant::now()),
             Err(e) => log::debug!("could not learn the topology: {e}"),
         }
+        result
     }
 
     fn node_for(
@@ -94,7 +96,7 @@ impl<T: Topology> Routed<T> {
         let addr = match self.topology.primary_for(slot) {
             Some(addr) => addr,
             None => {
-                self.relearn(Instant::now(), deadline);
+                self.relearn(Instant::now(), deadline)?;
                 self.topology.primary_for(slot).ok_or_else(|| {
                     RedisError::from((
                         ErrorKind::Io,
@@ -152,7 +154,8 @@ impl<T: Topology> Routed<T> {
             thread::sleep(pause);
             pause = (pause * 2).min(PAUSE_MAX);
             hops = 0;
-            self.relearn(started, deadline);
+            // Failing, the next attempt says why.
+            let _ = self.relearn(started, deadline);
         }
     }
 }
@@ -214,7 +217,7 @@ impl<T: Topology> Transport for Routed<T> {
         visit: &mut dyn FnMut(&dyn Transport) -> Result<(), Error>,
     ) -> Result<(), Error> {
         if self.topology.primaries().is_empty() {
-            self.relearn(Instant::now(), deadline);
+            self.relearn(Instant::now(), deadline)?;
         }
         for addr in self.topology.primaries() {
             let (_, server) = self.nodes.at(&addr)?;
@@ -254,7 +257,8 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         let ask = self.ask.take();
         if let Some(relearn) = self.moved.take() {
             if relearn {
-                self.routed.relearn(Instant::now(), deadline);
+                // Failing, the route below says why.
+                let _ = self.routed.relearn(Instant::now(), deadline);
             }
             self.conn = None;
         }

@@ -482,3 +482,82 @@ fn a_run_whose_lock_is_reset_sees_the_loss_and_stops_its_command() {
     assert!(stderr(&output).contains("lost lock"), "{}", stderr(&output));
     assert!(read(&notes).contains("term"), "the command got no SIGTERM");
 }
+
+/// `redis-lock` with no `--url`: the test gives where the locks live.
+fn redis_lock_at(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+#[test]
+fn with_cluster_the_url_is_a_seed_node_for_run_status_and_reset() {
+    let cluster = crate::support::RedisCluster::start();
+    let seed = cluster.seed_url();
+    let at = ["--cluster", "--url", seed.as_str()];
+    let holder = redis_lock_at(&at)
+        .args(["run", "cli-cluster", "--expire", "3", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let primary = cluster.primary_for("lock:{cli-cluster}");
+    eventually(HUNG, "the run to take the lock", || {
+        primary.conn().exists("lock:{cli-cluster}").unwrap()
+    });
+    let status = redis_lock_at(&at)
+        .args(["status", "cli-cluster", "--json"])
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", stderr(&status));
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["held"], true, "{json}");
+    let reset = redis_lock_at(&at)
+        .args(["reset-all", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&reset.stdout).trim(),
+        "reset 1 lock"
+    );
+    let output = finish(holder);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+}
+
+#[test]
+fn with_sentinel_the_run_takes_the_lock_on_the_named_primary() {
+    let set = crate::support::SentinelSet::start();
+    let urls = set.sentinel_urls();
+    let mut args = vec![];
+    for url in &urls {
+        args.extend(["--sentinel", url.as_str()]);
+    }
+    args.extend(["--service", set.service()]);
+    let output = redis_lock_at(&args)
+        .args(["run", "cli-sentinel", "--", "sh", "-c"])
+        .arg(format!(
+            "redis-cli -p {} get lock:cli-sentinel",
+            set.primary().port
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let owner = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        owner.trim().len(),
+        24,
+        "the lock's id was on the primary: {owner:?}"
+    );
+}
+
+#[test]
+fn sentinel_without_a_service_is_a_usage_error() {
+    let output = redis_lock_at(&["--sentinel", "redis://127.0.0.1:1/"])
+        .args(["status", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}

@@ -23,6 +23,12 @@ const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
 /// The Python side, on `server`, ready for commands.
 fn python(server: &RedisServer) -> ChildProcess {
+    python_peer(&server.url(), &[])
+}
+
+/// The Python side on the server at `url` (with `cluster`, a cluster's node), ready for
+/// commands.
+pub fn python_peer(url: &str, extra: &[&str]) -> ChildProcess {
     let check = Command::new("python3")
         .args(["-c", "import redis, redis_lock; assert redis_lock.__version__ == '4.0.1', redis_lock.__version__"])
         .output();
@@ -40,7 +46,8 @@ fn python(server: &RedisServer) -> ChildProcess {
             env!("CARGO_MANIFEST_DIR"),
             "/interop/python_peer.py"
         ))
-        .arg(server.url());
+        .arg(url)
+        .args(extra);
     let mut python = ChildProcess::run(command).expect("run python3");
     python.expect_line("ready");
     python

@@ -6,6 +6,8 @@ mod support;
 
 mod bench_smoke;
 mod cache;
+#[cfg(feature = "cluster")]
+mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
@@ -15,7 +17,10 @@ mod hostile_input;
 mod interop;
 mod lock;
 mod outcomes;
+mod replicas;
 mod security;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod threads;
 // Tests of the cluster and sentinel support itself.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
@@ -32,6 +37,8 @@ fn child_process_role() {
     let client = redis::Client::open(url).expect("a valid URL");
     match role.as_str() {
         "cache::compute" => cache::compute_until_killed(&client, &args),
+        #[cfg(feature = "cluster")]
+        "cluster::increment" => cluster::increment(&client, &args),
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),

@@ -142,12 +142,18 @@ impl RedisCluster {
     /// Kills the primary on `port` and waits until the cluster promoted its replica and is
     /// whole again.
     pub fn kill_primary_and_wait_failover(&mut self, port: u16) {
-        let new = self.replica_index(self.by_port(port));
+        let replica = self.port(self.replica_index(self.by_port(port)));
         self.kill(port);
-        let new_id = &self.ids[new];
+        self.until_replaced(port, replica);
+    }
+
+    /// Waits until the replica on `replica_port` has replaced the killed primary on `port`
+    /// and the cluster is whole again.
+    pub fn until_replaced(&self, port: u16, replica_port: u16) {
+        let new_id = &self.ids[self.by_port(replica_port)];
         until_all(
             LIMIT,
-            &format!("port {} to replace the killed {port}", self.port(new)),
+            &format!("port {replica_port} to replace the killed {port}"),
             &self.live(),
             |node| {
                 state_ok(node)
@@ -155,6 +161,11 @@ impl RedisCluster {
                         .is_ok_and(|view| view.iter().any(|s| &s.id == new_id && s.is_primary()))
             },
         );
+    }
+
+    /// The node on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        &self.nodes[self.by_port(port)].server
     }
 
     /// Moves `slot`, with its keys, to the primary on `to_port`.

@@ -1,0 +1,359 @@
+//! The same lock on a Redis Cluster: keys hash-tagged by name, requests routed to the key's
+//! primary, waiters that follow their slot through a migration and a failover, and
+//! `reset_all` over every primary. Tests that leave the cluster as it is share one; those that
+//! move slots or fail nodes over start their own.
+
+use std::time::{Duration, Instant};
+
+use redis::cluster::ClusterClient;
+use redis::Commands;
+use redis_blpop_lock::{reset_all, Error, Lock};
+
+use crate::interop::python_peer;
+use crate::support::{secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer};
+
+/// A woken waiter takes the lock well before this; one that missed its wake-up would try
+/// again only after a 5 s block, and a waiter turned away by a moved slot is told within
+/// about a second (Redis checks blocked clients that often).
+const WOKEN_WITHIN: Duration = Duration::from_secs(4);
+/// How long a test waits for a waiter to block before it gives up.
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+
+fn client(cluster: &RedisCluster) -> ClusterClient {
+    ClusterClient::new(vec![cluster.seed_url()]).unwrap()
+}
+
+/// Names whose keys fall on every primary of the cluster, `per_primary` each.
+fn names_on_every_primary(cluster: &RedisCluster, prefix: &str, per_primary: usize) -> Vec<String> {
+    let mut by_primary = std::collections::HashMap::<u16, Vec<String>>::new();
+    for i in 0.. {
+        let name = format!("{prefix}-{i}");
+        let port = cluster.primary_for(&format!("lock:{{{name}}}")).port;
+        let names = by_primary.entry(port).or_default();
+        if names.len() < per_primary {
+            names.push(name);
+        }
+        if by_primary.len() == 3 && by_primary.values().all(|n| n.len() == per_primary) {
+            break;
+        }
+    }
+    by_primary.into_values().flatten().collect()
+}
+
+#[test]
+fn a_locks_keys_carry_its_name_as_their_hash_tag() {
+    let cluster = RedisCluster::shared();
+    let lock = Lock::new(&client(cluster), "tagged").unwrap();
+    let guard = lock.lock().unwrap();
+    let primary = cluster.primary_for("lock:{tagged}");
+    let owner: Option<String> = primary.conn().get("lock:{tagged}").unwrap();
+    assert_eq!(owner.as_deref(), Some(lock.id()));
+    drop(guard);
+    let signal: Option<String> = primary.conn().lpop("lock-signal:{tagged}", None).unwrap();
+    assert_eq!(
+        signal.as_deref(),
+        Some("1"),
+        "the release signals in the same slot"
+    );
+}
+
+#[test]
+fn a_name_with_its_own_hash_tag_keeps_it() {
+    let cluster = RedisCluster::shared();
+    let lock = Lock::new(&client(cluster), "{tenant7}:jobs").unwrap();
+    let _guard = lock.lock().unwrap();
+    let owner: Option<String> = cluster
+        .primary_for("{tenant7}")
+        .conn()
+        .get("lock:{tenant7}:jobs")
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some(lock.id()));
+}
+
+#[test]
+fn locks_in_many_slots_exclude_each_other_across_processes() {
+    let cluster = RedisCluster::shared();
+    let names = names_on_every_primary(cluster, "excl", 2);
+    let joined = names.join(",");
+    let workers: Vec<ChildProcess> = (0..2)
+        .map(|_| ChildProcess::spawn("cluster::increment", &cluster.seed_url(), &[&joined]))
+        .collect();
+    for worker in workers {
+        worker.wait_success();
+    }
+    let mut conn = client(cluster).get_connection().unwrap();
+    for name in &names {
+        let count: u64 = conn.get(format!("count:{{{name}}}")).unwrap();
+        assert_eq!(
+            count,
+            2 * INCREMENT_THREADS * INCREMENT_ROUNDS,
+            "{name}: an increment was lost, so two holders overlapped"
+        );
+    }
+}
+
+const INCREMENT_THREADS: u64 = 3;
+const INCREMENT_ROUNDS: u64 = 20;
+
+/// Child role: threads that increment a counter per name by read, pause and write, under the
+/// name's lock (held without expiry, so every hand-over is a release's wake-up). A lost
+/// increment means two holders overlapped; a missed wake-up costs a 5 s block each.
+pub fn increment(client: &redis::Client, args: &[String]) {
+    let cluster = ClusterClient::new(vec![client.get_connection_info().clone()]).unwrap();
+    let names: Vec<String> = args[0].split(',').map(str::to_owned).collect();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..INCREMENT_THREADS {
+            scope.spawn(|| {
+                let mut conn = cluster.get_connection().unwrap();
+                for _ in 0..INCREMENT_ROUNDS {
+                    for name in &names {
+                        let lock = Lock::new(&cluster, name.as_str()).unwrap();
+                        let _guard = lock.lock().unwrap();
+                        let key = format!("count:{{{name}}}");
+                        let n: u64 = conn.get::<_, Option<u64>>(&key).unwrap().unwrap_or(0);
+                        std::thread::sleep(Duration::from_micros(200));
+                        let _: () = conn.set(&key, n + 1).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    // Every hand-over was a wake-up: a few missed ones would already cost this much.
+    let took = started.elapsed();
+    assert!(
+        took < secs(30),
+        "the increments took {took:?}: waiters were not woken"
+    );
+}
+
+#[test]
+fn a_release_wakes_a_waiter_on_the_keys_primary() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster);
+    let holder = Lock::new(&client, "wake").unwrap();
+    holder.acquire().unwrap();
+    let primary = cluster.primary_for("lock:{wake}");
+    let before = primary.blocked_clients();
+    let waiter = spawn_waiter(Lock::new(&client, "wake").unwrap(), secs(60));
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    let released = Instant::now();
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(
+        released.elapsed() < WOKEN_WITHIN,
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_waiter_follows_its_slot_to_another_primary() {
+    let cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let holder = Lock::builder(&client, "moving")
+        .expire(secs(60))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let source = cluster.primary_for("lock:{moving}");
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source.port)
+        .unwrap();
+    let waiter = spawn_waiter(Lock::new(&client, "moving").unwrap(), secs(60));
+    source.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    cluster.migrate_slot(cluster.slot_of("lock:{moving}"), target.port);
+    // The waiter is turned away from the old primary and blocks on the new one.
+    target.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    let released = Instant::now();
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(
+        released.elapsed() < WOKEN_WITHIN,
+        "{:?}",
+        released.elapsed()
+    );
+    assert!(!holder.lost());
+}
+
+#[test]
+fn a_try_during_a_migration_is_asked_of_the_importing_primary() {
+    let cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let source = cluster.primary_for("lock:{asked}");
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source.port)
+        .unwrap();
+    let slot = cluster.slot_of("lock:{asked}");
+    cluster.begin_migration(slot, target.port);
+    // The key is on neither node yet: the source answers ASK, and the lock is taken on the
+    // importing node behind ASKING.
+    let lock = Lock::new(&client, "asked").unwrap();
+    assert!(lock.try_acquire().unwrap());
+    assert!(lock.locked().unwrap());
+    cluster.finish_migration(slot, target.port);
+    lock.release().unwrap();
+    assert!(!lock.locked().unwrap());
+}
+
+#[test]
+fn a_holder_and_a_waiter_carry_on_through_a_failover() {
+    let cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let holder = Lock::builder(&client, "failing-over")
+        .expire(secs(60))
+        .replicas(1, secs(2))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let primary = cluster.primary_for("lock:{failing-over}");
+    let waiter = spawn_waiter(Lock::new(&client, "failing-over").unwrap(), secs(60));
+    primary.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    cluster.failover(primary.port);
+    let new_primary = cluster.primary_for("lock:{failing-over}");
+    new_primary.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    assert!(!holder.lost());
+    holder.extend(None).unwrap();
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn a_killed_primarys_waiters_and_holder_move_to_its_replica() {
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster);
+    // Long enough to ride out the failover (node timeout 1 s, then the election).
+    let io = secs(20);
+    let holder = Lock::builder(&client, "crashing")
+        .expire(secs(60))
+        .replicas(1, secs(2))
+        .io_timeout(io)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let primary = cluster.primary_for("lock:{crashing}").port;
+    let waiter_lock = Lock::builder(&client, "crashing")
+        .io_timeout(io)
+        .build()
+        .unwrap();
+    let waiter = spawn_waiter(waiter_lock, secs(60));
+    cluster
+        .primary_for("lock:{crashing}")
+        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    cluster.kill_primary_and_wait_failover(primary);
+    // The replica had acknowledged the lock, so it survived.
+    let owner: Option<String> = cluster
+        .primary_for("lock:{crashing}")
+        .conn()
+        .get("lock:{crashing}")
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some(holder.id()));
+    assert!(!holder.lost());
+    // The new primary has no replica left to acknowledge the release, which it says; the
+    // release happened all the same.
+    match holder.release() {
+        Err(Error::NotReplicated {
+            acked: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn a_lock_lost_in_a_failover_is_lost_to_its_holder() {
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let primary = cluster.primary_for("lock:{unreplicated}").port;
+    let replica = cluster.replica_of(cluster.node(primary)).port;
+    // The replica is frozen while the lock is taken, so it never gets the key.
+    cluster.node(replica).pause();
+    let holder = Lock::builder(&client, "unreplicated")
+        .expire(secs(3))
+        .auto_renewal(true)
+        .io_timeout(secs(20))
+        .build()
+        .unwrap();
+    let guard = holder.lock().unwrap();
+    cluster.kill(primary);
+    cluster.node(replica).resume();
+    cluster.until_replaced(primary, replica);
+    crate::support::eventually(secs(20), "the holder to learn its lock was lost", || {
+        guard.lost()
+    });
+    let other = Lock::new(&client, "unreplicated").unwrap();
+    assert!(
+        other.try_acquire().unwrap(),
+        "the key did not survive the failover"
+    );
+}
+
+#[test]
+fn reset_all_frees_the_locks_of_every_primary() {
+    let cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let names = names_on_every_primary(&cluster, "reset", 2);
+    let holders: Vec<Lock> = names
+        .iter()
+        .map(|name| {
+            let lock = Lock::new(&client, name.as_str()).unwrap();
+            lock.acquire().unwrap();
+            lock
+        })
+        .collect();
+    assert_eq!(reset_all(&client).unwrap(), names.len());
+    for lock in &holders {
+        assert!(!lock.locked().unwrap(), "{} is still held", lock.name());
+    }
+}
+
+#[test]
+fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
+    let cluster = RedisCluster::shared();
+    let mut python = python_peer(&cluster.seed_url(), &["cluster"]);
+    python.send_line("acquire {shared-with-python}");
+    let python_id = python.expect_line("acquired");
+    let lock = Lock::new(&client(cluster), "shared-with-python").unwrap();
+    assert!(!lock.try_acquire().unwrap());
+    let holder = lock.holder().unwrap().expect("held by python");
+    assert!(
+        python_id.contains(&holder.id),
+        "{python_id:?} vs {holder:?}"
+    );
+    let primary = cluster.primary_for("lock:{shared-with-python}");
+    let before = primary.blocked_clients();
+    let waiter = spawn_waiter(
+        Lock::new(&client(cluster), "shared-with-python").unwrap(),
+        secs(60),
+    );
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    let released = Instant::now();
+    python.send_line("release {shared-with-python}");
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(
+        released.elapsed() < WOKEN_WITHIN,
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_cluster_client_with_no_reachable_seed_is_an_error_by_the_deadline() {
+    let dead = RedisServer::start();
+    let url = dead.url();
+    drop(dead);
+    let client = ClusterClient::new(vec![url]).unwrap();
+    let lock = Lock::builder(&client, "nowhere")
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    assert!(matches!(lock.try_acquire(), Err(Error::Redis(_))));
+    assert!(started.elapsed() < secs(3), "{:?}", started.elapsed());
+}
