@@ -3,6 +3,7 @@
 //! `reset_all` over every primary. Tests that leave the cluster as it is share one; those that
 //! move slots or fail nodes over start their own.
 
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
@@ -18,6 +19,18 @@ use crate::support::{secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer
 const WOKEN_WITHIN: Duration = Duration::from_secs(4);
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+
+/// Runs `release` and checks that `waiter` took the lock soon after: woken, not timed out.
+fn assert_woken_by(release: impl FnOnce(), waiter: JoinHandle<Result<bool, Error>>) {
+    let released = Instant::now();
+    release();
+    assert!(waiter.join().unwrap().unwrap());
+    let after = released.elapsed();
+    assert!(
+        after < WOKEN_WITHIN,
+        "the waiter took the lock {after:?} after the release"
+    );
+}
 
 fn client(cluster: &RedisCluster) -> ClusterClient {
     ClusterClient::new(vec![cluster.seed_url()]).unwrap()
@@ -137,14 +150,7 @@ fn a_release_wakes_a_waiter_on_the_keys_primary() {
     let before = primary.blocked_clients();
     let waiter = spawn_waiter(Lock::new(&client, "wake").unwrap(), secs(60));
     primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
-    let released = Instant::now();
-    holder.release().unwrap();
-    assert!(waiter.join().unwrap().unwrap());
-    assert!(
-        released.elapsed() < WOKEN_WITHIN,
-        "{:?}",
-        released.elapsed()
-    );
+    assert_woken_by(|| holder.release().unwrap(), waiter);
 }
 
 #[test]
@@ -167,14 +173,7 @@ fn a_waiter_follows_its_slot_to_another_primary() {
     cluster.migrate_slot(cluster.slot_of("lock:{moving}"), target.port);
     // The waiter is turned away from the old primary and blocks on the new one.
     target.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    let released = Instant::now();
-    holder.release().unwrap();
-    assert!(waiter.join().unwrap().unwrap());
-    assert!(
-        released.elapsed() < WOKEN_WITHIN,
-        "{:?}",
-        released.elapsed()
-    );
+    assert_woken_by(|| holder.release().unwrap(), waiter);
     assert!(!holder.lost());
 }
 
@@ -333,14 +332,7 @@ fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
         secs(60),
     );
     primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
-    let released = Instant::now();
-    python.send_line("release {shared-with-python}");
-    assert!(waiter.join().unwrap().unwrap());
-    assert!(
-        released.elapsed() < WOKEN_WITHIN,
-        "{:?}",
-        released.elapsed()
-    );
+    assert_woken_by(|| python.send_line("release {shared-with-python}"), waiter);
 }
 
 #[test]

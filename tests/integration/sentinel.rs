@@ -15,6 +15,11 @@ fn sentinel(set: &SentinelSet) -> Sentinel {
     Sentinel::new(set.sentinel_urls(), set.service()).unwrap()
 }
 
+/// A handle whose calls ride out a failover (a second to notice, a second or two to elect).
+fn patient(backend: &Sentinel, name: &str) -> redis_blpop_lock::LockBuilder {
+    Lock::builder(backend, name).io_timeout(secs(20))
+}
+
 #[test]
 fn a_lock_lives_on_the_primary_the_sentinels_name() {
     let set = SentinelSet::start();
@@ -30,17 +35,13 @@ fn a_lock_lives_on_the_primary_the_sentinels_name() {
 fn a_sentinel_failover_moves_holder_and_waiter_to_the_new_primary() {
     let set = SentinelSet::start();
     let backend = sentinel(&set);
-    let holder = Lock::builder(&backend, "failing-over")
+    let holder = patient(&backend, "failing-over")
         .expire(secs(60))
         .replicas(1, secs(2))
-        .io_timeout(secs(20))
         .build()
         .unwrap();
     holder.acquire().unwrap();
-    let waiter_lock = Lock::builder(&backend, "failing-over")
-        .io_timeout(secs(20))
-        .build()
-        .unwrap();
+    let waiter_lock = patient(&backend, "failing-over").build().unwrap();
     let waiter = spawn_waiter(waiter_lock, secs(60));
     set.primary()
         .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
@@ -68,10 +69,7 @@ fn a_killed_primarys_waiter_takes_the_lock_on_its_replica() {
         .build()
         .unwrap();
     holder.acquire().unwrap();
-    let waiter_lock = Lock::builder(&backend, "crashing")
-        .io_timeout(secs(20))
-        .build()
-        .unwrap();
+    let waiter_lock = patient(&backend, "crashing").build().unwrap();
     let waiter = spawn_waiter(waiter_lock, secs(60));
     set.primary()
         .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
