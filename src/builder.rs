@@ -10,7 +10,8 @@ use crate::transport::Transport;
 use crate::{id, CancelToken, Error};
 
 impl Lock {
-    /// A handle on the lock `name`, with no expiry and a random owner id.
+    /// A handle on the lock `name` on `backend` (one server, a cluster, a Sentinel-managed
+    /// primary: see [`Backend`]), with no expiry and a random owner id.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -27,7 +28,7 @@ impl Lock {
         Lock::builder(backend, name).build()
     }
 
-    /// A builder for a handle on the lock `name`; see [`LockBuilder`].
+    /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {

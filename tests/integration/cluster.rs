@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
 use redis::Commands;
-use redis_blpop_lock::{reset_all, Error, Lock};
+use redis_blpop_lock::{reset_all, Cache, Error, Lock};
 
 use crate::interop::python_peer;
 use crate::support::{secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer};
@@ -333,6 +333,26 @@ fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
     );
     primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
     assert_woken_by(|| python.send_line("release {shared-with-python}"), waiter);
+}
+
+#[test]
+fn the_cache_keeps_a_value_and_its_freshness_marker_in_one_slot() {
+    let cluster = RedisCluster::shared();
+    let cache = Cache::new(&client(cluster)).unwrap().prefix("cache:");
+    let fresh = || Ok::<_, Error>("v1".to_string());
+    let value: String = cache
+        .get_or_revalidate("page", secs(30), secs(60), fresh)
+        .unwrap();
+    assert_eq!(value, "v1");
+    let primary = cluster.primary_for("cache:page");
+    let marker: Option<String> = primary.conn().get("{cache:page}:fresh").unwrap();
+    assert_eq!(marker.as_deref(), Some("1"));
+    let again: String = cache
+        .get_or_set("page", secs(60), || {
+            Ok::<_, Error>("not computed".to_string())
+        })
+        .unwrap();
+    assert_eq!(again, "v1");
 }
 
 #[test]
