@@ -3,8 +3,14 @@
 //! ```text
 //! cargo run --release --example bench -- [--url URL] [--seconds S] [--concurrency 1,2,6]
 //!     [--hold-ms 0,10] [--impl ours,polling,python] [--json]
-//!     [--cell loop,crash,overshoot] [--trials N] [--expire-ms E] [--timeout-ms 50,300,1000]
+//!     [--cell loop,names,wait1,crash,overshoot] [--trials N] [--expire-ms E]
+//!     [--timeout-ms 50,300,1000]
+//! cargo run --release --example bench --features cluster -- --cluster [--seconds S]
+//!     [--concurrency ..] [--hold-ms ..] [--json] [--cell loop,names,wait1]
 //! ```
+//!
+//! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
+//! private `redis-server` for the run (`support/mod.rs`).
 //!
 //! # `loop` cells (the default `--cell`)
 //!
@@ -16,6 +22,52 @@
 //! The round trip (`rtt_p50_us`) is measured inside each cell by the workers themselves: every
 //! 8th loop, outside the lock, one `PING` on a plain connection. A shared machine's latency
 //! drifts from second to second, so a figure taken before the cell would not be comparable.
+//! The table's `x_rtt` is the cell's figure as a multiple of it: the cycle p50 for one thread
+//! (target ≤ 2.2), else the handoff p50 (target ≤ 2 at hold 0).
+//!
+//! # `--cluster`: the same cells on a Redis Cluster (feature `cluster`)
+//!
+//! The bench starts a Redis Cluster of its own from `redis-server` (`support/deployments.rs`):
+//! 6 nodes on free loopback ports (each with its bus port, + 10000, free too), each with
+//! `--cluster-enabled yes --cluster-config-file <file in a fresh temp folder>
+//! --cluster-node-timeout 2000 --save "" --appendonly no`, formed by
+//! `redis-cli --cluster create .. --cluster-replicas 1 --cluster-yes` into 3 primaries with one
+//! replica each. It waits for `cluster_state:ok` on every node and every replica's link to be up,
+//! and kills the nodes and removes the folder when it ends, also on an error (not on a signal
+//! such as Ctrl-C). The locks are built on a `ClusterClient` seeded with one node; a lock named
+//! `n` lives in `lock:{n}`. The `PING`s go to the primary that serves that key's slot (found with
+//! `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), so the RTT is the one the lock pays. `--cluster` runs
+//! the `loop`, `names` and `wait1` cells; `loop` runs `ours` only (`polling`'s keys and
+//! connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
+//! `--cluster`). A build without the feature refuses `--cluster` and says how to rebuild.
+//!
+//! # `names` cell: many names, no contention
+//!
+//! C threads (`--concurrency`, default 6 for this cell) each loop acquire → release on a name
+//! of its own for S seconds; on a cluster the names fall in different slots, and so mostly on
+//! different primaries (`nodes` says on how many). Each thread pings the server that holds its
+//! own key. Reported: `acquisitions_per_s` (all threads), `cycle_p50_us` and `cycle_p99_us`,
+//! `rtt_p50_us`, and the cycle as RTT multiples (`cycle_p50_rtt`, `cycle_p99_rtt`). Run it
+//! with and without `--cluster` to compare one server with three primaries.
+//!
+//! # `wait1` cell: what `replicas(1, 100 ms)` costs
+//!
+//! One thread alternates two handles on one name, one built with
+//! `.replicas(1, Duration::from_millis(100))` (each acquire and release is followed by
+//! `WAIT 1 100` in the same pipeline, so the client pays the replica's acknowledgement but no
+//! round trip of its own) and one without, for S seconds, each cycle an
+//! acquire + release. `WAIT` needs a replica: on `--cluster` it is the key's primary's; without
+//! `--cluster` the cell starts a private primary + `--replicaof` replica pair for itself (also
+//! when `--url` is given: the server there may have no replica). Reported: `cycle_p50_us`
+//! (without), `wait_cycle_p50_us` (with), `extra_us` (their difference) and `extra_rtt` (it as
+//! an RTT multiple).
+//!
+//! To reproduce the cluster and single-server figures of these cells:
+//!
+//! ```text
+//! cargo run --release --example bench --features cluster -- --cluster --cell loop,names,wait1
+//! cargo run --release --example bench -- --cell loop,names,wait1 --impl ours
+//! ```
 //!
 //! # `crash` cell: lateness after a crashed holder's expiry
 //!
@@ -79,9 +131,11 @@
 //! `--cell crash --impl ours` alone takes about 10 s; `--trials` trades time for a steadier p99
 //! (up to 51 trials, p99 is the largest sample).
 //!
-//! Add `--json` for one JSON object per line; `crash` and `overshoot` lines carry a `"cell"`
-//! field (the `loop` lines are unchanged and have none).
+//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash` and `overshoot` lines
+//! carry a `"cell"` field (the `loop` lines have none).
 
+#[path = "support/deployments.rs"]
+mod deployments;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -90,7 +144,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::Lock;
+use redis_blpop_lock::{Lock, LockBuilder};
+
+use deployments::Deployment;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const LOCK_EXPIRE: Duration = Duration::from_secs(10);
@@ -111,11 +167,16 @@ const TARGET_P99_US: i64 = 10_000;
 const GOLDEN: f64 = 0.618_033_988_749_895;
 /// The `crash` and `overshoot` cells for python-redis-lock, run with `python3 -c`.
 const PYTHON_CELLS: &str = include_str!("support/pylock_cells.py");
+/// The `wait1` cell's `replicas(1, this)`.
+const WAIT_TIMEOUT: Duration = Duration::from_millis(100);
 
 struct Options {
     url: Option<String>,
+    /// Run on a Redis Cluster the bench starts, instead of one server.
+    cluster: bool,
     seconds: f64,
-    concurrency: Vec<usize>,
+    /// `None`: each cell's default (`loop` 1,2,6; `names` 6).
+    concurrency: Option<Vec<usize>>,
     hold_ms: Vec<u64>,
     impls: Vec<Impl>,
     json: bool,
@@ -133,6 +194,10 @@ enum CellKind {
     Crash,
     /// How far past its timeout a failing `acquire_timeout` returns.
     Overshoot,
+    /// Every thread loops on a lock of its own: many names, no contention.
+    Names,
+    /// The uncontended cycle with `replicas(1, ..)` (`WAIT 1`) against the same without.
+    Wait1,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -167,6 +232,7 @@ struct ThreadStats {
 }
 
 struct Cell {
+    backend: &'static str,
     imp: Impl,
     concurrency: usize,
     hold_ms: u64,
@@ -197,25 +263,125 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = parse_args(std::env::args().skip(1))?;
-    let (url, _server) = support::redis_url(options.url.clone())?;
-    let client = redis::Client::open(url.as_str())?;
-    warm_up(&client)?;
+    // The servers the bench started: they stop when these are dropped, at the end of this
+    // function, also on an error.
+    let (place, _private, _cluster) = if options.cluster {
+        let (place, cluster) = cluster_place()?;
+        (place, None, Some(cluster))
+    } else {
+        let (url, private) = support::redis_url(options.url.clone())?;
+        (Place::server(url)?, private, None)
+    };
+    warm_up(&place)?;
     for &kind in &options.cells {
         match kind {
-            CellKind::Loop => run_loop_cells(&client, &options)?,
-            CellKind::Crash | CellKind::Overshoot => run_tail_cells(&client, &url, kind, &options)?,
+            CellKind::Loop => run_loop_cells(&place, &options)?,
+            CellKind::Names => run_names(&place, &options)?,
+            CellKind::Wait1 => run_wait1(&place, &options)?,
+            CellKind::Crash | CellKind::Overshoot => match &place {
+                Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
+                #[cfg(feature = "cluster")]
+                Place::Cluster { .. } => {
+                    unreachable!("parse_args refuses these cells with --cluster")
+                }
+            },
         }
     }
     Ok(())
 }
 
-fn run_loop_cells(
-    client: &redis::Client,
-    options: &Options,
-) -> Result<(), Box<dyn std::error::Error>> {
+/// Where the cells run: one server, or the Redis Cluster the bench started.
+enum Place {
+    Server {
+        url: String,
+        client: redis::Client,
+    },
+    #[cfg(feature = "cluster")]
+    Cluster {
+        /// Boxed: a `ClusterClient` is several times the size of the other variant.
+        client: Box<redis::cluster::ClusterClient>,
+        /// A plain connection to one node, to ask which node serves a key.
+        seed: redis::Client,
+    },
+}
+
+impl Place {
+    fn server(url: String) -> Result<Place, redis::RedisError> {
+        let client = redis::Client::open(url.as_str())?;
+        Ok(Place::Server { url, client })
+    }
+
+    /// `"server"` or `"cluster"`, the `backend` field of every line.
+    fn backend(&self) -> &'static str {
+        match self {
+            Place::Server { .. } => "server",
+            #[cfg(feature = "cluster")]
+            Place::Cluster { .. } => "cluster",
+        }
+    }
+
+    fn lock(&self, name: &str) -> LockBuilder {
+        match self {
+            Place::Server { client, .. } => Lock::builder(client, name),
+            #[cfg(feature = "cluster")]
+            Place::Cluster { client, .. } => Lock::builder(client.as_ref(), name),
+        }
+    }
+
+    /// The URL of the server that holds lock `name`'s key. The cells' `PING`s go there, so the
+    /// RTT they report is the one the lock pays: on a cluster, the key's primary.
+    #[cfg_attr(
+        not(feature = "cluster"),
+        expect(unused_variables, reason = "one server holds every key")
+    )]
+    fn node_for(&self, name: &str) -> Result<String, String> {
+        match self {
+            Place::Server { url, .. } => Ok(url.clone()),
+            #[cfg(feature = "cluster")]
+            Place::Cluster { seed, .. } => {
+                let mut conn = seed.get_connection().map_err(|e| e.to_string())?;
+                // On a cluster the name is the key's hash tag (src/protocol/keys.rs).
+                let primary = deployments::primary_for(&mut conn, &format!("lock:{{{name}}}"))?;
+                Ok(format!("redis://{primary}/"))
+            }
+        }
+    }
+
+    /// A client for the server that holds lock `name`'s key (see `node_for`).
+    fn node_client(&self, name: &str) -> Result<redis::Client, String> {
+        redis::Client::open(self.node_for(name)?).map_err(|e| e.to_string())
+    }
+}
+
+/// Starts a private Redis Cluster (3 primaries, 1 replica each) and a `ClusterClient` seeded
+/// with one of its nodes.
+#[cfg(feature = "cluster")]
+fn cluster_place() -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
+    let cluster = deployments::start_cluster()?;
+    eprintln!(
+        "(started a private Redis Cluster on ports {:?} for this run)",
+        cluster.ports
+    );
+    let seed = cluster.url(0);
+    let place = Place::Cluster {
+        client: Box::new(redis::cluster::ClusterClient::new(vec![seed.as_str()])?),
+        seed: redis::Client::open(seed.as_str())?,
+    };
+    Ok((place, cluster))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster_place() -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
+    Err("--cluster needs the cluster feature: rebuild with \
+         `cargo run --release --example bench --features cluster -- --cluster`"
+        .into())
+}
+
+fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     if !options.json {
         println!(
-            "{:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6}",
+            "{:<8} {:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6} {:>5}",
+            "backend",
             "impl",
             "conc",
             "hold_ms",
@@ -226,17 +392,26 @@ fn run_loop_cells(
             "ho_p99",
             "cyc_p50",
             "busy%",
-            "rtt"
+            "rtt",
+            "x_rtt"
         );
     }
     for &imp in &options.impls {
-        if imp == Impl::Python {
-            eprintln!("(python: only the crash and overshoot cells; no loop cells)");
-            continue;
+        match imp {
+            Impl::Python => {
+                eprintln!("(python: only the crash and overshoot cells; no loop cells)");
+                continue;
+            }
+            // Its keys are not hash-tagged and its connection is to one node.
+            Impl::Polling if place.backend() == "cluster" => {
+                eprintln!("(polling: one server only; no loop cells on --cluster)");
+                continue;
+            }
+            _ => {}
         }
-        for &concurrency in &options.concurrency {
+        for &concurrency in options.concurrency.as_deref().unwrap_or(&[1, 2, 6]) {
             for &hold_ms in &options.hold_ms {
-                let cell = run_cell(client, imp, concurrency, hold_ms, options.seconds)?;
+                let cell = run_cell(place, imp, concurrency, hold_ms, options.seconds)?;
                 if options.json {
                     println!("{}", cell.json());
                 } else {
@@ -251,8 +426,9 @@ fn run_loop_cells(
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut options = Options {
         url: None,
+        cluster: false,
         seconds: 5.0,
-        concurrency: vec![1, 2, 6],
+        concurrency: None,
         hold_ms: vec![0, 10],
         impls: vec![Impl::Ours, Impl::Polling],
         json: false,
@@ -265,13 +441,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--url" => options.url = Some(value()?),
+            "--cluster" => options.cluster = true,
             "--seconds" => {
                 options.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?;
                 if !(options.seconds > 0.0 && options.seconds.is_finite()) {
                     return Err("--seconds must be positive".into());
                 }
             }
-            "--concurrency" => options.concurrency = list(&value()?, "--concurrency")?,
+            "--concurrency" => options.concurrency = Some(list(&value()?, "--concurrency")?),
             "--hold-ms" => options.hold_ms = list(&value()?, "--hold-ms")?,
             "--impl" => {
                 options.impls = value()?
@@ -292,8 +469,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "loop" => Ok(CellKind::Loop),
                         "crash" => Ok(CellKind::Crash),
                         "overshoot" => Ok(CellKind::Overshoot),
+                        "names" => Ok(CellKind::Names),
+                        "wait1" => Ok(CellKind::Wait1),
                         other => Err(format!(
-                            "--cell: unknown {other:?} (loop, crash, overshoot)"
+                            "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -314,8 +493,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if options.concurrency.contains(&0) {
+    if options.concurrency.as_ref().is_some_and(|c| c.contains(&0)) {
         return Err("--concurrency values must be at least 1".into());
+    }
+    if options.cluster && options.url.is_some() {
+        return Err("--cluster starts a cluster of its own: it takes no --url".into());
+    }
+    let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
+    if options.cluster && options.cells.iter().any(tail) {
+        return Err("--cluster runs the loop, names and wait1 cells only".into());
     }
     Ok(options)
 }
@@ -331,7 +517,7 @@ fn list<T: std::str::FromStr>(text: &str, flag: &str) -> Result<Vec<T>, String> 
 }
 
 fn run_cell(
-    client: &redis::Client,
+    place: &Place,
     imp: Impl,
     concurrency: usize,
     hold_ms: u64,
@@ -348,8 +534,12 @@ fn run_cell(
         let workers: Vec<_> = (0..concurrency)
             .map(|_| {
                 s.spawn(|| match imp {
-                    Impl::Ours => run_ours(client, &name, hold, start, end, &last_release),
-                    Impl::Polling => run_polling(client, &name, hold, start, end, &last_release),
+                    Impl::Ours => run_ours(place, &name, hold, start, end, &last_release),
+                    Impl::Polling => {
+                        // Only on one server (run_loop_cells), which holds every key.
+                        let client = place.node_client(&name)?;
+                        run_polling(&client, &name, hold, start, end, &last_release)
+                    }
                     Impl::Python => Err("python has no loop cells".to_string()),
                 })
             })
@@ -369,6 +559,7 @@ fn run_cell(
     let held: Duration = per_thread.iter().map(|t| t.held).sum();
     let mut pings: Vec<u64> = per_thread.iter().flat_map(|t| t.pings.clone()).collect();
     Ok(Cell {
+        backend: place.backend(),
         imp,
         concurrency,
         hold_ms,
@@ -434,19 +625,20 @@ fn measure(
 }
 
 fn run_ours(
-    client: &redis::Client,
+    place: &Place,
     name: &str,
     hold: Duration,
     start: Instant,
     end: Instant,
     last_release: &AtomicU64,
 ) -> Result<ThreadStats, String> {
-    let lock = Lock::builder(client, name)
+    let lock = place
+        .lock(name)
         .expire(LOCK_EXPIRE)
         .build()
         .map_err(|e| e.to_string())?;
     measure(
-        client,
+        &place.node_client(name)?,
         start,
         end,
         hold,
@@ -499,16 +691,252 @@ fn run_polling(
     )
 }
 
+/// The `names` cells: one per concurrency (default 6).
+fn run_names(place: &Place, options: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    if !options.json {
+        println!(
+            "{:<9} {:<8} {:>4} {:>8} {:>9} {:>8} {:>8} {:>6} {:>7} {:>7} {:>5}",
+            "cell",
+            "backend",
+            "conc",
+            "total",
+            "acq/s",
+            "cyc_p50",
+            "cyc_p99",
+            "rtt",
+            "p50xrtt",
+            "p99xrtt",
+            "nodes"
+        );
+    }
+    for &concurrency in options.concurrency.as_deref().unwrap_or(&[6]) {
+        let cell = run_names_cell(place, concurrency, options.seconds)?;
+        if options.json {
+            println!("{}", cell.json());
+        } else {
+            println!("{}", cell.row());
+        }
+    }
+    Ok(())
+}
+
+/// `concurrency` threads, each looping acquire → release on a name of its own.
+fn run_names_cell(
+    place: &Place,
+    concurrency: usize,
+    seconds: f64,
+) -> Result<NamesCell, Box<dyn std::error::Error>> {
+    let names: Vec<String> = (0..concurrency)
+        .map(|i| format!("bench:names:{concurrency}:{i}"))
+        .collect();
+    let mut nodes = names
+        .iter()
+        .map(|name| place.node_for(name))
+        .collect::<Result<Vec<_>, _>>()?;
+    nodes.sort();
+    nodes.dedup();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    let per_thread: Vec<ThreadStats> = thread::scope(|s| {
+        let workers: Vec<_> = names
+            .iter()
+            .map(|name| {
+                s.spawn(move || {
+                    // No other thread takes this name, so there are no handoffs to time:
+                    // this thread's own releases are all `measure` sees.
+                    let own_release = AtomicU64::new(0);
+                    run_ours(place, name, Duration::ZERO, start, end, &own_release)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .map_err(|_| "a bench thread panicked".to_string())?
+            })
+            .collect::<Result<_, String>>()
+    })?;
+    let wall = start.elapsed();
+    let total: u64 = per_thread.iter().map(|t| t.acquisitions).sum();
+    let mut cycles: Vec<u64> = per_thread.iter().flat_map(|t| t.cycles.clone()).collect();
+    let mut pings: Vec<u64> = per_thread.iter().flat_map(|t| t.pings.clone()).collect();
+    Ok(NamesCell {
+        backend: place.backend(),
+        concurrency,
+        seconds,
+        total,
+        per_second: total as f64 / wall.as_secs_f64(),
+        cycle_p50_us: percentile(&mut cycles, 50.0),
+        cycle_p99_us: percentile(&mut cycles, 99.0),
+        rtt_p50_us: percentile(&mut pings, 50.0),
+        nodes: nodes.len(),
+    })
+}
+
+/// A `names` cell's figures.
+struct NamesCell {
+    backend: &'static str,
+    concurrency: usize,
+    seconds: f64,
+    total: u64,
+    per_second: f64,
+    cycle_p50_us: Option<u64>,
+    cycle_p99_us: Option<u64>,
+    /// Each thread pings the server that holds its own name's key.
+    rtt_p50_us: Option<u64>,
+    /// How many servers the names' keys are on.
+    nodes: usize,
+}
+
+impl NamesCell {
+    fn json(&self) -> String {
+        format!(
+            concat!(
+                r#"{{"cell":"names","backend":"{}","concurrency":{},"seconds":{},"total":{},"#,
+                r#""acquisitions_per_s":{:.1},"cycle_p50_us":{},"cycle_p99_us":{},"#,
+                r#""rtt_p50_us":{},"cycle_p50_rtt":{},"cycle_p99_rtt":{},"nodes":{}}}"#
+            ),
+            self.backend,
+            self.concurrency,
+            self.seconds,
+            self.total,
+            self.per_second,
+            opt(self.cycle_p50_us),
+            opt(self.cycle_p99_us),
+            opt(self.rtt_p50_us),
+            opt_f(rtt_multiple(self.cycle_p50_us, self.rtt_p50_us)),
+            opt_f(rtt_multiple(self.cycle_p99_us, self.rtt_p50_us)),
+            self.nodes,
+        )
+    }
+
+    fn row(&self) -> String {
+        let dash = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        format!(
+            "{:<9} {:<8} {:>4} {:>8} {:>9.0} {:>8} {:>8} {:>6} {:>7} {:>7} {:>5}",
+            "names",
+            self.backend,
+            self.concurrency,
+            self.total,
+            self.per_second,
+            dash(self.cycle_p50_us),
+            dash(self.cycle_p99_us),
+            dash(self.rtt_p50_us),
+            opt_f(rtt_multiple(self.cycle_p50_us, self.rtt_p50_us)),
+            opt_f(rtt_multiple(self.cycle_p99_us, self.rtt_p50_us)),
+            self.nodes,
+        )
+    }
+}
+
+/// The `wait1` cell. `WAIT 1` needs a replica: every primary of the bench's cluster has one,
+/// but one server may have none, so there the cell starts a primary + replica pair of its own.
+fn run_wait1(place: &Place, options: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    let pair: Deployment;
+    let pair_place: Place;
+    let place = match place {
+        Place::Server { .. } => {
+            pair = deployments::start_pair()?;
+            eprintln!(
+                "(wait1: started a private primary + replica on ports {:?} for this cell)",
+                pair.ports
+            );
+            pair_place = Place::server(pair.url(0))?;
+            warm_up(&pair_place)?;
+            &pair_place
+        }
+        #[cfg(feature = "cluster")]
+        cluster @ Place::Cluster { .. } => cluster,
+    };
+    let name = "bench:wait1";
+    let plain = place.lock(name).expire(LOCK_EXPIRE).build()?;
+    let waiting = place
+        .lock(name)
+        .expire(LOCK_EXPIRE)
+        .replicas(1, WAIT_TIMEOUT)
+        .build()?;
+    let mut pinger = place.node_client(name)?.get_connection()?;
+    let (mut without, mut with, mut pings) = (Vec::new(), Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs_f64(options.seconds);
+    while Instant::now() < end {
+        // Turn about, so that the machine's drifting latency weighs on both alike.
+        for (lock, cycles) in [(&plain, &mut without), (&waiting, &mut with)] {
+            let before = Instant::now();
+            lock.acquire()?;
+            lock.release()?;
+            cycles.push(before.elapsed().as_micros() as u64);
+        }
+        if (without.len() as u64).is_multiple_of(PING_EVERY) {
+            pings.push(ping(&mut pinger)?);
+        }
+    }
+    let cycles = without.len();
+    let cycle_p50_us = percentile(&mut without, 50.0);
+    let wait_cycle_p50_us = percentile(&mut with, 50.0);
+    let rtt_p50_us = percentile(&mut pings, 50.0);
+    let extra_us = cycle_p50_us
+        .zip(wait_cycle_p50_us)
+        .map(|(without, with)| with as i64 - without as i64);
+    let extra_rtt = extra_us
+        .zip(rtt_p50_us)
+        .filter(|&(_, rtt)| rtt > 0)
+        .map(|(extra, rtt)| extra as f64 / rtt as f64);
+    if options.json {
+        println!(
+            concat!(
+                r#"{{"cell":"wait1","backend":"{}","replicas":1,"wait_timeout_ms":{},"#,
+                r#""seconds":{},"cycles":{},"cycle_p50_us":{},"wait_cycle_p50_us":{},"#,
+                r#""extra_us":{},"extra_rtt":{},"rtt_p50_us":{}}}"#
+            ),
+            place.backend(),
+            WAIT_TIMEOUT.as_millis(),
+            options.seconds,
+            cycles,
+            opt(cycle_p50_us),
+            opt(wait_cycle_p50_us),
+            extra_us.map_or("null".to_string(), |v| v.to_string()),
+            opt_f(extra_rtt),
+            opt(rtt_p50_us),
+        );
+    } else {
+        let dash = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        println!(
+            "{:<9} {:<8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>9}",
+            "cell", "backend", "cycles", "cyc_p50", "wait_p50", "extra", "rtt", "extraxrtt"
+        );
+        println!(
+            "{:<9} {:<8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>9}",
+            "wait1",
+            place.backend(),
+            cycles,
+            dash(cycle_p50_us),
+            dash(wait_cycle_p50_us),
+            extra_us.map_or("-".to_string(), |v| v.to_string()),
+            dash(rtt_p50_us),
+            opt_f(extra_rtt),
+        );
+    }
+    Ok(())
+}
+
+/// `figure` as a multiple of `rtt`, when both are known.
+fn rtt_multiple(figure: Option<u64>, rtt: Option<u64>) -> Option<f64> {
+    let (figure, rtt) = figure.zip(rtt.filter(|&rtt| rtt > 0))?;
+    Some(figure as f64 / rtt as f64)
+}
+
 /// A second of untimed lock traffic first, so the first cell does not pay for cold caches,
 /// connection set-up and the CPU clocking up.
-fn warm_up(client: &redis::Client) -> Result<(), Box<dyn std::error::Error>> {
-    let lock = Lock::new(client, "bench:warm-up")?;
+fn warm_up(place: &Place) -> Result<(), Box<dyn std::error::Error>> {
+    let name = "bench:warm-up";
+    let lock = place.lock(name).build()?;
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
         lock.acquire()?;
         lock.release()?;
     }
-    let mut conn = client.get_connection()?;
+    let mut conn = place.node_client(name)?.get_connection()?;
     for _ in 0..WARM_UP_PINGS {
         ping(&mut conn)?;
     }
@@ -535,14 +963,21 @@ fn opt(value: Option<u64>) -> String {
     value.map_or("null".to_string(), |v| v.to_string())
 }
 
+/// A ratio with two decimals, or `null`.
+fn opt_f(value: Option<f64>) -> String {
+    value.map_or("null".to_string(), |v| format!("{v:.2}"))
+}
+
 impl Cell {
     fn json(&self) -> String {
         format!(
             concat!(
-                r#"{{"impl":"{}","concurrency":{},"hold_ms":{},"seconds":{},"total":{},"#,
+                r#"{{"backend":"{}","impl":"{}","concurrency":{},"hold_ms":{},"seconds":{},"#,
+                r#""total":{},"#,
                 r#""min":{},"max":{},"handoff_p50_us":{},"handoff_p99_us":{},"#,
                 r#""cycle_p50_us":{},"busy_pct":{:.2},"rtt_p50_us":{}}}"#
             ),
+            self.backend,
             self.imp.name(),
             self.concurrency,
             self.hold_ms,
@@ -560,8 +995,14 @@ impl Cell {
 
     fn row(&self) -> String {
         let dash = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        // The cell's figure as a multiple of the RTT: the cycle alone, else the handoff p50.
+        let x_rtt = rtt_multiple(
+            self.cycle_p50_us.or(self.handoff_p50_us),
+            Some(self.rtt_p50_us),
+        );
         format!(
-            "{:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6.1} {:>6}",
+            "{:<8} {:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6.1} {:>6} {:>5}",
+            self.backend,
             self.imp.name(),
             self.concurrency,
             self.hold_ms,
@@ -573,6 +1014,7 @@ impl Cell {
             dash(self.cycle_p50_us),
             self.busy_pct,
             self.rtt_p50_us,
+            opt_f(x_rtt),
         )
     }
 }

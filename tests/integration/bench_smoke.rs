@@ -32,8 +32,15 @@ fn bench_binary() -> PathBuf {
         .expect("target folder");
     let bench = target.join("examples").join("bench");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    // With this test binary's `cluster` feature, or the bench would refuse --cluster.
+    let features: &[&str] = if cfg!(feature = "cluster") {
+        &["--features", "cluster"]
+    } else {
+        &[]
+    };
     let status = Command::new(cargo)
         .args(["build", "--example", "bench"])
+        .args(features)
         .status()
         .expect("run cargo build --example bench");
     assert!(status.success(), "cargo build --example bench failed");
@@ -169,6 +176,69 @@ fn the_crash_and_overshoot_cells_print_their_json() {
             );
         }
     }
+}
+
+/// `--cluster`: the loop cells (ours only: 1, 2, 6 threads × hold 0, 10 ms), one `names` line
+/// and one `wait1` line, on a cluster the bench starts and stops itself.
+#[cfg(feature = "cluster")]
+#[test]
+fn the_cluster_cells_print_their_json() {
+    let output = Command::new(bench_binary())
+        .args([
+            "--cluster",
+            "--seconds",
+            "0.2",
+            "--cell",
+            "loop,names,wait1",
+        ])
+        .arg("--json")
+        .output()
+        .expect("run the bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 6 + 1 + 1, "{stdout}");
+    for line in &lines {
+        assert_eq!(line["backend"], "cluster", "{line}");
+    }
+    let (loops, others) = lines.split_at(6);
+    for cell in loops {
+        for field in FIELDS {
+            assert!(cell.get(field).is_some(), "{field} missing in {cell}");
+        }
+        assert_eq!(cell["impl"], "ours", "{cell}");
+        assert!(cell["total"].as_u64().unwrap() > 0, "{cell}");
+    }
+    let names = &others[0];
+    assert_eq!(names["cell"], "names", "{stdout}");
+    assert_eq!(names["concurrency"], 6, "{names}");
+    for field in [
+        "total",
+        "cycle_p50_us",
+        "cycle_p99_us",
+        "rtt_p50_us",
+        "nodes",
+    ] {
+        assert!(names[field].is_u64(), "{field} in {names}");
+    }
+    for field in ["acquisitions_per_s", "cycle_p50_rtt", "cycle_p99_rtt"] {
+        assert!(names[field].is_f64(), "{field} in {names}");
+    }
+    let wait1 = &others[1];
+    assert_eq!(wait1["cell"], "wait1", "{stdout}");
+    assert_eq!(wait1["replicas"], 1, "{wait1}");
+    for field in ["cycles", "cycle_p50_us", "wait_cycle_p50_us", "rtt_p50_us"] {
+        assert!(wait1[field].is_u64(), "{field} in {wait1}");
+    }
+    assert!(wait1["extra_us"].is_i64(), "{wait1}");
+    assert!(wait1["extra_rtt"].is_f64(), "{wait1}");
 }
 
 #[test]
