@@ -5,7 +5,7 @@
 //!     [--hold-ms 0,10] [--impl ours,polling,python] [--json]
 //!     [--cell loop,names,wait1,crash,overshoot] [--trials N] [--expire-ms E]
 //!     [--timeout-ms 50,300,1000]
-//! cargo run --release --example bench --features cluster -- --cluster [--seconds S]
+//! cargo run --release --example bench --features cluster -- --cluster [--cluster-replicas 0|1] [--seconds S]
 //!     [--concurrency ..] [--hold-ms ..] [--json] [--cell loop,names,wait1]
 //! ```
 //!
@@ -32,7 +32,8 @@
 //! `--cluster-enabled yes --cluster-config-file <file in a fresh temp folder>
 //! --cluster-node-timeout 2000 --save "" --appendonly no`, formed by
 //! `redis-cli --cluster create .. --cluster-replicas 1 --cluster-yes` into 3 primaries with one
-//! replica each. It waits for `cluster_state:ok` on every node and every replica's link to be up,
+//! replica each (`--cluster-replicas 0`: 3 primaries alone, to tell what replication costs the
+//! primaries on a small machine from what routing costs the client). It waits for `cluster_state:ok` on every node and every replica's link to be up,
 //! and kills the nodes and removes the folder when it ends, also on an error (not on a signal
 //! such as Ctrl-C). The locks are built on a `ClusterClient` seeded with one node; a lock named
 //! `n` lives in `lock:{n}`. The `PING`s go to the primary that serves that key's slot (found with
@@ -174,6 +175,8 @@ struct Options {
     url: Option<String>,
     /// Run on a Redis Cluster the bench starts, instead of one server.
     cluster: bool,
+    /// Replicas per primary of the `--cluster` cluster.
+    cluster_replicas: usize,
     seconds: f64,
     /// `None`: each cell's default (`loop` 1,2,6; `names` 6).
     concurrency: Option<Vec<usize>>,
@@ -266,7 +269,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // The servers the bench started: they stop when these are dropped, at the end of this
     // function, also on an error.
     let (place, _private, _cluster) = if options.cluster {
-        let (place, cluster) = cluster_place()?;
+        let (place, cluster) = cluster_place(options.cluster_replicas)?;
         (place, None, Some(cluster))
     } else {
         let (url, private) = support::redis_url(options.url.clone())?;
@@ -353,11 +356,11 @@ impl Place {
     }
 }
 
-/// Starts a private Redis Cluster (3 primaries, 1 replica each) and a `ClusterClient` seeded
-/// with one of its nodes.
+/// Starts a private Redis Cluster (3 primaries, `replicas` replicas each) and a
+/// `ClusterClient` seeded with one of its nodes.
 #[cfg(feature = "cluster")]
-fn cluster_place() -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
-    let cluster = deployments::start_cluster()?;
+fn cluster_place(replicas: usize) -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
+    let cluster = deployments::start_cluster(replicas)?;
     eprintln!(
         "(started a private Redis Cluster on ports {:?} for this run)",
         cluster.ports
@@ -371,7 +374,7 @@ fn cluster_place() -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
 }
 
 #[cfg(not(feature = "cluster"))]
-fn cluster_place() -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
+fn cluster_place(_replicas: usize) -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
     Err("--cluster needs the cluster feature: rebuild with \
          `cargo run --release --example bench --features cluster -- --cluster`"
         .into())
@@ -427,6 +430,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     let mut options = Options {
         url: None,
         cluster: false,
+        cluster_replicas: 1,
         seconds: 5.0,
         concurrency: None,
         hold_ms: vec![0, 10],
@@ -442,6 +446,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         match arg.as_str() {
             "--url" => options.url = Some(value()?),
             "--cluster" => options.cluster = true,
+            "--cluster-replicas" => {
+                options.cluster_replicas = value()?
+                    .parse()
+                    .map_err(|e| format!("--cluster-replicas: {e}"))?;
+            }
             "--seconds" => {
                 options.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?;
                 if !(options.seconds > 0.0 && options.seconds.is_finite()) {
@@ -502,6 +511,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
     if options.cluster && options.cells.iter().any(tail) {
         return Err("--cluster runs the loop, names and wait1 cells only".into());
+    }
+    if options.cluster && options.cluster_replicas == 0 && options.cells.contains(&CellKind::Wait1)
+    {
+        return Err("the wait1 cell needs a replica: --cluster-replicas 1".into());
     }
     Ok(options)
 }

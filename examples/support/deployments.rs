@@ -86,12 +86,12 @@ pub fn start_pair() -> Result<Deployment, String> {
     Ok(pair)
 }
 
-/// A Redis Cluster of three primaries with one replica each, formed by
+/// A Redis Cluster of three primaries with `replicas` replicas each, formed by
 /// `redis-cli --cluster create` and returned once every node says `cluster_state:ok` and every
 /// replica's link to its primary is up.
 #[cfg(feature = "cluster")]
-pub fn start_cluster() -> Result<Deployment, String> {
-    let ports = free_ports(6, true)?;
+pub fn start_cluster(replicas: usize) -> Result<Deployment, String> {
+    let ports = free_ports(3 * (1 + replicas), true)?;
     let mut cluster = Deployment::new("cluster")?;
     for &port in &ports {
         let config = format!("nodes-{port}.conf");
@@ -114,7 +114,7 @@ pub fn start_cluster() -> Result<Deployment, String> {
     let created = Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args(&addresses)
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("could not run redis-cli ({e}); is it on PATH?"))?;
@@ -128,7 +128,7 @@ pub fn start_cluster() -> Result<Deployment, String> {
     }
     wait_for("cluster_state:ok and every replica in sync", || {
         ports.iter().all(|&port| {
-            replication_ok(port)
+            (replicas == 0 || replication_ok(port))
                 && redis::Client::open(format!("redis://127.0.0.1:{port}/"))
                     .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
                     .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
