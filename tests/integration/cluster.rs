@@ -11,6 +11,7 @@ use redis::Commands;
 use redis_blpop_lock::{reset_all, Cache, Error, Lock};
 
 use crate::interop::python_peer;
+use crate::security::LOCKER_ACL;
 use crate::support::{secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer};
 
 /// A woken waiter takes the lock well before this; one that missed its wake-up would try
@@ -353,6 +354,54 @@ fn the_cache_keeps_a_value_and_its_freshness_marker_in_one_slot() {
         })
         .unwrap();
     assert_eq!(again, "v1");
+}
+
+/// A cluster client logged in as `user` with `rule` on every node.
+fn cluster_user(cluster: &RedisCluster, user: &str, rule: &str) -> ClusterClient {
+    for url in cluster.urls() {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg(rule.split_whitespace().collect::<Vec<_>>())
+            .query(&mut conn)
+            .unwrap();
+    }
+    ClusterClient::builder(vec![cluster.seed_url()])
+        .username(user)
+        .password("locker-pw")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_documented_rights_per_node_are_enough_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let rule = format!("{LOCKER_ACL} +cluster|slots +asking");
+    let client = cluster_user(cluster, "cluster-locker", &rule);
+    let holder = Lock::builder(&client, "acl")
+        .expire(secs(30))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    assert_eq!(holder.owner_id().unwrap().as_deref(), Some(holder.id()));
+    holder.extend(None).unwrap();
+    let waiter = spawn_waiter(Lock::new(&client, "acl").unwrap(), secs(30));
+    let primary = cluster.primary_for("lock:{acl}");
+    primary.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    assert_woken_by(|| holder.release().unwrap(), waiter);
+}
+
+#[test]
+fn without_cluster_slots_the_topology_cannot_be_learned() {
+    let cluster = RedisCluster::shared();
+    let client = cluster_user(cluster, "slotless-locker", LOCKER_ACL);
+    let lock = Lock::builder(&client, "slotless")
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let e = lock.try_acquire().unwrap_err();
+    assert!(e.to_string().contains("NOPERM"), "{e}");
 }
 
 #[test]

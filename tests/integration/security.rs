@@ -11,7 +11,7 @@ use crate::support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
-const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
+pub const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
      resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr \
      +pexpire +del +lpush +type +client|id +client|unblock +client|kill";
 
