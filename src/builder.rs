@@ -301,6 +301,7 @@ impl LockBuilder {
             replicas,
         };
         let transport = self.transport?;
+        transport.check(&settings)?;
         Ok(Lock::from_settings(settings, transport))
     }
 }

@@ -555,6 +555,7 @@ mod guard;
 mod id;
 mod lock;
 mod protocol;
+mod quorum;
 mod renew;
 mod reset_all;
 #[cfg(feature = "sentinel")]
@@ -570,6 +571,7 @@ pub use cancel::CancelToken;
 pub use error::Error;
 pub use guard::{with_lock, ArcLockGuard, LockGuard};
 pub use lock::{Holder, Lock};
+pub use quorum::Quorum;
 pub use reset_all::reset_all;
 #[cfg(feature = "sentinel")]
 pub use sentinel::Sentinel;

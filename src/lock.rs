@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     keys: Keys,
     transport: Arc<dyn Transport>,
+    /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
+    /// every validity.
+    drift: Duration,
     state: Mutex<State>,
 }
 
@@ -109,6 +112,9 @@ impl Lock {
     pub(crate) fn from_settings(settings: Settings, transport: Arc<dyn Transport>) -> Lock {
         let inner = Inner {
             keys: Keys::new(&settings.name, transport.hash_tags()),
+            drift: settings
+                .expire()
+                .map_or(Duration::ZERO, |e| transport.drift(e)),
             settings,
             transport,
             state: Mutex::new(State {
@@ -425,6 +431,11 @@ impl Inner {
         }
     }
 
+    /// `valid_until` less the drift.
+    fn less_drift(&self, valid_until: Option<Instant>) -> Option<Instant> {
+        valid_until.map(|t| t.checked_sub(self.drift).unwrap_or(t))
+    }
+
     fn is_ours(&self, owner: Option<&[u8]>) -> bool {
         owner == Some(self.settings.id.as_bytes())
     }
@@ -702,7 +713,7 @@ impl Inner {
     ) -> Result<Tried, Error> {
         Ok(match requests::parse_try(&self.keys, replies)? {
             Attempt::Acquired { token } => Tried::Acquired {
-                valid_until: attempt.valid_until(self.settings.expire()),
+                valid_until: self.less_drift(attempt.valid_until(self.settings.expire())),
                 token,
                 attempt,
                 acks,
@@ -731,7 +742,7 @@ impl Inner {
         match self.settle(conn, wait) {
             Ok((observed, sent)) if self.is_ours(observed.owner.as_deref()) => {
                 Ok(Tried::Acquired {
-                    valid_until: lease::valid_from_read(sent, observed.pttl),
+                    valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
                     token: observed.fence,
                     attempt: Attempting::new(sent, false),
                     acks: None,
@@ -830,8 +841,8 @@ impl Inner {
                     self.unlock_quietly();
                     return Err(self.error(|name| Error::Cancelled { name }));
                 }
-                self.acquired(lease::valid_from_read(sent, observed.pttl), observed.fence)
-                    .map(Some)
+                let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
+                self.acquired(valid_until, observed.fence).map(Some)
             }
         }
     }
@@ -847,8 +858,9 @@ impl Inner {
             match requests::parse_extend(&self.keys, answered.first())? {
                 Extended::NotOurs => None,
                 Extended::Yes | Extended::NoExpiry => Some(Confirmed {
-                    valid_until: Attempting::new(answered.sent, false)
-                        .valid_until(self.settings.expire()),
+                    valid_until: self.less_drift(
+                        Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
+                    ),
                     acks,
                 }),
             },
@@ -982,7 +994,8 @@ impl Inner {
             // the old one.
             self.replicated("extend", acks)?;
             if let Belief::Held(lease) = &mut self.state.lock().belief {
-                lease.extended(answered.sent, Duration::from_millis(ms));
+                let granted = Duration::from_millis(ms).saturating_sub(self.drift);
+                lease.extended(answered.sent, granted);
             }
         }
         Ok(extended)

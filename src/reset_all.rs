@@ -36,29 +36,29 @@ pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
     let transport = transport_of(backend)?;
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     let mut reset = 0;
-    transport.each_primary(Instant::now() + DEFAULT_IO_TIMEOUT, &mut |primary| {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, found) =
-                requests::parse_scan(&one(primary, &requests::scan(cursor, SCAN_BATCH))?)?;
-            let mut by_slot: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
-            for key in found {
-                let slot = if transport.hash_tags() {
-                    keys::slot(&key)
-                } else {
-                    0
-                };
-                by_slot.entry(slot).or_default().push(key);
+    let tags = transport.hash_tags();
+    transport.each_primary(
+        Instant::now() + DEFAULT_IO_TIMEOUT,
+        &mut |primary, keys_to| {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, found) =
+                    requests::parse_scan(&one(primary, &requests::scan(cursor, SCAN_BATCH))?)?;
+                let mut by_slot: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+                for key in found {
+                    let slot = if tags { keys::slot(&key) } else { 0 };
+                    by_slot.entry(slot).or_default().push(key);
+                }
+                for batch in by_slot.into_values() {
+                    reset += reset_batch(keys_to, batch, signal_expire_ms)?;
+                }
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(());
+                }
             }
-            for batch in by_slot.into_values() {
-                reset += reset_batch(&*transport, batch, signal_expire_ms)?;
-            }
-            cursor = next;
-            if cursor == 0 {
-                return Ok(());
-            }
-        }
-    })?;
+        },
+    )?;
     log::info!("reset {reset} locks");
     Ok(reset)
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod quorum;
 pub(crate) mod redirect;
 pub(crate) mod requests;
 pub(crate) mod scripts;

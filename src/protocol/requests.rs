@@ -12,11 +12,42 @@ use super::redirect;
 use super::scripts::{Script, ACQUIRE, EXTEND, RESET_ALL, UNLOCK};
 use crate::Error;
 
+/// What a request does to the lock, which a backend over independent servers (a quorum)
+/// needs to tell how to combine their answers.
+#[derive(Clone)]
+pub(crate) enum Kind {
+    /// A try at the lock (after any `BLPOP`), taken for `expire_ms`; `undo` gives back what
+    /// it took.
+    Try {
+        keys: Keys,
+        expire_ms: Option<u64>,
+        undo: Box<Request>,
+    },
+    /// A read of the owner and its TTL.
+    Read { keys: Keys },
+    /// An owner-checked unlock.
+    Unlock { keys: Keys },
+    /// An owner-checked extend to `ms`; `retake` sets the key where it is missing, `undo`
+    /// gives back what is held.
+    Extend {
+        keys: Keys,
+        ms: u64,
+        retake: Box<Request>,
+        undo: Box<Request>,
+    },
+    /// Anything else: reads and writes of other keys, scans, resets.
+    Other,
+}
+
+/// The signal expiry of the unlock that gives back what a failed quorum try took.
+const UNDO_SIGNAL_EXPIRE_MS: u64 = 1000;
+
 /// Commands sent together in one round trip.
 ///
 /// A request writes with its first command, or runs as one `MULTI` transaction: so when a
 /// cluster redirects its first command (or aborts its transaction), nothing in it ran, and
 /// it can go to the right node whatever it is ([`redirect::ran_nothing`]).
+#[derive(Clone)]
 pub(crate) struct Request {
     pub(crate) cmds: Vec<Cmd>,
     /// The script call among `cmds`, if any, and its script.
@@ -27,6 +58,7 @@ pub(crate) struct Request {
     pub(crate) slot: Option<u16>,
     /// Whether its last command is a `WAIT` for replicas.
     waits: bool,
+    pub(crate) kind: Kind,
 }
 
 impl Request {
@@ -37,7 +69,28 @@ impl Request {
             repeatable,
             slot: None,
             waits: false,
+            kind: Kind::Other,
         }
+    }
+
+    fn of_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The first command alone, and the rest as a request of the same kind: a quorum's
+    /// waiter blocks on one server, then tries on all.
+    pub(crate) fn split_first(&self) -> (Request, Request) {
+        let first = Request::new(self.cmds.iter().take(1).cloned().collect(), self.repeatable);
+        let rest = Request {
+            cmds: self.cmds.iter().skip(1).cloned().collect(),
+            eval: self
+                .eval
+                .and_then(|(at, script)| Some((at.checked_sub(1)?, script))),
+            kind: self.kind.clone(),
+            ..*self
+        };
+        (first, rest)
     }
 
     /// The request for the keys of hash slot `slot`.
@@ -118,6 +171,7 @@ impl Request {
                     cmds,
                     eval: None,
                     waits: self.waits,
+                    kind: self.kind.clone(),
                     ..*self
                 };
                 Some((at, retry))
@@ -159,6 +213,7 @@ impl Request {
         Request {
             cmds,
             eval: None,
+            kind: self.kind.clone(),
             ..*self
         }
     }
@@ -206,6 +261,11 @@ pub(crate) fn wait_then_try(
     fencing: bool,
     block: Option<Duration>,
 ) -> Request {
+    let kind = Kind::Try {
+        keys: keys.clone(),
+        expire_ms,
+        undo: Box::new(unlock(keys, id.as_bytes(), UNDO_SIGNAL_EXPIRE_MS)),
+    };
     let mut cmds = Vec::with_capacity(4);
     if let Some(block) = block {
         let ms = block.as_millis().max(1);
@@ -223,7 +283,8 @@ pub(crate) fn wait_then_try(
                 &[keys.lock.as_bytes(), keys.fence.as_bytes()],
                 &[id.as_bytes(), &expire],
             )
-            .on_slot(keys.slot);
+            .on_slot(keys.slot)
+            .of_kind(kind);
     }
     let mut set = redis::cmd("SET");
     set.arg(&keys.lock).arg(id).arg("NX");
@@ -233,7 +294,7 @@ pub(crate) fn wait_then_try(
     cmds.push(set);
     cmds.push(on_key("GET", &keys.lock));
     cmds.push(on_key("PTTL", &keys.lock));
-    Request::new(cmds, false).on_slot(keys.slot)
+    Request::new(cmds, false).on_slot(keys.slot).of_kind(kind)
 }
 
 /// How long a key has left, as `PTTL` says.
@@ -390,7 +451,9 @@ pub(crate) fn observe(keys: &Keys, with_fence: bool) -> Request {
         cmds.push(on_key("GET", &keys.fence));
     }
     cmds.push(redis::cmd("EXEC"));
-    Request::new(cmds, true).on_slot(keys.slot)
+    Request::new(cmds, true)
+        .on_slot(keys.slot)
+        .of_kind(Kind::Read { keys: keys.clone() })
 }
 
 pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, Error> {
@@ -449,6 +512,7 @@ pub(crate) fn unlock(keys: &Keys, owner: &[u8], signal_expire_ms: u64) -> Reques
             &[owner, &num(signal_expire_ms)],
         )
         .on_slot(keys.slot)
+        .of_kind(Kind::Unlock { keys: keys.clone() })
 }
 
 /// Whether an unlock released the lock: `false` when it was not held by that owner.
@@ -463,9 +527,18 @@ pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
 
 /// Sets a new expiry of `ms` on the lock if `id` holds it. Owner-checked, so repeatable.
 pub(crate) fn extend(keys: &Keys, id: &str, ms: u64) -> Request {
+    let mut retake = redis::cmd("SET");
+    retake.arg(&keys.lock).arg(id).arg("NX").arg("PX").arg(ms);
+    let kind = Kind::Extend {
+        keys: keys.clone(),
+        ms,
+        retake: Box::new(Request::new(vec![retake], true).on_slot(keys.slot)),
+        undo: Box::new(unlock(keys, id.as_bytes(), UNDO_SIGNAL_EXPIRE_MS)),
+    };
     Request::new(Vec::new(), true)
         .with_script(&EXTEND, &[keys.lock.as_bytes()], &[id.as_bytes(), &num(ms)])
         .on_slot(keys.slot)
+        .of_kind(kind)
 }
 
 /// How an extend came out.

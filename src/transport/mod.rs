@@ -6,6 +6,7 @@
 pub(crate) mod cluster;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod nodes;
+pub(crate) mod quorum;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod routed;
 #[cfg(feature = "sentinel")]
@@ -51,6 +52,11 @@ pub(crate) enum Admin {
     Refused,
 }
 
+/// What `each_primary` runs on a primary: given the primary to scan, and where to send
+/// requests about the keys found there.
+pub(crate) type Visit<'a> =
+    dyn FnMut(&dyn Transport, &dyn Transport) -> Result<(), crate::Error> + 'a;
+
 /// Where a lock's requests go.
 pub(crate) trait Transport: Send + Sync {
     /// Sends `request` over a connection that never blocks at the server, to the server that
@@ -77,12 +83,20 @@ pub(crate) trait Transport: Send + Sync {
         false
     }
 
-    /// Runs `visit` on each primary, for what must reach every one (`reset_all`'s `SCAN`).
-    fn each_primary(
-        &self,
-        deadline: Instant,
-        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), crate::Error>,
-    ) -> Result<(), crate::Error>;
+    /// Refuses settings this backend cannot honour (a quorum has no fencing tokens).
+    fn check(&self, _settings: &crate::settings::Settings) -> Result<(), crate::Error> {
+        Ok(())
+    }
+
+    /// What to take off a lock's validity for its servers' clocks drifting apart over
+    /// `expire` (a quorum's independent servers; nothing on one server).
+    fn drift(&self, _expire: std::time::Duration) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
+    /// Runs `visit` on each primary, for what must reach every one (`reset_all`): with the
+    /// primary to scan, and where to send requests about the keys found there.
+    fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;
 }
 
 /// A connection lent to one wait.

@@ -15,7 +15,7 @@ use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
 
 use super::nodes::Nodes;
 use super::server::Server;
-use super::{Admin, ConnId, Fault, Transport, Waiter};
+use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::redirect::{self, Redirect};
 use crate::protocol::requests::Request;
 use crate::Error;
@@ -211,17 +211,14 @@ impl<T: Topology> Transport for Routed<T> {
         self.topology.hash_tags()
     }
 
-    fn each_primary(
-        &self,
-        deadline: Instant,
-        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), Error>,
-    ) -> Result<(), Error> {
+    fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
         if self.topology.primaries().is_empty() {
             self.relearn(Instant::now(), deadline)?;
         }
         for addr in self.topology.primaries() {
             let (_, server) = self.nodes.at(&addr)?;
-            visit(server)?;
+            // The keys found go by their slot, wherever it lives by then.
+            visit(server, self)?;
         }
         Ok(())
     }

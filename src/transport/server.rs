@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, ErrorKind, RedisError, Value};
 
-use super::{Admin, ConnId, Fault, Transport, Waiter};
+use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::requests::Request;
 use crate::Error;
 
@@ -134,22 +134,75 @@ impl Server {
     }
 }
 
-impl Transport for Server {
-    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+/// A request sent on a short connection whose replies are still to be read: a quorum sends
+/// to every server first, then reads, so the servers work at once.
+pub(crate) struct InFlight<'a> {
+    server: &'a Server,
+    loan: Loan<'a>,
+    replies: usize,
+}
+
+impl Server {
+    /// Sends `request` on a short connection, by `deadline`.
+    pub(crate) fn begin(
+        &self,
+        request: &Request,
+        deadline: Instant,
+    ) -> Result<InFlight<'_>, Fault> {
         let mut loan = self.short_conn(deadline).map_err(Fault::NotSent)?;
-        let result = loan
-            .conn()
-            .map_err(Fault::NotSent)
-            .and_then(|conn| conn.exchange(request, deadline));
-        if let Err(Fault::Lost { error, .. }) = &result {
-            loan.discard();
+        let sent = loan.conn().map_err(Fault::NotSent).and_then(|conn| {
+            conn.send(&request.packed(), deadline)
+                .map_err(|error| Fault::Lost {
+                    conn: conn.conn_id(),
+                    error,
+                })
+        });
+        let mut in_flight = InFlight {
+            server: self,
+            loan,
+            replies: request.cmds.len(),
+        };
+        match sent {
+            Ok(()) => Ok(in_flight),
+            Err(fault) => Err(in_flight.failed(fault)),
+        }
+    }
+}
+
+impl InFlight<'_> {
+    /// The replies, all by `deadline`. A failure is `Lost`: the server may have run it.
+    pub(crate) fn finish(mut self, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        let mut replies = Vec::with_capacity(self.replies);
+        for _ in 0..self.replies {
+            let received = self.loan.conn().and_then(|conn| conn.recv(deadline));
+            match received {
+                Ok(reply) => replies.push(reply),
+                Err(error) => {
+                    let conn = self.loan.conn.as_ref().and_then(Conn::conn_id);
+                    return Err(self.failed(Fault::Lost { conn, error }));
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Closes the connection after `fault`: its next reply could belong to this request.
+    fn failed(&mut self, fault: Fault) -> Fault {
+        if let Fault::Lost { error, .. } = &fault {
+            self.loan.discard();
             if error.is_connection_dropped() {
                 // The server closed it: likely a restart or a kill of every client, which
                 // the idle ones met too. Better a new connection than a dead one.
-                self.short.drop_idle();
+                self.server.short.drop_idle();
             }
         }
-        result
+        fault
+    }
+}
+
+impl Transport for Server {
+    fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        self.begin(request, deadline)?.finish(deadline)
     }
 
     fn waiter(&self, _slot: u16, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
@@ -174,12 +227,8 @@ impl Transport for Server {
         self.admin(&cmd, deadline)
     }
 
-    fn each_primary(
-        &self,
-        _deadline: Instant,
-        visit: &mut dyn FnMut(&dyn Transport) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        visit(self)
+    fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
+        visit(self, self)
     }
 }
 
@@ -236,19 +285,6 @@ impl Conn {
     /// numbers them).
     fn conn_id(&self) -> Option<ConnId> {
         self.id.map(|id| ConnId { node: 0, id })
-    }
-
-    /// Sends `request` and reads all its replies by `deadline`. A failure after the send is
-    /// `Lost`: the server may have run the request.
-    fn exchange(&mut self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
-        let lost = |conn, error| Fault::Lost { conn, error };
-        self.send(&request.packed(), deadline)
-            .map_err(|e| lost(self.conn_id(), e))?;
-        let mut replies = Vec::with_capacity(request.cmds.len());
-        for _ in 0..request.cmds.len() {
-            replies.push(self.recv(deadline).map_err(|e| lost(self.conn_id(), e))?);
-        }
-        Ok(replies)
     }
 
     fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RedisError> {

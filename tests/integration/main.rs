@@ -17,6 +17,7 @@ mod hostile_input;
 mod interop;
 mod lock;
 mod outcomes;
+mod quorum;
 mod replicas;
 mod security;
 #[cfg(feature = "sentinel")]

@@ -1,0 +1,343 @@
+//! Redlock's arithmetic: what N independent servers' answers to one request add up to. No
+//! I/O: each function gets what every server said (`None` for a server whose reply did not
+//! come: down, frozen past its timeout, or lost) and returns the one answer the driver reads,
+//! in the shape one server would have given.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::keys::Keys;
+use super::requests::{self, Attempt, Pttl};
+use crate::Error;
+
+/// What each server said to a request, by server.
+pub(crate) type Said = [Option<Vec<Value>>];
+
+/// How many servers make a majority of `n`.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// How much of an expiry the servers' clocks may have drifted apart by its end, which
+/// Redlock takes off the validity: 1 % of the expiry, plus 2 ms for the clocks' resolution.
+pub(crate) fn drift(expire: Duration) -> Duration {
+    expire / 100 + Duration::from_millis(2)
+}
+
+/// How a try over all servers came out.
+#[derive(Debug, PartialEq)]
+pub(crate) enum TryVote {
+    /// A majority took it in time: one of their replies.
+    Won(Vec<Value>),
+    /// No majority (or no time left): what was taken must be given back everywhere, and the
+    /// driver reads this busy reply (the owner most servers named, the shortest TTL seen).
+    Lost(Vec<Value>),
+    /// Fewer than a majority answered at all: nothing can be told, and what may have been
+    /// taken must be given back.
+    Unreached { answered: usize },
+}
+
+/// The vote on a try (`said` holds each server's replies to the try's commands) that started
+/// `elapsed` ago with expiry `expire`. A split vote, where no owner has a majority, reads as
+/// a lock held for `jitter`: contenders that all lost wait a random while, so their next
+/// tries do not meet in lock-step.
+pub(crate) fn try_vote(
+    keys: &Keys,
+    said: &Said,
+    elapsed: Duration,
+    expire: Option<Duration>,
+    jitter: Duration,
+) -> Result<TryVote, Error> {
+    let mut taken = None;
+    let mut yes = 0;
+    let mut answered = 0;
+    let mut owners: HashMap<Vec<u8>, (usize, Option<Duration>)> = HashMap::new();
+    for replies in said.iter().flatten() {
+        match requests::parse_try(keys, replies)? {
+            Attempt::Acquired { .. } => {
+                yes += 1;
+                taken.get_or_insert_with(|| replies.clone());
+            }
+            Attempt::Busy {
+                owner: Some(owner),
+                pttl,
+            } => {
+                let seen = owners.entry(owner).or_insert((0, None));
+                seen.0 += 1;
+                if let Pttl::Left(left) = pttl {
+                    seen.1 = Some(seen.1.map_or(left, |s: Duration| s.min(left)));
+                }
+            }
+            Attempt::Busy { owner: None, .. } => {}
+        }
+        answered += 1;
+    }
+    let needed = majority(said.len());
+    let in_time = expire.is_none_or(|e| elapsed + drift(e) < e);
+    if let (true, true, Some(taken)) = (yes >= needed, in_time, taken) {
+        return Ok(TryVote::Won(taken));
+    }
+    if answered < needed {
+        return Ok(TryVote::Unreached { answered });
+    }
+    let holder = owners.into_iter().max_by_key(|(_, (count, _))| *count);
+    let busy = match holder {
+        Some((owner, (count, ttl))) if count >= needed => {
+            let ms = ttl.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+            vec![Value::Nil, Value::BulkString(owner), Value::Int(ms)]
+        }
+        // A split: nobody holds a majority, and every contender gives its keys back.
+        Some((owner, _)) if yes < needed => {
+            let ms = i64::try_from(jitter.as_millis().max(1)).unwrap_or(1);
+            vec![Value::Nil, Value::BulkString(owner), Value::Int(ms)]
+        }
+        // Free where it was not ours, or ours too late: try again at once.
+        _ => vec![Value::Nil, Value::Nil, Value::Int(-2)],
+    };
+    Ok(TryVote::Lost(busy))
+}
+
+/// The vote on a read of owner and TTL: the owner a majority of servers hold, with the
+/// shortest TTL among them, in the shape of the `MULTI`/`EXEC` replies; `None` when fewer
+/// than a majority answered.
+pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Result<Option<Vec<Value>>, Error> {
+    let mut answered = 0;
+    let mut owners: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
+    for replies in said.iter().flatten() {
+        let observed = requests::parse_observe(keys, replies)?;
+        answered += 1;
+        if let Some(owner) = observed.owner {
+            let ms = match observed.pttl {
+                Pttl::Left(left) => i64::try_from(left.as_millis()).unwrap_or(i64::MAX),
+                Pttl::Forever => -1,
+                Pttl::Gone => continue,
+            };
+            let seen = owners.entry(owner).or_insert((0, ms));
+            seen.0 += 1;
+            if ms >= 0 && (seen.1 < 0 || ms < seen.1) {
+                seen.1 = ms;
+            }
+        }
+    }
+    let needed = majority(said.len());
+    if answered < needed {
+        return Ok(None);
+    }
+    let exec = match owners.into_iter().find(|(_, (count, _))| *count >= needed) {
+        Some((owner, (_, ms))) => vec![Value::BulkString(owner), Value::Int(ms)],
+        None => vec![Value::Nil, Value::Int(-2)],
+    };
+    Ok(Some(vec![
+        Value::Okay,
+        Value::Okay,
+        Value::Okay,
+        Value::Array(exec),
+    ]))
+}
+
+/// The vote on an unlock: released if any server released it (the others no longer held it);
+/// not ours if every server that answered said so; `None` when none answered.
+pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Result<Option<Value>, Error> {
+    let mut answered = false;
+    for replies in said.iter().flatten() {
+        let reply = replies.first().unwrap_or(&Value::Nil);
+        if requests::parse_unlock(keys, reply)? {
+            return Ok(Some(Value::Int(0)));
+        }
+        answered = true;
+    }
+    Ok(answered.then_some(Value::Int(1)))
+}
+
+/// The vote on an extend to `ms` that started `elapsed` ago: extended where ours
+/// (`extended`) or retaken where missing (`retaken`, `SET NX` replies) on a majority, in time.
+pub(crate) fn extend_vote(
+    keys: &Keys,
+    extended: &Said,
+    retaken: &Said,
+    elapsed: Duration,
+    ms: u64,
+) -> Result<Value, Error> {
+    let mut yes = 0;
+    let mut no_expiry = 0;
+    for replies in extended.iter().flatten() {
+        match requests::parse_extend(keys, replies.first().unwrap_or(&Value::Nil))? {
+            requests::Extended::Yes => yes += 1,
+            requests::Extended::NoExpiry => no_expiry += 1,
+            requests::Extended::NotOurs => {}
+        }
+    }
+    yes += retaken
+        .iter()
+        .flatten()
+        .filter(|r| r.first() == Some(&Value::Okay))
+        .count();
+    let needed = majority(extended.len());
+    let expire = Duration::from_millis(ms);
+    Ok(if no_expiry >= needed {
+        Value::Int(2)
+    } else if yes >= needed && elapsed + drift(expire) < expire {
+        Value::Int(0)
+    } else {
+        Value::Int(1)
+    })
+}
+
+/// The vote on anything else: the reply most servers gave, once a majority answered.
+pub(crate) fn other_vote(said: &Said) -> Option<Vec<Value>> {
+    let answered: Vec<&Vec<Value>> = said.iter().flatten().collect();
+    if answered.len() < majority(said.len()) {
+        return None;
+    }
+    answered
+        .iter()
+        .max_by_key(|r| answered.iter().filter(|o| o == r).count())
+        .map(|r| (*r).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::new("l", false)
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn taken() -> Option<Vec<Value>> {
+        Some(vec![Value::Okay, bulk("me"), Value::Int(1000)])
+    }
+
+    fn busy(owner: &str, ms: i64) -> Option<Vec<Value>> {
+        Some(vec![Value::Nil, bulk(owner), Value::Int(ms)])
+    }
+
+    const EXPIRE: Option<Duration> = Some(Duration::from_secs(1));
+    const JITTER: Duration = Duration::from_millis(7);
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        assert_eq!(majority(3), 2);
+        assert_eq!(majority(4), 3);
+        assert_eq!(majority(5), 3);
+    }
+
+    #[test]
+    fn the_drift_is_a_hundredth_of_the_expiry_plus_two_ms() {
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+
+    #[test]
+    fn three_of_five_win() {
+        let said = [taken(), taken(), None, taken(), busy("other", 500)];
+        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(vote, TryVote::Won(taken().unwrap()));
+    }
+
+    #[test]
+    fn a_majority_won_too_late_is_lost() {
+        let said = [taken(), taken(), taken(), None, None];
+        // 1 s expiry, 12 ms drift: 990 ms in, no validity is left.
+        let late = Duration::from_millis(990);
+        let vote = try_vote(&keys(), &said, late, EXPIRE, JITTER).unwrap();
+        assert_eq!(
+            vote,
+            TryVote::Lost(vec![Value::Nil, Value::Nil, Value::Int(-2)])
+        );
+    }
+
+    #[test]
+    fn a_holder_with_a_majority_is_named_with_its_shortest_ttl() {
+        let said = [
+            busy("other", 500),
+            busy("other", 300),
+            taken(),
+            busy("other", 400),
+            None,
+        ];
+        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(
+            vote,
+            TryVote::Lost(vec![Value::Nil, bulk("other"), Value::Int(300)])
+        );
+    }
+
+    #[test]
+    fn a_split_vote_waits_a_random_while() {
+        let said = [taken(), taken(), busy("b", 900), busy("b", 900), None];
+        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(
+            vote,
+            TryVote::Lost(vec![Value::Nil, bulk("b"), Value::Int(7)])
+        );
+    }
+
+    #[test]
+    fn too_few_answers_cannot_be_told() {
+        let said = [taken(), taken(), None, None, None];
+        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(vote, TryVote::Unreached { answered: 2 });
+    }
+
+    #[test]
+    fn a_read_names_the_majoritys_owner() {
+        let exec = |owner: &str, ms| {
+            Some(vec![
+                Value::Okay,
+                Value::Okay,
+                Value::Okay,
+                Value::Array(vec![bulk(owner), Value::Int(ms)]),
+            ])
+        };
+        let said = [exec("a", 900), exec("a", 800), exec("b", 100)];
+        let replies = read_vote(&keys(), &said).unwrap().unwrap();
+        let observed = requests::parse_observe(&keys(), &replies).unwrap();
+        assert_eq!(observed.owner.as_deref(), Some(&b"a"[..]));
+        assert_eq!(observed.pttl, Pttl::Left(Duration::from_millis(800)));
+        let minority = [exec("a", 900), None, None];
+        assert_eq!(read_vote(&keys(), &minority).unwrap(), None);
+    }
+
+    #[test]
+    fn an_unlock_released_anywhere_released_it() {
+        let released = Some(vec![Value::Int(0)]);
+        let not_ours = Some(vec![Value::Int(1)]);
+        let said = [not_ours.clone(), released, None];
+        assert_eq!(unlock_vote(&keys(), &said).unwrap(), Some(Value::Int(0)));
+        let said = [not_ours.clone(), not_ours, None];
+        assert_eq!(unlock_vote(&keys(), &said).unwrap(), Some(Value::Int(1)));
+        assert_eq!(unlock_vote(&keys(), &[None, None, None]).unwrap(), None);
+    }
+
+    #[test]
+    fn an_extend_counts_keys_retaken_on_restarted_servers() {
+        let yes = Some(vec![Value::Int(0)]);
+        let not_ours = Some(vec![Value::Int(1)]);
+        let extended = [yes.clone(), yes, not_ours.clone(), not_ours, None];
+        let retaken = [
+            None,
+            None,
+            Some(vec![Value::Okay]),
+            Some(vec![Value::Nil]),
+            None,
+        ];
+        let vote = extend_vote(&keys(), &extended, &retaken, Duration::ZERO, 1000).unwrap();
+        assert_eq!(vote, Value::Int(0), "2 extended + 1 retaken of 5");
+        let too_late = Duration::from_millis(995);
+        let vote = extend_vote(&keys(), &extended, &retaken, too_late, 1000).unwrap();
+        assert_eq!(vote, Value::Int(1));
+    }
+
+    #[test]
+    fn other_requests_take_the_most_common_answer_of_a_majority() {
+        let a = Some(vec![bulk("a")]);
+        let said = [a.clone(), Some(vec![bulk("b")]), a.clone()];
+        assert_eq!(other_vote(&said), a);
+        assert_eq!(other_vote(&[a, None, None]), None);
+    }
+}

@@ -1,0 +1,152 @@
+//! [`Quorum`]: Redlock, a lock held on a majority of independent servers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::backend::{sealed, Backend};
+use crate::transport::quorum::Quorum as QuorumTransport;
+use crate::transport::server::Server;
+use crate::transport::Transport;
+use crate::Error;
+
+/// How long one server of a quorum may take to answer unless
+/// [`server_timeout`](Quorum::server_timeout) says otherwise.
+const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(100);
+
+static QUORUMS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
+    LazyLock::new(Default::default);
+
+/// N ≥ 3 independent Redis servers (not replicas of each other) as one place where locks
+/// live: the Redlock algorithm. A lock is held when a majority of the servers hold it, so it
+/// survives the loss of a minority.
+///
+/// Each request goes to every server at once, each with a short timeout of its own (a dead
+/// server costs a refused connection, a frozen one the timeout). The lock is held when a
+/// majority said yes and time is left of its validity, counted from before the first request
+/// went out: expiry − elapsed − drift, the drift being 1 % of the expiry + 2 ms; `lost()` and
+/// the renewal count from that. A try that did not win is given back on every server,
+/// including those whose reply was lost. A renewal extends the key where it is ours and takes
+/// it again where it is missing (a server that restarted empty). Waiting stays blocking: a
+/// waiter blocks in `BLPOP` on one server's signal list, which every release pushes to, and
+/// moves to another server if that one fails.
+///
+/// A quorum lock needs an [`expire`](crate::LockBuilder::expire), and has no fencing tokens
+/// (`.fencing(true)` is refused): see the crate docs' Redlock section for why, and for the
+/// caveat about a server that restarts empty.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+/// use redis_blpop_lock::{Lock, Quorum};
+///
+/// let quorum = Quorum::new([
+///     redis::Client::open("redis://10.0.0.1:6379/")?,
+///     redis::Client::open("redis://10.0.0.2:6379/")?,
+///     redis::Client::open("redis://10.0.0.3:6379/")?,
+/// ])?;
+/// let lock = Lock::builder(&quorum, "invoices")
+///     .expire(Duration::from_secs(10))
+///     .auto_renewal(true)
+///     .build()?;
+/// let _guard = lock.lock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Quorum {
+    clients: Vec<redis::Client>,
+    server_timeout: Duration,
+}
+
+impl Quorum {
+    /// The servers `clients` point at: three or more, each a different server.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// let two = [
+    ///     redis::Client::open("redis://10.0.0.1/")?,
+    ///     redis::Client::open("redis://10.0.0.2/")?,
+    /// ];
+    /// assert!(redis_blpop_lock::Quorum::new(two).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(clients: impl IntoIterator<Item = redis::Client>) -> Result<Quorum, Error> {
+        let clients: Vec<redis::Client> = clients.into_iter().collect();
+        if clients.len() < 3 {
+            return Err(Error::invalid(format!(
+                "a quorum needs at least 3 servers, got {}",
+                clients.len()
+            )));
+        }
+        let mut seen: Vec<String> = clients.iter().map(describe).collect();
+        seen.sort();
+        seen.dedup();
+        if seen.len() < clients.len() {
+            return Err(Error::invalid(
+                "a quorum's servers must be different servers",
+            ));
+        }
+        Ok(Quorum {
+            clients,
+            server_timeout: DEFAULT_SERVER_TIMEOUT,
+        })
+    }
+
+    /// How long one server may take to answer, default 100 ms: past it, that server counts
+    /// as not answering. Keep it far below the locks' expiry.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let clients = (1..=3).map(|i| redis::Client::open(format!("redis://10.0.0.{i}/")))
+    /// #     .collect::<Result<Vec<_>, _>>()?;
+    /// let quorum = redis_blpop_lock::Quorum::new(clients)?
+    ///     .server_timeout(std::time::Duration::from_millis(20));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn server_timeout(mut self, timeout: Duration) -> Quorum {
+        self.server_timeout = timeout;
+        self
+    }
+}
+
+/// A server's address and database: what tells two servers apart.
+fn describe(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    format!("{:?} db {}", info.addr(), info.redis_settings().db())
+}
+
+impl Backend for Quorum {}
+
+impl sealed::Sealed for Quorum {
+    fn connect(&self) -> Result<sealed::Route, Error> {
+        if self.server_timeout.is_zero() {
+            return Err(Error::invalid(
+                "a quorum's server timeout must be above zero",
+            ));
+        }
+        let key = format!(
+            "{:?}|{:?}",
+            self.clients.iter().map(describe).collect::<Vec<_>>(),
+            self.server_timeout
+        );
+        let mut known = QUORUMS.lock();
+        if let Some(found) = known.get(&key) {
+            return Ok(sealed::Route(Arc::clone(found)));
+        }
+        let servers = self
+            .clients
+            .iter()
+            .map(|client| Server::shared(client).map(|s| &**s))
+            .collect::<Result<Vec<&'static Server>, Error>>()?;
+        let transport: Arc<dyn Transport> =
+            Arc::new(QuorumTransport::new(servers, self.server_timeout));
+        known.insert(key, Arc::clone(&transport));
+        Ok(sealed::Route(transport))
+    }
+}

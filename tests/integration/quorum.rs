@@ -1,0 +1,125 @@
+//! Redlock over five private servers: a lock held by a majority, waits that block in `BLPOP`,
+//! and what a minority or a majority of dead servers does to each.
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{Error, Lock, Quorum};
+
+use crate::support::{secs, spawn_waiter, RedisServer};
+
+/// A woken waiter takes the lock well before this; one that missed its wake-up would try
+/// again only at the holder's expiry (30 s here) or after a 5 s block.
+const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+const EXPIRE: Duration = Duration::from_secs(30);
+
+pub fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+pub fn quorum(servers: &[RedisServer]) -> Quorum {
+    Quorum::new(servers.iter().map(RedisServer::client)).unwrap()
+}
+
+/// How many of `servers` hold lock `name` for `id`.
+pub fn holding(servers: &[RedisServer], name: &str, id: &str) -> usize {
+    servers
+        .iter()
+        .filter(|s| {
+            let owner: Option<String> = s.conn().get(format!("lock:{name}")).unwrap();
+            owner.as_deref() == Some(id)
+        })
+        .count()
+}
+
+fn blocked_anywhere(servers: &[RedisServer]) -> u64 {
+    servers.iter().map(RedisServer::blocked_clients).sum()
+}
+
+#[test]
+fn a_lock_is_held_on_every_live_server_and_released_on_all() {
+    let servers = servers(5);
+    let lock = Lock::builder(&quorum(&servers), "q")
+        .expire(EXPIRE)
+        .build()
+        .unwrap();
+    let guard = lock.lock().unwrap();
+    assert_eq!(holding(&servers, "q", lock.id()), 5);
+    assert_eq!(lock.owner_id().unwrap().as_deref(), Some(lock.id()));
+    drop(guard);
+    assert_eq!(holding(&servers, "q", lock.id()), 0);
+}
+
+#[test]
+fn a_release_wakes_a_waiter_blocked_on_one_server() {
+    let servers = servers(5);
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    holder.acquire().unwrap();
+    let waiter = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    let waiter = spawn_waiter(waiter, secs(60));
+    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
+        blocked_anywhere(&servers) >= 1 || waiter.is_finished()
+    });
+    let released = Instant::now();
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(
+        released.elapsed() < WOKEN_WITHIN,
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn two_dead_servers_of_five_change_nothing() {
+    let mut servers = servers(5);
+    servers[0].kill();
+    servers[3].kill();
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    holder.acquire().unwrap();
+    let waiter = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    assert!(!waiter.try_acquire().unwrap());
+    let waiter = spawn_waiter(waiter, secs(60));
+    let live = [&servers[1], &servers[2], &servers[4]];
+    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
+        live.iter().map(|s| s.blocked_clients()).sum::<u64>() >= 1 || waiter.is_finished()
+    });
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn three_dead_servers_of_five_fail_by_the_deadline_and_leave_no_key() {
+    let mut servers = servers(5);
+    for i in [0, 2, 4] {
+        servers[i].kill();
+    }
+    let lock = Lock::builder(&quorum(&servers), "q")
+        .expire(EXPIRE)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    match lock.acquire_timeout(Duration::from_millis(500)) {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("quorum"), "{e}"),
+        other => panic!("expected a quorum error, got {other:?}"),
+    }
+    assert!(started.elapsed() < secs(3), "{:?}", started.elapsed());
+    assert_eq!(holding(&servers[1..2], "q", lock.id()), 0);
+    assert_eq!(holding(&servers[3..4], "q", lock.id()), 0);
+}
+
+#[test]
+fn fencing_and_a_lock_without_expiry_are_refused_on_a_quorum() {
+    let servers = servers(3);
+    let quorum = quorum(&servers);
+    let fenced = Lock::builder(&quorum, "q")
+        .expire(EXPIRE)
+        .fencing(true)
+        .build();
+    assert!(matches!(fenced, Err(Error::InvalidArgument(ref m)) if m.contains("fencing")));
+    let forever = Lock::builder(&quorum, "q").build();
+    assert!(matches!(forever, Err(Error::InvalidArgument(ref m)) if m.contains("expire")));
+}
