@@ -31,9 +31,11 @@ pub(crate) fn drift(expire: Duration) -> Duration {
 pub(crate) enum TryVote {
     /// A majority took it in time: one of their replies.
     Won(Vec<Value>),
-    /// No majority (or no time left): what was taken must be given back everywhere, and the
-    /// driver reads this busy reply (the owner most servers named, the shortest TTL seen).
-    Lost(Vec<Value>),
+    /// No majority (or no time left): the driver reads this busy reply (the owner most
+    /// servers named, the shortest TTL seen), and what the try took must be given back
+    /// everywhere, unless a majority already held the lock under this id (a second handle
+    /// with the same id): giving back would then release that holder's lock.
+    Lost { reply: Vec<Value>, give_back: bool },
     /// Fewer than a majority answered at all: nothing can be told, and what may have been
     /// taken must be given back.
     Unreached { answered: usize },
@@ -45,6 +47,7 @@ pub(crate) enum TryVote {
 /// tries do not meet in lock-step.
 pub(crate) fn try_vote(
     keys: &Keys,
+    id: &[u8],
     said: &Said,
     elapsed: Duration,
     expire: Option<Duration>,
@@ -83,6 +86,8 @@ pub(crate) fn try_vote(
         return Ok(TryVote::Unreached { answered });
     }
     let holder = owners.into_iter().max_by_key(|(_, (count, _))| *count);
+    let held_by_us =
+        matches!(&holder, Some((owner, (count, _))) if owner == id && *count >= needed);
     let busy = match holder {
         Some((owner, (count, ttl))) if count >= needed => {
             let ms = ttl.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
@@ -96,7 +101,10 @@ pub(crate) fn try_vote(
         // Free where it was not ours, or ours too late: try again at once.
         _ => vec![Value::Nil, Value::Nil, Value::Int(-2)],
     };
-    Ok(TryVote::Lost(busy))
+    Ok(TryVote::Lost {
+        reply: busy,
+        give_back: !held_by_us,
+    })
 }
 
 /// The vote on a read of owner and TTL: the owner a majority of servers hold, with the
@@ -137,18 +145,25 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Result<Option<Vec<Value>>, 
     ]))
 }
 
-/// The vote on an unlock: released if any server released it (the others no longer held it);
-/// not ours if every server that answered said so; `None` when none answered.
+/// The vote on an unlock: not ours when a majority said so (the lock was lost; a key it still
+/// had on a minority is deleted all the same), else released when any server released it;
+/// `None` when that cannot be told.
 pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Result<Option<Value>, Error> {
-    let mut answered = false;
+    let (mut released, mut not_ours) = (0, 0);
     for replies in said.iter().flatten() {
-        let reply = replies.first().unwrap_or(&Value::Nil);
-        if requests::parse_unlock(keys, reply)? {
-            return Ok(Some(Value::Int(0)));
+        if requests::parse_unlock(keys, replies.first().unwrap_or(&Value::Nil))? {
+            released += 1;
+        } else {
+            not_ours += 1;
         }
-        answered = true;
     }
-    Ok(answered.then_some(Value::Int(1)))
+    Ok(if not_ours >= majority(said.len()) {
+        Some(Value::Int(1))
+    } else if released > 0 {
+        Some(Value::Int(0))
+    } else {
+        None
+    })
 }
 
 /// The vote on an extend to `ms` that started `elapsed` ago: extended where ours
@@ -235,7 +250,7 @@ mod tests {
     #[test]
     fn three_of_five_win() {
         let said = [taken(), taken(), None, taken(), busy("other", 500)];
-        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
         assert_eq!(vote, TryVote::Won(taken().unwrap()));
     }
 
@@ -244,10 +259,13 @@ mod tests {
         let said = [taken(), taken(), taken(), None, None];
         // 1 s expiry, 12 ms drift: 990 ms in, no validity is left.
         let late = Duration::from_millis(990);
-        let vote = try_vote(&keys(), &said, late, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, late, EXPIRE, JITTER).unwrap();
         assert_eq!(
             vote,
-            TryVote::Lost(vec![Value::Nil, Value::Nil, Value::Int(-2)])
+            TryVote::Lost {
+                reply: vec![Value::Nil, Value::Nil, Value::Int(-2)],
+                give_back: true
+            }
         );
     }
 
@@ -260,27 +278,52 @@ mod tests {
             busy("other", 400),
             None,
         ];
-        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
         assert_eq!(
             vote,
-            TryVote::Lost(vec![Value::Nil, bulk("other"), Value::Int(300)])
+            TryVote::Lost {
+                reply: vec![Value::Nil, bulk("other"), Value::Int(300)],
+                give_back: true
+            }
         );
     }
 
     #[test]
     fn a_split_vote_waits_a_random_while() {
         let said = [taken(), taken(), busy("b", 900), busy("b", 900), None];
-        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
         assert_eq!(
             vote,
-            TryVote::Lost(vec![Value::Nil, bulk("b"), Value::Int(7)])
+            TryVote::Lost {
+                reply: vec![Value::Nil, bulk("b"), Value::Int(7)],
+                give_back: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_lock_this_id_holds_already_is_not_given_back() {
+        let said = [
+            busy("me", 900),
+            busy("me", 900),
+            busy("me", 800),
+            None,
+            None,
+        ];
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(
+            vote,
+            TryVote::Lost {
+                reply: vec![Value::Nil, bulk("me"), Value::Int(800)],
+                give_back: false
+            }
         );
     }
 
     #[test]
     fn too_few_answers_cannot_be_told() {
         let said = [taken(), taken(), None, None, None];
-        let vote = try_vote(&keys(), &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
         assert_eq!(vote, TryVote::Unreached { answered: 2 });
     }
 
@@ -304,14 +347,18 @@ mod tests {
     }
 
     #[test]
-    fn an_unlock_released_anywhere_released_it() {
+    fn an_unlock_is_not_ours_only_when_a_majority_says_so() {
         let released = Some(vec![Value::Int(0)]);
         let not_ours = Some(vec![Value::Int(1)]);
-        let said = [not_ours.clone(), released, None];
+        let said = [not_ours.clone(), released.clone(), None];
         assert_eq!(unlock_vote(&keys(), &said).unwrap(), Some(Value::Int(0)));
-        let said = [not_ours.clone(), not_ours, None];
-        assert_eq!(unlock_vote(&keys(), &said).unwrap(), Some(Value::Int(1)));
-        assert_eq!(unlock_vote(&keys(), &[None, None, None]).unwrap(), None);
+        let said = [not_ours.clone(), not_ours.clone(), released];
+        assert_eq!(
+            unlock_vote(&keys(), &said).unwrap(),
+            Some(Value::Int(1)),
+            "lost to a majority: not ours, though a minority key went"
+        );
+        assert_eq!(unlock_vote(&keys(), &[not_ours, None, None]).unwrap(), None);
     }
 
     #[test]

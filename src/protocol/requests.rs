@@ -20,6 +20,7 @@ pub(crate) enum Kind {
     /// it took.
     Try {
         keys: Keys,
+        id: Vec<u8>,
         expire_ms: Option<u64>,
         undo: Box<Request>,
     },
@@ -263,6 +264,7 @@ pub(crate) fn wait_then_try(
 ) -> Request {
     let kind = Kind::Try {
         keys: keys.clone(),
+        id: id.as_bytes().to_vec(),
         expire_ms,
         undo: Box::new(unlock(keys, id.as_bytes(), UNDO_SIGNAL_EXPIRE_MS)),
     };

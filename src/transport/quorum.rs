@@ -90,13 +90,14 @@ impl Quorum {
         request: &Request,
         deadline: Instant,
         keys: &crate::protocol::keys::Keys,
+        id: &[u8],
         expire_ms: Option<u64>,
         undo: &Request,
     ) -> Result<Vec<Value>, Fault> {
         let started = Instant::now();
         let said = self.all(request, deadline);
         let expire = expire_ms.map(Duration::from_millis);
-        let vote = match quorum::try_vote(keys, &said, started.elapsed(), expire, jitter()) {
+        let vote = match quorum::try_vote(keys, id, &said, started.elapsed(), expire, jitter()) {
             Ok(vote) => vote,
             // A server's reply that is not a try's answer (a corrupt key): give back what
             // may have been taken, and let the driver read that reply for its error.
@@ -107,9 +108,11 @@ impl Quorum {
         };
         match vote {
             TryVote::Won(replies) => Ok(replies),
-            TryVote::Lost(replies) => {
-                self.give_back(undo);
-                Ok(replies)
+            TryVote::Lost { reply, give_back } => {
+                if give_back {
+                    self.give_back(undo);
+                }
+                Ok(reply)
             }
             TryVote::Unreached { answered } => {
                 self.give_back(undo);
@@ -156,9 +159,10 @@ impl Transport for Quorum {
         match &request.kind {
             Kind::Try {
                 keys,
+                id,
                 expire_ms,
                 undo,
-            } => self.try_all(request, deadline, keys, *expire_ms, undo),
+            } => self.try_all(request, deadline, keys, id, *expire_ms, undo),
             Kind::Extend {
                 keys,
                 ms,

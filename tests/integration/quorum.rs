@@ -123,3 +123,57 @@ fn fencing_and_a_lock_without_expiry_are_refused_on_a_quorum() {
     let forever = Lock::builder(&quorum, "q").build();
     assert!(matches!(forever, Err(Error::InvalidArgument(ref m)) if m.contains("expire")));
 }
+
+#[test]
+fn a_second_handle_with_the_holders_id_is_refused_and_leaves_the_lock_held() {
+    let servers = servers(5);
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q")
+        .expire(EXPIRE)
+        .id("shared-id")
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let twin = Lock::builder(&quorum, "q")
+        .expire(EXPIRE)
+        .id("shared-id")
+        .build()
+        .unwrap();
+    assert!(matches!(
+        twin.try_acquire(),
+        Err(Error::AlreadyAcquired { .. })
+    ));
+    assert_eq!(holding(&servers, "q", "shared-id"), 5);
+}
+
+#[test]
+fn a_waiter_whose_server_dies_waits_on_another() {
+    let mut servers = servers(5);
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    holder.acquire().unwrap();
+    let waiter = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    let waiter = spawn_waiter(waiter, secs(60));
+    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
+        blocked_anywhere(&servers) >= 1 || waiter.is_finished()
+    });
+    let blocked_on = (0..5)
+        .find(|&i| servers[i].blocked_clients() >= 1)
+        .expect("a server with the waiter");
+    servers[blocked_on].kill();
+    let live: Vec<&RedisServer> = (0..5)
+        .filter(|&i| i != blocked_on)
+        .map(|i| &servers[i])
+        .collect();
+    crate::support::eventually(BLOCK_LIMIT, "the waiter to block on another server", || {
+        live.iter().map(|s| s.blocked_clients()).sum::<u64>() >= 1 || waiter.is_finished()
+    });
+    let released = Instant::now();
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(
+        released.elapsed() < WOKEN_WITHIN,
+        "{:?}",
+        released.elapsed()
+    );
+}
