@@ -395,7 +395,11 @@
 //! SLOTS`), sends each request there, and follows `MOVED` and `ASK` during a resharding. A
 //! waiter blocks on a connection of its own to its key's primary; when the slot moves, Redis
 //! turns the `BLPOP` away with `MOVED` (it checks blocked clients about once a second) and the
-//! waiter carries on at the slot's new primary, until its own deadline. When a primary dies,
+//! waiter carries on at the slot's new primary, until its own deadline. While a slot is being
+//! migrated, an `ASK` sends only the waiter's `BLPOP` to the importing node; its try goes to
+//! wherever the lock key lives. A script whose keys are split across the two nodes meanwhile
+//! (a release: the lock key not moved yet, its signal list at the target) is answered
+//! `TRYAGAIN` and retried until the call's deadline, so keep migrations of lock slots short. When a primary dies,
 //! requests that could not have run (a refused connection, `CLUSTERDOWN`, `TRYAGAIN`,
 //! `READONLY`) are retried with a short backoff while the replica takes over, within the call's
 //! deadline; a try whose reply was lost is settled as on one server, by reading the owner on
@@ -423,6 +427,69 @@
 //! a cluster client also needs `+cluster|slots +asking`, a Sentinel client `+role` on the data nodes,
 //! and `+wait` with `replicas`. The sentinels themselves need to answer
 //! `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+//!
+//! # Redlock: a quorum of independent servers
+//!
+//! A single primary, even with replicas, can lose a lock in a failover, because replication is
+//! asynchronous. [`Quorum`] takes the lock on a majority of N ≥ 3 independent servers (not
+//! replicas of each other), so it survives the loss of a minority: the Redlock algorithm of the
+//! Redis documentation, with waiting that stays blocking. Every peer implementation polls
+//! (redsync retries 32 times at random 50–250 ms intervals); here a waiter blocks in `BLPOP` on
+//! one server's signal list, which every release pushes to, and tries the quorum again when
+//! woken or at the holder's shortest remaining TTL.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use std::time::Duration;
+//!
+//! let quorum = redis_blpop_lock::Quorum::new(
+//!     ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"]
+//!         .map(redis::Client::open)
+//!         .into_iter()
+//!         .collect::<Result<Vec<_>, _>>()?,
+//! )?;
+//! let lock = redis_blpop_lock::Lock::builder(&quorum, "ledger")
+//!     .expire(Duration::from_secs(10))
+//!     .auto_renewal(true)
+//!     .build()?;
+//! let guard = lock.lock()?;
+//! // ... while !guard.lost() ...
+//! # drop(guard);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - **Taking it.** The try goes to every server at once with the same id and `PX` expiry, each
+//!   server bounded by [`Quorum::server_timeout`] (100 ms by default: a dead server costs a
+//!   refused connection, a frozen one that long). It is held when a majority said yes and
+//!   validity is left: expiry − time since before the first request went out − drift (1 % of
+//!   the expiry + 2 ms). [`Lock::lost`] and the renewal count from that validity. A try that
+//!   did not win is given back on every server (owner-checked), including those whose reply
+//!   was lost; fewer answers than a majority is an [`Error::Redis`] saying so, by the deadline.
+//! - **Split votes.** When no contender reached a majority, every contender gives its keys back
+//!   at once (which signals waiters) and then waits a random 1–10 ms, bounded by that jitter
+//!   rather than by a fixed sleep, so the next round is not in lock-step.
+//! - **Renewal.** An extend goes to every server: it extends the key where it is ours and takes
+//!   it again where it is missing (a server that restarted empty); held only if a majority
+//!   succeeded within the validity, else the lock is lost and what is left is given back.
+//! - **Release, `reset`, [`reset_all`]**: on every server, owner-checked.
+//!
+//! When to use it: when losing a lock in a failover matters more than a few hundred
+//! microseconds per acquisition, and you run independent primaries for it. When not: it is
+//! still not consensus. Its safety assumes bounded clock drift and process pauses shorter than
+//! the validity; a paused holder learns of it only through `lost()`, like any lease.
+//!
+//! **A server that restarts empty** (no persistence, or `appendfsync` off) forgets the locks it
+//! held, and a second majority can then form while the first holder still thinks it holds the
+//! lock. The published remedy: keep a restarted server out for longer than the longest expiry
+//! (or run it with `appendfsync always`). The renewal's re-take narrows the window but cannot
+//! close it.
+//!
+//! **No fencing tokens.** A counter on each of N independent servers cannot be made to grow
+//! monotonically across them, which is what a fencing token needs (Kleppmann's critique of
+//! Redlock makes this point), so `.fencing(true)` with a quorum is refused with
+//! [`Error::InvalidArgument`]. When correctness depends on fencing, use one server with
+//! `.fencing(true)` (and replicas with [`LockBuilder::replicas`]), or a consensus store.
 //!
 //! # Outcome rules
 //!
@@ -541,7 +608,7 @@
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider.
 //! - `cluster`: [`redis::cluster::ClusterClient`] as a [`Backend`] (the `redis` crate's
 //!   `cluster` feature).
-//! - `sentinel`: [`Sentinel`] (no extra dependency).
+//! - `sentinel`: [`Sentinel`] (no extra dependency). [`Quorum`] needs no feature.
 //! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset;
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]

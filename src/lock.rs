@@ -78,8 +78,9 @@ enum Tried {
         token: Option<u64>,
         /// When it followed a wait, the send that may have set the key, to be confirmed.
         attempt: Attempting,
-        /// How many replicas acknowledged it, when the request asked (`WAIT`).
-        acks: Option<u64>,
+        /// How many replicas acknowledged it, when the request asked (`WAIT`), or why the
+        /// `WAIT` failed.
+        acks: Result<Option<u64>, Error>,
     },
     Busy {
         owner: Option<Vec<u8>>,
@@ -515,20 +516,28 @@ impl Inner {
                 } => {
                     // A lock found ours by a read was not acknowledged by replicas yet: an
                     // extend, with its `WAIT`, confirms it.
-                    let unacknowledged = self.settings.replicas.is_some() && acks.is_none();
+                    let unacknowledged =
+                        self.settings.replicas.is_some() && matches!(acks, Ok(None));
                     let confirming = self.settings.expire_ms.filter(|_| {
                         unacknowledged
                             || attempt.needs_confirming(Instant::now(), self.settings.expire())
                     });
                     if let Some(ms) = confirming {
-                        match self.confirm(wait, ms)? {
-                            Some(confirmed) => {
+                        match self.confirm(wait, ms) {
+                            Ok(Some(confirmed)) => {
                                 valid_until = confirmed.valid_until;
-                                acks = confirmed.acks.or(acks);
+                                if confirmed.acks.is_some() {
+                                    acks = Ok(confirmed.acks);
+                                }
                             }
-                            None => {
+                            Ok(None) => {
                                 tried = self.try_short(wait)?;
                                 continue;
+                            }
+                            // Taken but not confirmed: give it back rather than leave it.
+                            Err(e) => {
+                                self.unlock_quietly();
+                                return Err(e);
                             }
                         }
                     }
@@ -581,7 +590,8 @@ impl Inner {
         let sent = Instant::now();
         match self.call(&request, deadline) {
             Ok(mut replies) => {
-                let acks = request.acks(&mut replies)?;
+                // The `WAIT`'s reply comes off first; if it failed, a lock taken is given back.
+                let acks = request.acks(&mut replies);
                 self.tried(&replies, Attempting::new(sent, false), acks)
             }
             Err(Fault::NotSent(e)) => Err(e.into()),
@@ -612,6 +622,12 @@ impl Inner {
             Some(block),
         )
         .replicated(self.settings.replicas);
+        // Connected where the wait will block before its id is read, so that a cancel or the
+        // timer reaches that connection.
+        if let Err(fault) = conn.ready(self.io_deadline(wait)) {
+            *slot = None;
+            return Err(fault.into_error().into());
+        }
         let id = conn.id();
         // While registered, a cancel ends the `BLPOP` from the cancelling thread.
         let registration = match id {
@@ -634,7 +650,7 @@ impl Inner {
                 at: Instant::now(),
             }),
             Ok((mut replies, refused)) => {
-                let acks = request.acks(&mut replies)?;
+                let acks = request.acks(&mut replies);
                 match (self.tried(&replies, attempt, acks)?, refused) {
                     (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => {
                         Err(Error::Corrupt {
@@ -709,7 +725,7 @@ impl Inner {
         &self,
         replies: &[Value],
         attempt: Attempting,
-        acks: Option<u64>,
+        acks: Result<Option<u64>, Error>,
     ) -> Result<Tried, Error> {
         Ok(match requests::parse_try(&self.keys, replies)? {
             Attempt::Acquired { token } => Tried::Acquired {
@@ -745,7 +761,7 @@ impl Inner {
                     valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
                     token: observed.fence,
                     attempt: Attempting::new(sent, false),
-                    acks: None,
+                    acks: Ok(None),
                 })
             }
             Ok((observed, _)) => Ok(Tried::Busy {
@@ -868,8 +884,13 @@ impl Inner {
     }
 
     /// Fails with [`Error::NotReplicated`] when fewer replicas than asked for acknowledged
-    /// `operation` (`acks` is `None` when no `WAIT` ran).
-    fn replicated(&self, operation: &'static str, acks: Option<u64>) -> Result<(), Error> {
+    /// `operation` (`acks` is `None` when no `WAIT` ran), or with the `WAIT`'s own error.
+    fn replicated(
+        &self,
+        operation: &'static str,
+        acks: Result<Option<u64>, Error>,
+    ) -> Result<(), Error> {
+        let acks = acks?;
         match self.settings.replicas {
             Some((wanted, _)) if acks.unwrap_or(0) < u64::from(wanted) => {
                 Err(Error::NotReplicated {
@@ -946,7 +967,7 @@ impl Inner {
         .replicated(self.settings.replicas);
         match self.call_again(&request, deadline) {
             Ok(mut answered) => {
-                let acks = request.acks(&mut answered.replies)?;
+                let acks = request.acks(&mut answered.replies);
                 let released = requests::parse_unlock(&self.keys, answered.first())?;
                 self.state.lock().belief = Belief::Free;
                 if released || answered.lost_before || unsure_release {
@@ -987,7 +1008,7 @@ impl Inner {
         let request =
             requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
         let mut answered = self.call_again(&request, self.io_deadline(Wait::Never))?;
-        let acks = request.acks(&mut answered.replies)?;
+        let acks = request.acks(&mut answered.replies);
         let extended = requests::parse_extend(&self.keys, answered.first())?;
         if extended == Extended::Yes {
             // Not replicated, the longer expiry may not survive a failover: the lease keeps

@@ -219,6 +219,20 @@ impl Request {
         }
     }
 
+    /// The request with one `ASKING` in front: for a wait's `BLPOP`, whose key alone the
+    /// `ASK` was about.
+    pub(crate) fn asking_first(&self) -> Request {
+        let cmds = std::iter::once(redis::cmd("ASKING"))
+            .chain(self.cmds.iter().cloned())
+            .collect();
+        Request {
+            cmds,
+            eval: self.eval.map(|(at, script)| (at + 1, script)),
+            kind: self.kind.clone(),
+            ..*self
+        }
+    }
+
     /// The replies of [`asking`](Self::asking)'s request without those of the `ASKING`s.
     pub(crate) fn without_asking(&self, replies: Vec<Value>) -> Vec<Value> {
         if self.is_transaction() {

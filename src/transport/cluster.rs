@@ -84,7 +84,8 @@ impl Topology for Slots {
         // The primaries known now first: the seeds may be long gone.
         let mut candidates = self.primaries();
         candidates.extend(self.seeds.iter().cloned());
-        candidates.dedup();
+        let mut seen = std::collections::HashSet::new();
+        candidates.retain(|addr| seen.insert(addr.clone()));
         let mut last = RedisError::from((ErrorKind::Io, "no node to ask"));
         for addr in candidates {
             if Instant::now() >= deadline {

@@ -104,6 +104,13 @@ pub(crate) trait Waiter: Send {
     /// Its id at the server (`CLIENT ID`), when the server told it.
     fn id(&self) -> Option<ConnId>;
 
+    /// Takes the connection the next request will go out on (after a redirection or a
+    /// failover, a new one where its key lives now), by `deadline`, so that [`id`](Self::id)
+    /// names it before the request is sent.
+    fn ready(&mut self, _deadline: Instant) -> Result<(), Fault> {
+        Ok(())
+    }
+
     /// Sends `request` by `deadline`, without reading the replies.
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault>;
 

@@ -272,51 +272,56 @@ impl Waiter for QuorumWaiter<'_> {
         })
     }
 
-    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
-        let (blpop, rest) = request.split_first();
+    fn ready(&mut self, deadline: Instant) -> Result<(), Fault> {
         let n = self.quorum.servers.len();
         let mut last = None;
         for step in 0..n {
-            if self.conn.is_none() {
-                let server = self.quorum.servers[(self.node + step) % n];
-                match server.waiter(0, deadline) {
-                    Ok(conn) => {
-                        self.node = (self.node + step) % n;
-                        self.conn = Some(conn);
-                    }
-                    Err(fault) => {
-                        last = Some(fault);
-                        continue;
-                    }
-                }
+            if self.conn.is_some() {
+                return Ok(());
             }
-            let Some(conn) = self.conn.as_mut() else {
-                continue;
-            };
-            match conn.send(&blpop, deadline) {
-                Ok(()) => {
-                    self.rest = Some(rest);
-                    self.replies.clear();
-                    return Ok(());
+            let node = (self.node + step) % n;
+            match self.quorum.servers[node].waiter(0, deadline) {
+                Ok(conn) => {
+                    self.node = node;
+                    self.conn = Some(conn);
                 }
-                // Nothing was sent there: the next server may take the wait.
-                Err(fault @ Fault::NotSent(_)) => {
-                    self.conn = None;
-                    last = Some(fault);
-                }
-                Err(Fault::Lost { conn, error }) => {
-                    self.conn = None;
-                    return Err(Fault::Lost {
-                        conn: conn.map(|c| ConnId {
-                            node: self.node,
-                            id: c.id,
-                        }),
-                        error,
-                    });
-                }
+                // That server is not there: the next may take the wait.
+                Err(fault) => last = Some(fault),
             }
         }
-        Err(last.unwrap_or_else(|| self.quorum.unreached(0)))
+        match (&self.conn, last) {
+            (Some(_), _) => Ok(()),
+            (None, Some(fault)) => Err(fault),
+            (None, None) => Err(self.quorum.unreached(0)),
+        }
+    }
+
+    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
+        self.ready(deadline)?;
+        let (blpop, rest) = request.split_first();
+        let node = self.node;
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.quorum.unreached(0));
+        };
+        match conn.send(&blpop, deadline) {
+            Ok(()) => {
+                self.rest = Some(rest);
+                self.replies.clear();
+                Ok(())
+            }
+            Err(fault) => {
+                self.conn = None;
+                // The next wait starts at the next server.
+                self.node = (node + 1) % self.quorum.servers.len().max(1);
+                Err(match fault {
+                    Fault::Lost { conn, error } => Fault::Lost {
+                        conn: conn.map(|c| ConnId { node, id: c.id }),
+                        error,
+                    },
+                    not_sent => not_sent,
+                })
+            }
+        }
     }
 
     fn recv(&mut self, deadline: Instant) -> Result<Value, Fault> {

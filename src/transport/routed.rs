@@ -76,7 +76,13 @@ impl<T: Topology> Routed<T> {
     /// Learns the topology again, unless someone did since `failed_at`. One at a time: the
     /// threads that met the same failure wait for one look instead of each taking their own.
     fn relearn(&self, failed_at: Instant, deadline: Instant) -> Result<(), RedisError> {
-        let mut learned = self.learned.lock();
+        // Waiting for another thread's look ends by this call's deadline too.
+        let Some(mut learned) = self.learned.try_lock_until(deadline) else {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the topology is being learned by another call",
+            )));
+        };
         if learned.is_some_and(|at| at > failed_at) {
             return Ok(());
         }
@@ -189,6 +195,7 @@ impl<T: Topology> Transport for Routed<T> {
             conn: None,
             ask: None,
             asking: false,
+            skip_asking: false,
             moved: None,
         }))
     }
@@ -229,13 +236,16 @@ impl<T: Topology> Transport for Routed<T> {
 struct RoutedWaiter<'a, T> {
     routed: &'a Routed<T>,
     slot: u16,
-    /// The connection and its server's number: `None` before the first send and after the
-    /// server turned the wait away.
+    /// The connection and its server's number: `None` until `ready`, and after the server
+    /// turned the wait away.
     conn: Option<(usize, Box<dyn Waiter + 'static>)>,
     /// Where an `ASK` said to send the next request.
     ask: Option<String>,
-    /// Whether each reply of the request under way follows an `ASKING`'s.
+    /// Whether the next request goes behind an `ASKING` (its connection was made for an
+    /// `ASK`).
     asking: bool,
+    /// Whether the first reply to read is that `ASKING`'s.
+    skip_asking: bool,
     /// Set when a reply turned the request under way away: the next request goes to the
     /// slot's server anew (`true`: after the topology is learned again).
     moved: Option<bool>,
@@ -250,8 +260,7 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         })
     }
 
-    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
-        let ask = self.ask.take();
+    fn ready(&mut self, deadline: Instant) -> Result<(), Fault> {
         if let Some(relearn) = self.moved.take() {
             if relearn {
                 // Failing, the route below says why.
@@ -259,25 +268,29 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
             }
             self.conn = None;
         }
-        if ask.is_some() {
-            self.conn = None;
+        let ask = self.ask.take();
+        if ask.is_none() && self.conn.is_some() {
+            return Ok(());
         }
-        if self.conn.is_none() {
-            let slot = self.slot;
-            let (node, conn, asking) = self.routed.through(
-                Some(slot),
-                ask,
-                deadline,
-                |node, server, asking| match server.waiter(slot, deadline) {
-                    Ok(conn) => Outcome::Done((node, conn, asking)),
-                    Err(Fault::NotSent(e)) if is_away(&e) => Outcome::Away(e),
-                    Err(fault) => Outcome::Failed(numbered(fault, node)),
-                },
-            )?;
-            self.conn = Some((node, conn));
-            self.asking = asking;
-        } else {
-            self.asking = false;
+        let slot = self.slot;
+        let (node, conn, asking) = self.routed.through(
+            Some(slot),
+            ask,
+            deadline,
+            |node, server, asking| match server.waiter(slot, deadline) {
+                Ok(conn) => Outcome::Done((node, conn, asking)),
+                Err(Fault::NotSent(e)) if is_away(&e) => Outcome::Away(e),
+                Err(fault) => Outcome::Failed(numbered(fault, node)),
+            },
+        )?;
+        self.conn = Some((node, conn));
+        self.asking = asking;
+        Ok(())
+    }
+
+    fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
+        if self.conn.is_none() || self.moved.is_some() || self.ask.is_some() {
+            self.ready(deadline)?;
         }
         let Some((node, conn)) = &mut self.conn else {
             return Err(Fault::NotSent(RedisError::from((
@@ -286,8 +299,13 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
             ))));
         };
         let node = *node;
-        let sent = if self.asking {
-            conn.send(&request.asking(), deadline)
+        // An `ASK` names where the key that was asked for is, the signal list: only the
+        // `BLPOP` goes there behind `ASKING`. The try after it gets its own answer (run, or
+        // `MOVED` back to where the lock key lives), so it can never take a lock that still
+        // lives on the migrating node.
+        self.skip_asking = std::mem::take(&mut self.asking);
+        let sent = if self.skip_asking {
+            conn.send(&request.asking_first(), deadline)
         } else {
             conn.send(request, deadline)
         };
@@ -306,7 +324,7 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         };
         let node = *node;
         let mut received = || conn.recv(deadline).map_err(|fault| numbered(fault, node));
-        let reply = if self.asking {
+        let reply = if std::mem::take(&mut self.skip_asking) {
             received().and_then(|_| received())
         } else {
             received()

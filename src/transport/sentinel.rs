@@ -34,14 +34,18 @@ impl Primary {
 
     /// What one sentinel names as the primary.
     fn ask(&self, sentinel: &ConnectionInfo, deadline: Instant) -> Result<String, RedisError> {
-        let timeout = deadline
-            .saturating_duration_since(Instant::now())
-            .min(ASK_FOR);
-        if timeout.is_zero() {
-            return Err(RedisError::from((ErrorKind::Io, "deadline passed")));
-        }
+        let deadline = deadline.min(Instant::now() + ASK_FOR);
+        let left = || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RedisError::from((ErrorKind::Io, "deadline passed")));
+            }
+            Ok(left)
+        };
         let client = redis::Client::open(sentinel.clone())?;
-        let mut con = client.get_connection_with_timeout(timeout)?;
+        let mut con = client.get_connection_with_timeout(left()?)?;
+        // What is left after connecting, for the whole exchange.
+        let timeout = left()?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(timeout))?;
         let reply: Value = redis::cmd("SENTINEL")

@@ -418,3 +418,60 @@ fn a_cluster_client_with_no_reachable_seed_is_an_error_by_the_deadline() {
     assert!(matches!(lock.try_acquire(), Err(Error::Redis(_))));
     assert!(started.elapsed() < secs(3), "{:?}", started.elapsed());
 }
+
+#[test]
+fn a_waiter_asked_elsewhere_during_a_migration_never_takes_a_held_lock() {
+    let cluster = RedisCluster::start();
+    let client = client(&cluster);
+    let holder = Lock::builder(&client, "mid-move")
+        .expire(secs(2))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    let guard = holder.lock().unwrap();
+    let source = cluster.primary_for("lock:{mid-move}").port;
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source)
+        .unwrap()
+        .port;
+    let slot = cluster.slot_of("lock:{mid-move}");
+    // The lock key stays on the source; the (empty) signal list is asked for at the target.
+    cluster.begin_migration(slot, target);
+    let waiter = Lock::builder(&client, "mid-move")
+        .expire(secs(30))
+        .build()
+        .unwrap();
+    assert!(!waiter.acquire_timeout(secs(5)).unwrap());
+    assert!(!guard.lost());
+    cluster.finish_migration(slot, target);
+    drop(guard);
+    assert!(waiter.try_acquire().unwrap());
+}
+
+#[test]
+fn a_cancel_ends_a_cluster_wait_at_once() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster);
+    let holder = Lock::new(&client, "cancelled").unwrap();
+    holder.acquire().unwrap();
+    let token = redis_blpop_lock::CancelToken::new();
+    let waiter = Lock::builder(&client, "cancelled")
+        .cancel_token(token.clone())
+        .build()
+        .unwrap();
+    let primary = cluster.primary_for("lock:{cancelled}");
+    let before = primary.blocked_clients();
+    let waiting = std::thread::spawn(move || waiter.acquire());
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiting.is_finished());
+    let cancelled = Instant::now();
+    token.cancel();
+    assert!(matches!(
+        waiting.join().unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
+    // A wait the cancel missed would end only at its 5 s block.
+    assert!(cancelled.elapsed() < secs(2), "{:?}", cancelled.elapsed());
+    holder.release().unwrap();
+}

@@ -95,3 +95,26 @@ fn zero_replicas_is_an_invalid_argument() {
         .build();
     assert!(matches!(built, Err(Error::InvalidArgument(_))), "{built:?}");
 }
+
+#[test]
+fn a_refused_wait_gives_the_lock_back_and_says_why() {
+    let (primary, _replica) = primary_with_replica();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "nowait", "on", ">pw", "~*", "+@all", "-wait"])
+        .query(&mut primary.conn())
+        .unwrap();
+    let url = format!("redis://nowait:pw@127.0.0.1:{}/", primary.port);
+    let lock = Lock::builder(&redis::Client::open(url).unwrap(), "no-wait")
+        .replicas(1, ms(100))
+        .build()
+        .unwrap();
+    match lock.try_acquire() {
+        Err(Error::Redis(e)) => assert_eq!(e.code(), Some("NOPERM"), "{e}"),
+        other => panic!("expected NOPERM, got {other:?}"),
+    }
+    let owner: Option<String> = primary.conn().get("lock:no-wait").unwrap();
+    assert_eq!(
+        owner, None,
+        "the lock taken before the refused WAIT was given back"
+    );
+}
