@@ -561,3 +561,100 @@ fn sentinel_without_a_service_is_a_usage_error() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
+
+/// `redis-lock` over a quorum: `--url` once per server.
+fn redis_lock_over(servers: &[RedisServer]) -> Command {
+    let mut cmd = redis_lock_at(&[]);
+    for server in servers {
+        cmd.arg("--url").arg(server.url());
+    }
+    cmd
+}
+
+#[test]
+fn a_run_over_three_urls_holds_the_lock_on_every_server_while_it_runs() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // The command ends when the test closes its standard input.
+    let mut run = redis_lock_over(&servers)
+        .args(["run", "q", "--", "sh", "-c", "read line"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the run to take the lock on every server", || {
+        servers.iter().all(|s| held(s, "q"))
+    });
+    let mut stdin = run.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let output = finish(run);
+    assert!(output.status.success(), "{}", stderr(&output));
+    for server in &servers {
+        assert!(!held(server, "q"), "still held on port {}", server.port);
+    }
+}
+
+#[test]
+fn status_json_over_a_quorum_with_a_dead_server_shows_the_lock_and_that_server_unreachable() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = redis_blpop_lock::Quorum::new(servers.iter().map(RedisServer::client)).unwrap();
+    let holder = Lock::builder(&quorum, "q")
+        .id("holder")
+        .expire(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    servers[1].kill();
+    let output = redis_lock_over(&servers)
+        .args(["status", "q", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["owner"], "holder", "{status}");
+    let entries = status["servers"].as_array().expect("a servers array");
+    assert_eq!(entries.len(), 3, "{status}");
+    for (entry, server) in entries.iter().zip(&servers) {
+        assert_eq!(entry["server"], format!("127.0.0.1:{}/0", server.port));
+    }
+    let dead = &entries[1];
+    assert_eq!(dead["held"], serde_json::Value::Null, "{status}");
+    assert!(dead["error"].is_string(), "{status}");
+    for live in [&entries[0], &entries[2]] {
+        assert_eq!(live["held"], true, "{status}");
+        assert_eq!(live["owner"], "holder", "{status}");
+        assert_eq!(live["error"], serde_json::Value::Null, "{status}");
+    }
+}
+
+#[test]
+fn url_given_twice_is_a_usage_error() {
+    let output = redis_lock_at(&[
+        "--url",
+        "redis://127.0.0.1:1/",
+        "--url",
+        "redis://127.0.0.1:2/",
+    ])
+    .args(["status", "q"])
+    .output()
+    .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("at least 3"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn urls_split_around_the_subcommand_are_a_usage_error() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // clap would keep only the two after `status`.
+    let output = redis_lock_at(&["--url", &servers[0].url(), "status", "q"])
+        .args(["--url", &servers[1].url(), "--url", &servers[2].url()])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(2));
+}

@@ -3,15 +3,25 @@
 use redis_blpop_lock::{Backend, Holder, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
 
+use crate::peek::{self, Seen};
 use crate::place::Place;
 use crate::{exit, Failure, Outcome};
+
+/// The expiry of the handles `status` and `reset` build. A quorum refuses a lock without
+/// one; these handles never take the lock, so the value itself is never used.
+const ADMIN_EXPIRE: Duration = Duration::from_secs(30);
 
 /// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
 /// reach the terminal).
 pub(crate) fn describe(holder: &Holder) -> String {
-    let mut text = format!("held by {:?}", holder.id);
-    match holder.ttl {
+    held_by(&holder.id, holder.ttl)
+}
+
+fn held_by(id: &str, ttl: Option<Duration>) -> String {
+    let mut text = format!("held by {id:?}");
+    match ttl {
         Some(ttl) => {
             let ms = ttl.as_millis();
             let _ = write!(text, ", expires in {}.{:03} s", ms / 1000, ms % 1000);
@@ -21,34 +31,85 @@ pub(crate) fn describe(holder: &Holder) -> String {
     text
 }
 
-pub(crate) fn status(backend: &dyn Backend, name: &str, json: bool) -> Outcome {
-    let lock = Lock::new(backend, name).map_err(Failure::lock)?;
-    let holder = lock.holder().map_err(Failure::lock)?;
+/// A handle on lock `name` for looking at it or resetting it.
+fn handle(backend: &dyn Backend, name: &str) -> Result<Lock, Failure> {
+    Lock::builder(backend, name)
+        .expire(ADMIN_EXPIRE)
+        .build()
+        .map_err(Failure::lock)
+}
+
+/// The lock's holder; on a quorum (the majority's answer), followed by each server's view.
+pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
+    let holder = handle(place.backend(), name)?
+        .holder()
+        .map_err(Failure::lock)?;
+    let servers = place.quorum_servers();
+    let seen = peek::each(servers, name);
     if json {
         let (owner, ttl) = match &holder {
-            Some(h) => (
-                json_string(&h.id),
-                h.ttl
-                    .map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string()),
-            ),
+            Some(h) => (json_string(&h.id), json_ttl(h.ttl)),
             None => ("null".to_string(), "null".to_string()),
         };
-        out!(
-            "{{\"name\":{},\"held\":{},\"owner\":{owner},\"ttl_ms\":{ttl}}}",
+        let mut line = format!(
+            "{{\"name\":{},\"held\":{},\"owner\":{owner},\"ttl_ms\":{ttl}",
             json_string(name),
             holder.is_some()
         );
+        if !servers.is_empty() {
+            let entries: Vec<String> = seen.iter().map(json_seen).collect();
+            let _ = write!(line, ",\"servers\":[{}]", entries.join(","));
+        }
+        out!("{line}}}");
     } else {
         match holder {
             Some(h) => out!("lock {name:?}: {}", describe(&h)),
             None => out!("lock {name:?}: free"),
         }
+        for Seen { server, state } in &seen {
+            let state = match state {
+                Ok(Some((id, ttl))) => held_by(id, *ttl),
+                Ok(None) => "free".to_string(),
+                // Escaped, as ids are quoted: an error may carry a server's text.
+                Err(e) => format!("unreachable: {}", e.escape_debug()),
+            };
+            out!("  {server}: {state}");
+        }
     }
     Ok(0)
 }
 
+/// One server's entry in `status --json`:
+/// {"server":..,"held":..|null,"owner":..|null,"ttl_ms":..|null,"error":..|null}.
+fn json_seen(seen: &Seen) -> String {
+    let (held, owner, ttl, error) = match &seen.state {
+        Ok(Some((id, ttl))) => ("true", json_string(id), json_ttl(*ttl), "null".to_string()),
+        Ok(None) => (
+            "false",
+            "null".to_string(),
+            "null".to_string(),
+            "null".to_string(),
+        ),
+        Err(e) => (
+            "null",
+            "null".to_string(),
+            "null".to_string(),
+            json_string(e),
+        ),
+    };
+    format!(
+        "{{\"server\":{},\"held\":{held},\"owner\":{owner},\"ttl_ms\":{ttl},\"error\":{error}}}",
+        json_string(&seen.server)
+    )
+}
+
+/// A TTL in milliseconds, `null` for none.
+fn json_ttl(ttl: Option<Duration>) -> String {
+    ttl.map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string())
+}
+
 pub(crate) fn reset(backend: &dyn Backend, name: &str) -> Outcome {
-    let lock = Lock::new(backend, name).map_err(Failure::lock)?;
+    let lock = handle(backend, name)?;
     if lock.reset().map_err(Failure::lock)? {
         out!("lock {name:?}: was held; released it and woke one waiter");
     } else {
@@ -57,8 +118,8 @@ pub(crate) fn reset(backend: &dyn Backend, name: &str) -> Outcome {
     Ok(0)
 }
 
-/// `reset-all` on `place` (`where_` says which servers, for the prompt).
-pub(crate) fn reset_all(place: &Place, where_: &str, yes: bool) -> Outcome {
+/// `reset-all` on `place`, after asking unless `yes`.
+pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
     if !yes {
         if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
             return Err(Failure::new(
@@ -70,7 +131,8 @@ pub(crate) fn reset_all(place: &Place, where_: &str, yes: bool) -> Outcome {
         // A prompt that cannot be shown or answered is a "no", so write errors are let go.
         let _ = write!(
             stderr,
-            "Release every lock (every lock:* key) on {where_}? [y/N] "
+            "Release every lock (every lock:* key) on {}? [y/N] ",
+            place.describe()
         );
         let _ = stderr.flush();
         let mut answer = String::new();

@@ -18,6 +18,7 @@ macro_rules! err {
 }
 
 mod admin;
+mod peek;
 mod place;
 mod run;
 
@@ -69,6 +70,10 @@ The connection comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379/.
 With --cluster that URL is any node of a Redis Cluster (lock keys are then
 lock:{NAME}); with --sentinel and --service, the sentinels name the primary, and
 --url gives only the primary's credentials and database.
+--url given 3 or more times, once per server, makes a quorum of independent
+servers (Redlock): a lock is held when a majority of them hold it, and `status`
+shows each server too. Twice is bad usage, and so is more than once with
+--cluster or --sentinel; give every --url on the same side of the subcommand.
 RUST_LOG=debug shows what the lock does (default: warnings only).";
 
 /// A distributed lock on Redis, compatible with python-redis-lock: run a command under a
@@ -77,15 +82,18 @@ RUST_LOG=debug shows what the lock does (default: warnings only).";
 #[command(name = "redis-lock", version, after_help = EXIT_CODES)]
 struct Cli {
     /// The Redis server, as redis://[[user]:password@]host[:port][/db] or rediss://...
+    /// Given 3 or more times (once per server): a quorum of independent servers (Redlock),
+    /// where a lock is held when a majority of them hold it.
     #[arg(
         long,
         global = true,
+        value_name = "URL",
         env = "REDIS_URL",
         // The URL may hold a password: --help must not print it.
         hide_env_values = true,
         default_value = "redis://127.0.0.1:6379/"
     )]
-    url: String,
+    url: Vec<String>,
     /// The URL is a node of a Redis Cluster: locks live on whichever primary serves their
     /// slot, with keys lock:{NAME} (a NAME with a {tag} of its own keeps it).
     #[arg(long, global = true, conflicts_with = "sentinel")]
@@ -117,7 +125,9 @@ enum Command {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
-        /// Print one JSON object: {"name":..,"held":..,"owner":..|null,"ttl_ms":..|null}.
+        /// Print one JSON object: {"name":..,"held":..,"owner":..|null,"ttl_ms":..|null}; on
+        /// a quorum with "servers":[{"server":"host:port/db","held":..|null,"owner":..|null,
+        /// "ttl_ms":..|null,"error":..|null},...] besides.
         #[arg(long)]
         json: bool,
     },
@@ -193,16 +203,16 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let outcome =
-        place::Place::from_options(&cli.url, cli.cluster, &cli.sentinel, cli.service.as_deref())
-            .and_then(|place| match cli.command {
-                Command::Run(args) => run::run(place.backend(), args),
-                Command::Status { name, json } => admin::status(place.backend(), &name, json),
-                Command::Reset { name } => admin::reset(place.backend(), &name),
-                Command::ResetAll { yes } => {
-                    admin::reset_all(&place, &place.describe(&cli.url), yes)
-                }
-            });
+    let outcome = check_not_split(&cli)
+        .and_then(|()| {
+            place::Place::from_options(&cli.url, cli.cluster, &cli.sentinel, cli.service.as_deref())
+        })
+        .and_then(|place| match cli.command {
+            Command::Run(args) => run::run(place.backend(), args),
+            Command::Status { name, json } => admin::status(&place, &name, json),
+            Command::Reset { name } => admin::reset(place.backend(), &name),
+            Command::ResetAll { yes } => admin::reset_all(&place, yes),
+        });
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
@@ -210,6 +220,39 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// clap keeps the values of a global option from one side of the subcommand only
+/// (`--url A run --url B --url C` gives B and C): a quorum or a set of sentinels silently
+/// one server short. Options split that way are refused instead.
+fn check_not_split(cli: &Cli) -> Result<(), Failure> {
+    for (long, kept) in [("url", cli.url.len()), ("sentinel", cli.sentinel.len())] {
+        if times_given(long) > kept {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "--{long} is given both before and after the subcommand; give every \
+                     --{long} on the same side"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many times `--LONG` is on the command line, up to the `--` before `run`'s command
+/// (clap takes no option value that starts with `--`, so each of these is the option).
+fn times_given(long: &str) -> usize {
+    let flag = format!("--{long}");
+    let with_value = format!("--{long}=");
+    std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .filter(|arg| {
+            arg.to_str()
+                .is_some_and(|arg| arg == flag || arg.starts_with(&with_value))
+        })
+        .count()
 }
 
 /// `--help` and `--version` print as clap makes them; a usage error becomes one line, not
