@@ -499,6 +499,7 @@ impl Inner {
         if self.cancelled() {
             return Err(self.error(|name| Error::Cancelled { name }));
         }
+        self.transport.check_acquire(&self.settings)?;
         if let Some(epoch) = self.before_acquire(wait)? {
             return Ok(Some(epoch));
         }

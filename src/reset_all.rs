@@ -16,7 +16,8 @@ use crate::Error;
 const SCAN_BATCH: usize = 1000;
 
 /// Deletes every lock (every string key `lock:*`) and wakes a waiter on each; returns how many
-/// locks it deleted. On a cluster it scans every primary.
+/// lock keys it deleted. On a cluster it scans every primary; on a [`Quorum`](crate::Quorum)
+/// every server, and a lock counts once for each server that held it.
 ///
 /// Keys are found with `SCAN` from the client, a batch at a time; the owners of a batch are
 /// read with `MGET`, and one script call deletes each lock that still holds the owner read,

@@ -88,6 +88,12 @@ pub(crate) trait Transport: Send + Sync {
         Ok(())
     }
 
+    /// Refuses an acquisition this backend cannot make with `settings` (a quorum lock without
+    /// an expiry: a handle without one may still look at and reset the lock).
+    fn check_acquire(&self, _settings: &crate::settings::Settings) -> Result<(), crate::Error> {
+        Ok(())
+    }
+
     /// What to take off a lock's validity for its servers' clocks drifting apart over
     /// `expire` (a quorum's independent servers; nothing on one server).
     fn drift(&self, _expire: std::time::Duration) -> std::time::Duration {

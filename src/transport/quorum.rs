@@ -225,14 +225,18 @@ impl Transport for Quorum {
                  quorum lock has none (see the crate docs' Redlock section)",
             ));
         }
-        if settings.expire_ms.is_none() {
-            return Err(Error::invalid(
-                "a quorum lock needs an expire: its validity counts down from it",
-            ));
-        }
         if settings.replicas.is_some() {
             return Err(Error::invalid(
                 "replicas() is for a primary with replicas; a quorum's servers stand alone",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_acquire(&self, settings: &Settings) -> Result<(), Error> {
+        if settings.expire_ms.is_none() {
+            return Err(Error::invalid(
+                "a quorum lock needs an expire to be acquired: its validity counts down from it",
             ));
         }
         Ok(())

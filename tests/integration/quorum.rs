@@ -112,7 +112,7 @@ fn three_dead_servers_of_five_fail_by_the_deadline_and_leave_no_key() {
 }
 
 #[test]
-fn fencing_and_a_lock_without_expiry_are_refused_on_a_quorum() {
+fn fencing_and_an_acquire_without_expiry_are_refused_on_a_quorum() {
     let servers = servers(3);
     let quorum = quorum(&servers);
     let fenced = Lock::builder(&quorum, "q")
@@ -120,8 +120,15 @@ fn fencing_and_a_lock_without_expiry_are_refused_on_a_quorum() {
         .fencing(true)
         .build();
     assert!(matches!(fenced, Err(Error::InvalidArgument(ref m)) if m.contains("fencing")));
-    let forever = Lock::builder(&quorum, "q").build();
-    assert!(matches!(forever, Err(Error::InvalidArgument(ref m)) if m.contains("expire")));
+    let forever = Lock::new(&quorum, "q").unwrap();
+    assert!(
+        matches!(forever.try_acquire(), Err(Error::InvalidArgument(ref m)) if m.contains("expire"))
+    );
+    assert_eq!(
+        forever.holder().unwrap(),
+        None,
+        "it may still look at the lock"
+    );
 }
 
 #[test]

@@ -9,10 +9,6 @@ use crate::peek::{self, Seen};
 use crate::place::Place;
 use crate::{exit, Failure, Outcome};
 
-/// The expiry of the handles `status` and `reset` build. A quorum refuses a lock without
-/// one; these handles never take the lock, so the value itself is never used.
-const ADMIN_EXPIRE: Duration = Duration::from_secs(30);
-
 /// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
 /// reach the terminal).
 pub(crate) fn describe(holder: &Holder) -> String {
@@ -33,10 +29,7 @@ fn held_by(id: &str, ttl: Option<Duration>) -> String {
 
 /// A handle on lock `name` for looking at it or resetting it.
 fn handle(backend: &dyn Backend, name: &str) -> Result<Lock, Failure> {
-    Lock::builder(backend, name)
-        .expire(ADMIN_EXPIRE)
-        .build()
-        .map_err(Failure::lock)
+    Lock::new(backend, name).map_err(Failure::lock)
 }
 
 /// The lock's holder; on a quorum (the majority's answer), followed by each server's view.
