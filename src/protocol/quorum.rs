@@ -85,9 +85,14 @@ pub(crate) fn try_vote(
     if answered < needed {
         return Ok(TryVote::Unreached { answered });
     }
-    let holder = owners.into_iter().max_by_key(|(_, (count, _))| *count);
-    let held_by_us =
-        matches!(&holder, Some((owner, (count, _))) if owner == id && *count >= needed);
+    // A majority under this id is a second handle with the same id. A minority under it is a
+    // leftover of an earlier try of ours (its reply came late): given back with this one, it
+    // must not read as the lock's holder.
+    let held_by_us = owners.get(id).is_some_and(|(count, _)| *count >= needed);
+    let holder = owners
+        .into_iter()
+        .filter(|(owner, _)| held_by_us || owner.as_slice() != id)
+        .max_by_key(|(_, (count, _))| *count);
     let busy = match holder {
         Some((owner, (count, ttl))) if count >= needed => {
             let ms = ttl.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
@@ -296,6 +301,25 @@ mod tests {
             vote,
             TryVote::Lost {
                 reply: vec![Value::Nil, bulk("b"), Value::Int(7)],
+                give_back: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_leftover_of_this_ids_on_a_minority_is_not_the_holder() {
+        let said = [
+            busy("me", 900),
+            None,
+            None,
+            Some(vec![Value::Nil, Value::Nil, Value::Int(-2)]),
+            taken(),
+        ];
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        assert_eq!(
+            vote,
+            TryVote::Lost {
+                reply: vec![Value::Nil, Value::Nil, Value::Int(-2)],
                 give_back: true
             }
         );

@@ -339,22 +339,20 @@ impl Waiter for QuorumWaiter<'_> {
         {
             // The `BLPOP`'s own reply comes first; the try follows, on all servers.
             if let Some(rest) = self.rest.take() {
-                let node = self.node;
-                let blpop = conn.recv(deadline).map_err(|fault| match fault {
-                    Fault::Lost { conn, error } => Fault::Lost {
-                        conn: conn.map(|c| ConnId { node, id: c.id }),
-                        error,
-                    },
-                    other => other,
-                });
-                if blpop.is_err() {
-                    self.conn = None;
-                    // The next wait starts at the next server.
-                    self.node = (self.node + 1) % self.quorum.servers.len().max(1);
-                    return blpop;
-                }
+                let blpop = match conn.recv(deadline) {
+                    Ok(reply) => reply,
+                    // The wait's server failed (down, or the connection closed). Nothing of
+                    // the try went out yet: it goes to all servers now, as after a wait that
+                    // timed out, and the next wait blocks on the next server.
+                    Err(fault) => {
+                        log::debug!("the wait's server failed ({fault:?}); trying on all");
+                        self.conn = None;
+                        self.node = (self.node + 1) % self.quorum.servers.len().max(1);
+                        Value::Nil
+                    }
+                };
                 self.replies = self.quorum.call(&rest, deadline)?.into();
-                return blpop;
+                return Ok(blpop);
             }
         }
         Err(Fault::NotSent(RedisError::from((

@@ -94,7 +94,9 @@ impl Server {
         }
         match self.connect(deadline) {
             Ok(conn) => Ok(self.short.lend_new(conn)),
-            Err(e) if self.short.live() > 0 && !e.is_timeout() => {
+            // Turned away by a server that is up (its `maxclients`), not refused by one that
+            // is down: whose connections will not come back either.
+            Err(e) if self.short.live() > 0 && !e.is_timeout() && !e.is_connection_refusal() => {
                 log::debug!("no new connection ({e}); waiting for one of ours to come back");
                 self.short.wait_idle(deadline).ok_or(e)
             }
