@@ -56,7 +56,7 @@ pub fn paused_holder(client: &redis::Client, args: &[String]) {
     println!("report release={release} token={token}");
 }
 
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
+pub fn field<'a>(line: &'a str, name: &str) -> &'a str {
     line.split(' ')
         .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
         .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
@@ -580,7 +580,7 @@ fn at_maxmemory_a_holder_can_still_release() {
     assert!(!server.conn().exists::<_, bool>("lock:l").unwrap());
 }
 
-fn now_ns() -> u128 {
+pub fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -588,14 +588,14 @@ fn now_ns() -> u128 {
 }
 
 /// A small xorshift generator: enough for random hold times and kill intervals.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    fn seeded(salt: u64) -> Rng {
+    pub fn seeded(salt: u64) -> Rng {
         Rng((now_ns() as u64 ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

@@ -18,6 +18,7 @@ mod interop;
 mod lock;
 mod outcomes;
 mod quorum;
+mod quorum_faults;
 mod replicas;
 mod security;
 #[cfg(feature = "sentinel")]
@@ -42,6 +43,8 @@ fn child_process_role() {
         "cluster::increment" => cluster::increment(&client, &args),
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
+        "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
+        "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
         "waiting::hold" => waiting::hold(&client, &args),
         "waiting::wait" => waiting::wait(&client, &args),
