@@ -5,7 +5,6 @@
 //! tries on all.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, RedisError, Value};
@@ -24,8 +23,6 @@ pub(crate) struct Quorum {
     servers: Vec<&'static Server>,
     /// How long one server may take to answer, from when the request went to all.
     server_timeout: Duration,
-    /// The server the next wait blocks on first: waits spread over the servers.
-    next: AtomicUsize,
 }
 
 impl Quorum {
@@ -33,7 +30,6 @@ impl Quorum {
         Quorum {
             servers,
             server_timeout,
-            next: AtomicUsize::new(0),
         }
     }
 
@@ -66,10 +62,11 @@ impl Quorum {
         self.fan_out(request, deadline, |_| true)
     }
 
-    /// Gives back, on every server, what a failed try or extend may have taken, including
-    /// where its reply was lost (owner-checked, so harmless where it holds nothing).
-    fn give_back(&self, undo: &Request) {
-        let _ = self.all(undo, Instant::now() + self.server_timeout);
+    /// Gives back what a failed try or extend may have taken: on the servers `on` picks,
+    /// those that took it and those whose reply was lost (owner-checked, so harmless where
+    /// it holds nothing).
+    fn give_back(&self, undo: &Request, on: impl Fn(usize) -> bool) {
+        let _ = self.fan_out(undo, Instant::now() + self.server_timeout, on);
     }
 
     fn unreached(&self, answered: usize) -> Fault {
@@ -96,13 +93,19 @@ impl Quorum {
     ) -> Result<Vec<Value>, Fault> {
         let started = Instant::now();
         let said = self.all(request, deadline);
+        // Where the try may hold something: it said so (`SET` answered `OK`), or it did not
+        // answer. A server that said no gets nothing, and so no wake-up signal either.
+        let may_hold = |i: usize| match said.get(i) {
+            Some(Some(replies)) => replies.first() == Some(&Value::Okay),
+            _ => true,
+        };
         let expire = expire_ms.map(Duration::from_millis);
         let vote = match quorum::try_vote(keys, id, &said, started.elapsed(), expire, jitter()) {
             Ok(vote) => vote,
             // A server's reply that is not a try's answer (a corrupt key): give back what
             // may have been taken, and let the driver read that reply for its error.
             Err(_) => {
-                self.give_back(undo);
+                self.give_back(undo, may_hold);
                 return Ok(first_answer(&said));
             }
         };
@@ -110,12 +113,12 @@ impl Quorum {
             TryVote::Won(replies) => Ok(replies),
             TryVote::Lost { reply, give_back } => {
                 if give_back {
-                    self.give_back(undo);
+                    self.give_back(undo, may_hold);
                 }
                 Ok(reply)
             }
             TryVote::Unreached { answered } => {
-                self.give_back(undo);
+                self.give_back(undo, may_hold);
                 Err(self.unreached(answered))
             }
         }
@@ -145,7 +148,7 @@ impl Quorum {
         }
         match quorum::extend_vote(keys, &extended, &retaken, started.elapsed(), ms) {
             Ok(Value::Int(1)) => {
-                self.give_back(undo);
+                self.give_back(undo, |_| true);
                 Ok(vec![Value::Int(1)])
             }
             Ok(vote) => Ok(vec![vote]),
@@ -193,8 +196,12 @@ impl Transport for Quorum {
         }
     }
 
-    fn waiter(&self, _slot: u16, _deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
-        let first = self.next.fetch_add(1, Ordering::Relaxed) % self.servers.len().max(1);
+    fn waiter(&self, slot: u16, _deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
+        // Every waiter of one lock blocks on the same server (picked by the key's hash slot,
+        // so different locks spread over the servers): the release's signal there wakes
+        // exactly one of them, in Redis's first-come order, as on one server. Were they
+        // spread, every release would wake one waiter per server, all to try at once.
+        let first = usize::from(slot) % self.servers.len().max(1);
         Ok(Box::new(QuorumWaiter {
             quorum: self,
             node: first,
