@@ -7,6 +7,8 @@
 //!     [--timeout-ms 50,300,1000]
 //! cargo run --release --example bench --features cluster -- --cluster [--cluster-replicas 0|1] [--seconds S]
 //!     [--concurrency ..] [--hold-ms ..] [--json] [--cell loop,names,wait1]
+//! cargo run --release --example bench -- --quorum N [--impl ours,redlock-polling] [--seconds S]
+//!     [--concurrency ..] [--hold-ms ..] [--json]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -23,7 +25,8 @@
 //! 8th loop, outside the lock, one `PING` on a plain connection. A shared machine's latency
 //! drifts from second to second, so a figure taken before the cell would not be comparable.
 //! The table's `x_rtt` is the cell's figure as a multiple of it: the cycle p50 for one thread
-//! (target ≤ 2.2), else the handoff p50 (target ≤ 2 at hold 0).
+//! (target ≤ 2.2 on one server, ≤ 3 on `--quorum`), else the handoff p50 (target ≤ 2 at
+//! hold 0).
 //!
 //! # `--cluster`: the same cells on a Redis Cluster (feature `cluster`)
 //!
@@ -41,6 +44,42 @@
 //! the `loop`, `names` and `wait1` cells; `loop` runs `ours` only (`polling`'s keys and
 //! connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
 //! `--cluster`). A build without the feature refuses `--cluster` and says how to rebuild.
+//!
+//! # `--quorum N`: the `loop` cells on a Redlock quorum
+//!
+//! The bench starts N ≥ 3 independent private `redis-server`s (`support/deployments.rs`: free
+//! loopback ports, `--save "" --appendonly no`, files in a fresh temp folder; killed and the
+//! folder removed when the bench ends, also on an error, not on a signal such as Ctrl-C) and
+//! runs the `loop` cells on them for two impls, both with a 10 s lock expiry:
+//!
+//! - `ours`: `Lock::builder(&Quorum::new(clients)?, name).expire(10 s)`, with `Quorum`'s
+//!   default 100 ms server timeout. Waiters block in `BLPOP` on one server; the release pushes
+//!   the signal on every server.
+//! - `redlock-polling`: Redlock as redsync (Go) does it with its defaults, written in this
+//!   file (`Redlock`). A try sends `SET lock:<name> <16 random bytes, hex> NX PX 10000` to
+//!   every server at once (one connection per server, all sent before any reply is read) and
+//!   reads each reply within 100 ms of the send (a server past that counts as no, and its
+//!   connection is replaced). The try wins if a majority said OK and the validity, 10 s − the
+//!   try's elapsed time − (1 % of 10 s + 2 ms), is above zero; otherwise it releases on every
+//!   server. A `Lock()` call makes up to 32 tries, the first at once, each retry after a
+//!   random pause of 50–250 ms (uniform, whole milliseconds). The release is the owner-checked
+//!   Lua `DEL` of `polling` (`EVALSHA`, loaded on each connection) on every server. When all
+//!   32 tries fail (redsync's `ErrFailed`) the thread calls `Lock()` again, as a caller that
+//!   needs the lock would; the line's `gave_up` counts how often.
+//!
+//! The `PING`s go to the first server: every figure is a multiple of ONE server's round trip.
+//! The uncontended cycle (C=1, hold 0: one fan-out to take, one to release) targets
+//! ≤ 3 × RTT for `ours`. Lines say `"backend":"quorum"` and `"servers":N` (no `servers` field
+//! elsewhere); `redlock-polling` lines also carry `gave_up`. `--quorum` runs the `loop` cells
+//! only, takes neither `--url` nor `--cluster`, and without `--impl` runs
+//! `ours,redlock-polling` (`polling` is for one server, `redlock-polling` for a quorum only).
+//!
+//! To reproduce the quorum figures, and the single-server uncontended cycle next to them:
+//!
+//! ```text
+//! cargo run --release --example bench -- --quorum 5 --impl ours,redlock-polling --concurrency 1,6 --hold-ms 0,10
+//! cargo run --release --example bench -- --cell loop --impl ours --concurrency 1 --hold-ms 0
+//! ```
 //!
 //! # `names` cell: many names, no contention
 //!
@@ -145,7 +184,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::{Lock, LockBuilder};
+use redis_blpop_lock::{Lock, LockBuilder, Quorum};
 
 use deployments::Deployment;
 
@@ -170,6 +209,13 @@ const GOLDEN: f64 = 0.618_033_988_749_895;
 const PYTHON_CELLS: &str = include_str!("support/pylock_cells.py");
 /// The `wait1` cell's `replicas(1, this)`.
 const WAIT_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long `redlock-polling` gives one server to answer, from when its request went to all:
+/// the same as `Quorum`'s default `server_timeout`, so both impls count a slow server alike.
+const REDLOCK_SERVER_TIMEOUT: Duration = Duration::from_millis(100);
+/// redsync's defaults: tries per `Lock()` call, and the random pause before each retry.
+const REDLOCK_TRIES: usize = 32;
+const REDLOCK_RETRY_MIN_MS: u64 = 50;
+const REDLOCK_RETRY_MAX_MS: u64 = 250;
 
 struct Options {
     url: Option<String>,
@@ -177,6 +223,8 @@ struct Options {
     cluster: bool,
     /// Replicas per primary of the `--cluster` cluster.
     cluster_replicas: usize,
+    /// Run on this many independent servers the bench starts, as a Redlock quorum.
+    quorum: Option<usize>,
     seconds: f64,
     /// `None`: each cell's default (`loop` 1,2,6; `names` 6).
     concurrency: Option<Vec<usize>>,
@@ -209,6 +257,8 @@ enum Impl {
     Polling,
     /// python-redis-lock, in a python child process; `crash` and `overshoot` cells only.
     Python,
+    /// Redlock as redsync does it, polling; `--quorum` loop cells only.
+    RedlockPolling,
 }
 
 impl Impl {
@@ -217,6 +267,7 @@ impl Impl {
             Impl::Ours => "ours",
             Impl::Polling => "polling",
             Impl::Python => "python",
+            Impl::RedlockPolling => "redlock-polling",
         }
     }
 }
@@ -232,10 +283,14 @@ struct ThreadStats {
     /// Microseconds for one `PING`.
     pings: Vec<u64>,
     held: Duration,
+    /// `redlock-polling`: how many times all its tries failed and it started over.
+    gave_up: u64,
 }
 
 struct Cell {
     backend: &'static str,
+    /// How many servers the quorum has (`--quorum` only).
+    servers: Option<usize>,
     imp: Impl,
     concurrency: usize,
     hold_ms: u64,
@@ -248,6 +303,8 @@ struct Cell {
     cycle_p50_us: Option<u64>,
     busy_pct: f64,
     rtt_p50_us: u64,
+    /// `redlock-polling` only: see [`ThreadStats::gave_up`].
+    gave_up: Option<u64>,
 }
 
 fn main() {
@@ -268,7 +325,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = parse_args(std::env::args().skip(1))?;
     // The servers the bench started: they stop when these are dropped, at the end of this
     // function, also on an error.
-    let (place, _private, _cluster) = if options.cluster {
+    let (place, _private, _deployment) = if let Some(n) = options.quorum {
+        let (place, servers) = quorum_place(n)?;
+        (place, None, Some(servers))
+    } else if options.cluster {
         let (place, cluster) = cluster_place(options.cluster_replicas)?;
         (place, None, Some(cluster))
     } else {
@@ -283,6 +343,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Wait1 => run_wait1(&place, &options)?,
             CellKind::Crash | CellKind::Overshoot => match &place {
                 Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
+                Place::Quorum { .. } => {
+                    unreachable!("parse_args refuses these cells with --quorum")
+                }
                 #[cfg(feature = "cluster")]
                 Place::Cluster { .. } => {
                     unreachable!("parse_args refuses these cells with --cluster")
@@ -293,11 +356,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Where the cells run: one server, or the Redis Cluster the bench started.
+/// Where the cells run: one server, the independent servers of a Redlock quorum, or the
+/// Redis Cluster the bench started.
 enum Place {
     Server {
         url: String,
         client: redis::Client,
+    },
+    Quorum {
+        quorum: Quorum,
+        /// Every server's URL; the `PING`s go to the first.
+        urls: Vec<String>,
     },
     #[cfg(feature = "cluster")]
     Cluster {
@@ -314,10 +383,11 @@ impl Place {
         Ok(Place::Server { url, client })
     }
 
-    /// `"server"` or `"cluster"`, the `backend` field of every line.
+    /// `"server"`, `"quorum"` or `"cluster"`, the `backend` field of every line.
     fn backend(&self) -> &'static str {
         match self {
             Place::Server { .. } => "server",
+            Place::Quorum { .. } => "quorum",
             #[cfg(feature = "cluster")]
             Place::Cluster { .. } => "cluster",
         }
@@ -326,13 +396,24 @@ impl Place {
     fn lock(&self, name: &str) -> LockBuilder {
         match self {
             Place::Server { client, .. } => Lock::builder(client, name),
+            Place::Quorum { quorum, .. } => Lock::builder(quorum, name),
             #[cfg(feature = "cluster")]
             Place::Cluster { client, .. } => Lock::builder(client.as_ref(), name),
         }
     }
 
+    /// How many servers a quorum has; `None` elsewhere.
+    fn servers(&self) -> Option<usize> {
+        match self {
+            Place::Quorum { urls, .. } => Some(urls.len()),
+            _ => None,
+        }
+    }
+
     /// The URL of the server that holds lock `name`'s key. The cells' `PING`s go there, so the
-    /// RTT they report is the one the lock pays: on a cluster, the key's primary.
+    /// RTT they report is the one the lock pays: on a cluster, the key's primary. Every server
+    /// of a quorum holds the key: there, the first one, so the figures are multiples of one
+    /// server's RTT.
     #[cfg_attr(
         not(feature = "cluster"),
         expect(unused_variables, reason = "one server holds every key")
@@ -340,6 +421,7 @@ impl Place {
     fn node_for(&self, name: &str) -> Result<String, String> {
         match self {
             Place::Server { url, .. } => Ok(url.clone()),
+            Place::Quorum { urls, .. } => Ok(urls[0].clone()),
             #[cfg(feature = "cluster")]
             Place::Cluster { seed, .. } => {
                 let mut conn = seed.get_connection().map_err(|e| e.to_string())?;
@@ -354,6 +436,25 @@ impl Place {
     fn node_client(&self, name: &str) -> Result<redis::Client, String> {
         redis::Client::open(self.node_for(name)?).map_err(|e| e.to_string())
     }
+}
+
+/// Starts `n` private servers and a `Quorum` of them.
+fn quorum_place(n: usize) -> Result<(Place, Deployment), Box<dyn std::error::Error>> {
+    let servers = deployments::start_servers(n)?;
+    eprintln!(
+        "(started {n} private redis-servers on ports {:?} for this run)",
+        servers.ports
+    );
+    let urls: Vec<String> = (0..n).map(|i| servers.url(i)).collect();
+    let clients = urls
+        .iter()
+        .map(|url| redis::Client::open(url.as_str()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let place = Place::Quorum {
+        quorum: Quorum::new(clients)?,
+        urls,
+    };
+    Ok((place, servers))
 }
 
 /// Starts a private Redis Cluster (3 primaries, `replicas` replicas each) and a
@@ -383,7 +484,7 @@ fn cluster_place(_replicas: usize) -> Result<(Place, Deployment), Box<dyn std::e
 fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     if !options.json {
         println!(
-            "{:<8} {:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6} {:>5}",
+            "{:<8} {:<15} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6} {:>5}",
             "backend",
             "impl",
             "conc",
@@ -406,8 +507,12 @@ fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::e
                 continue;
             }
             // Its keys are not hash-tagged and its connection is to one node.
-            Impl::Polling if place.backend() == "cluster" => {
-                eprintln!("(polling: one server only; no loop cells on --cluster)");
+            Impl::Polling if place.backend() != "server" => {
+                eprintln!("(polling: one server only; no loop cells on --cluster or --quorum)");
+                continue;
+            }
+            Impl::RedlockPolling if place.backend() != "quorum" => {
+                eprintln!("(redlock-polling: --quorum only)");
                 continue;
             }
             _ => {}
@@ -431,21 +536,31 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         url: None,
         cluster: false,
         cluster_replicas: 1,
+        quorum: None,
         seconds: 5.0,
         concurrency: None,
         hold_ms: vec![0, 10],
-        impls: vec![Impl::Ours, Impl::Polling],
+        // Set after the loop: the default depends on --quorum.
+        impls: Vec::new(),
         json: false,
         cells: vec![CellKind::Loop],
         trials: 20,
         expire_ms: 300,
         timeout_ms: vec![50, 300, 1000],
     };
+    let mut impls = None;
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--url" => options.url = Some(value()?),
             "--cluster" => options.cluster = true,
+            "--quorum" => {
+                let n: usize = value()?.parse().map_err(|e| format!("--quorum: {e}"))?;
+                if n < 3 {
+                    return Err("--quorum needs at least 3 servers".into());
+                }
+                options.quorum = Some(n);
+            }
             "--cluster-replicas" => {
                 options.cluster_replicas = value()?
                     .parse()
@@ -460,15 +575,20 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--concurrency" => options.concurrency = Some(list(&value()?, "--concurrency")?),
             "--hold-ms" => options.hold_ms = list(&value()?, "--hold-ms")?,
             "--impl" => {
-                options.impls = value()?
-                    .split(',')
-                    .map(|name| match name {
-                        "ours" => Ok(Impl::Ours),
-                        "polling" => Ok(Impl::Polling),
-                        "python" => Ok(Impl::Python),
-                        other => Err(format!("--impl: unknown {other:?} (ours, polling, python)")),
-                    })
-                    .collect::<Result<_, _>>()?
+                impls = Some(
+                    value()?
+                        .split(',')
+                        .map(|name| match name {
+                            "ours" => Ok(Impl::Ours),
+                            "polling" => Ok(Impl::Polling),
+                            "python" => Ok(Impl::Python),
+                            "redlock-polling" => Ok(Impl::RedlockPolling),
+                            other => Err(format!(
+                                "--impl: unknown {other:?} (ours, polling, python, redlock-polling)"
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?,
+                )
             }
             "--json" => options.json = true,
             "--cell" => {
@@ -505,8 +625,22 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     if options.concurrency.as_ref().is_some_and(|c| c.contains(&0)) {
         return Err("--concurrency values must be at least 1".into());
     }
+    // The impls each place can run: `polling` is for one server, `redlock-polling` for a quorum.
+    options.impls = impls.unwrap_or_else(|| {
+        if options.quorum.is_some() {
+            vec![Impl::Ours, Impl::RedlockPolling]
+        } else {
+            vec![Impl::Ours, Impl::Polling]
+        }
+    });
     if options.cluster && options.url.is_some() {
         return Err("--cluster starts a cluster of its own: it takes no --url".into());
+    }
+    if options.quorum.is_some() && (options.cluster || options.url.is_some()) {
+        return Err("--quorum starts servers of its own: it takes no --url or --cluster".into());
+    }
+    if options.quorum.is_some() && options.cells.iter().any(|&kind| kind != CellKind::Loop) {
+        return Err("--quorum runs the loop cells only".into());
     }
     let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
     if options.cluster && options.cells.iter().any(tail) {
@@ -553,6 +687,12 @@ fn run_cell(
                         let client = place.node_client(&name)?;
                         run_polling(&client, &name, hold, start, end, &last_release)
                     }
+                    Impl::RedlockPolling => match place {
+                        Place::Quorum { urls, .. } => {
+                            run_redlock_polling(urls, &name, hold, start, end, &last_release)
+                        }
+                        _ => Err("redlock-polling runs on --quorum only".to_string()),
+                    },
                     Impl::Python => Err("python has no loop cells".to_string()),
                 })
             })
@@ -573,6 +713,7 @@ fn run_cell(
     let mut pings: Vec<u64> = per_thread.iter().flat_map(|t| t.pings.clone()).collect();
     Ok(Cell {
         backend: place.backend(),
+        servers: place.servers(),
         imp,
         concurrency,
         hold_ms,
@@ -591,6 +732,7 @@ fn run_cell(
             .flatten(),
         busy_pct: 100.0 * held.as_secs_f64() / wall.as_secs_f64(),
         rtt_p50_us: percentile(&mut pings, 50.0).unwrap_or(0),
+        gave_up: (imp == Impl::RedlockPolling).then(|| per_thread.iter().map(|t| t.gave_up).sum()),
     })
 }
 
@@ -702,6 +844,172 @@ fn run_polling(
             Ok(())
         },
     )
+}
+
+/// `redlock-polling` on the quorum's servers: each thread a [`Redlock`] of its own.
+fn run_redlock_polling(
+    urls: &[String],
+    name: &str,
+    hold: Duration,
+    start: Instant,
+    end: Instant,
+    last_release: &AtomicU64,
+) -> Result<ThreadStats, String> {
+    let redlock = std::cell::RefCell::new(Redlock::new(urls, name)?);
+    let gave_up = std::cell::Cell::new(0);
+    let pinged = redis::Client::open(urls[0].as_str()).map_err(|e| e.to_string())?;
+    let mut stats = measure(
+        &pinged,
+        start,
+        end,
+        hold,
+        last_release,
+        || loop {
+            // A redsync caller gets ErrFailed after its tries; one that needs the lock calls
+            // Lock() again, as this loop does, and the cell counts how often.
+            if redlock.borrow_mut().lock()? {
+                return Ok(());
+            }
+            gave_up.set(gave_up.get() + 1);
+        },
+        || {
+            redlock.borrow_mut().unlock();
+            Ok(())
+        },
+    )?;
+    stats.gave_up = gave_up.get();
+    Ok(stats)
+}
+
+/// A polling Redlock with redsync's (Go) defaults, the baseline for `Quorum`: a try sends
+/// `SET key id NX PX expire` to every server at once and reads the replies, each by
+/// [`REDLOCK_SERVER_TIMEOUT`] from the send; it holds the lock if a majority said OK and
+/// validity = expire − elapsed − (1 % of expire + 2 ms) is above zero, else it releases on
+/// every server. [`lock`](Redlock::lock) makes up to 32 tries, with a random pause of
+/// 50–250 ms before each retry.
+struct Redlock {
+    clients: Vec<redis::Client>,
+    /// One connection per server; `None` after an error or a timeout, until the next request
+    /// reconnects: a reply that came too late would be read as the next request's.
+    conns: Vec<Option<redis::Connection>>,
+    key: String,
+    id: String,
+    /// The owner-checked `DEL`, loaded on every connection and sent as `EVALSHA`.
+    release: redis::Script,
+}
+
+impl Redlock {
+    fn new(urls: &[String], name: &str) -> Result<Redlock, String> {
+        let clients = urls
+            .iter()
+            .map(|url| redis::Client::open(url.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let random = || getrandom::u64().map_err(|e| e.to_string());
+        Ok(Redlock {
+            conns: clients.iter().map(|_| None).collect(),
+            clients,
+            key: format!("lock:{name}"),
+            // redsync's value is 16 random bytes.
+            id: format!("{:016x}{:016x}", random()?, random()?),
+            release: redis::Script::new(POLLING_RELEASE),
+        })
+    }
+
+    /// Up to [`REDLOCK_TRIES`] tries; false when none won.
+    fn lock(&mut self) -> Result<bool, String> {
+        for attempt in 0..REDLOCK_TRIES {
+            if attempt > 0 {
+                let spread = REDLOCK_RETRY_MAX_MS - REDLOCK_RETRY_MIN_MS;
+                let pause =
+                    REDLOCK_RETRY_MIN_MS + getrandom::u64().map_err(|e| e.to_string())? % spread;
+                thread::sleep(Duration::from_millis(pause));
+            }
+            if self.try_once() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn try_once(&mut self) -> bool {
+        let started = Instant::now();
+        let mut set = redis::cmd("SET");
+        set.arg(&self.key)
+            .arg(&self.id)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_EXPIRE.as_millis() as u64);
+        let said_ok = self
+            .on_all(&set)
+            .iter()
+            .filter(|reply| matches!(reply, Some(redis::Value::Okay)))
+            .count();
+        let drift = LOCK_EXPIRE / 100 + Duration::from_millis(2);
+        if said_ok > self.clients.len() / 2 && started.elapsed() + drift < LOCK_EXPIRE {
+            return true;
+        }
+        // Also where the reply was lost: the SET may have been applied there.
+        self.unlock();
+        false
+    }
+
+    /// The owner-checked `DEL` on every server.
+    fn unlock(&mut self) {
+        let mut release = redis::cmd("EVALSHA");
+        release
+            .arg(self.release.get_hash())
+            .arg(1)
+            .arg(&self.key)
+            .arg(&self.id);
+        self.on_all(&release);
+    }
+
+    /// Sends `cmd` to every server, then reads each reply by [`REDLOCK_SERVER_TIMEOUT`] from
+    /// the send; `None` for a server that did not answer in time, or with an error.
+    fn on_all(&mut self, cmd: &redis::Cmd) -> Vec<Option<redis::Value>> {
+        let packed = cmd.get_packed_command();
+        let deadline = Instant::now() + REDLOCK_SERVER_TIMEOUT;
+        let sent: Vec<bool> = (0..self.clients.len())
+            .map(|i| {
+                let ok = self
+                    .connection(i)
+                    .is_some_and(|conn| conn.send_packed_command(&packed).is_ok());
+                if !ok {
+                    self.conns[i] = None;
+                }
+                ok
+            })
+            .collect();
+        (self.conns.iter_mut().zip(sent))
+            .map(|(slot, sent)| {
+                let conn = slot.as_mut().filter(|_| sent)?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let reply = (!left.is_zero())
+                    .then(|| {
+                        conn.set_read_timeout(Some(left))
+                            .and_then(|()| conn.recv_response())
+                    })
+                    .and_then(Result::ok);
+                if reply.is_none() {
+                    *slot = None;
+                }
+                reply
+            })
+            .collect()
+    }
+
+    /// Server `i`'s connection, connecting (and loading the release script) if it has none.
+    fn connection(&mut self, i: usize) -> Option<&mut redis::Connection> {
+        if self.conns[i].is_none() {
+            let mut conn = self.clients[i]
+                .get_connection_with_timeout(REDLOCK_SERVER_TIMEOUT)
+                .ok()?;
+            self.release.load(&mut conn).ok()?;
+            self.conns[i] = Some(conn);
+        }
+        self.conns[i].as_mut()
+    }
 }
 
 /// The `names` cells: one per concurrency (default 6).
@@ -859,6 +1167,7 @@ fn run_wait1(place: &Place, options: &Options) -> Result<(), Box<dyn std::error:
             warm_up(&pair_place)?;
             &pair_place
         }
+        Place::Quorum { .. } => unreachable!("parse_args refuses this cell with --quorum"),
         #[cfg(feature = "cluster")]
         cluster @ Place::Cluster { .. } => cluster,
     };
@@ -943,7 +1252,8 @@ fn rtt_multiple(figure: Option<u64>, rtt: Option<u64>) -> Option<f64> {
 /// connection set-up and the CPU clocking up.
 fn warm_up(place: &Place) -> Result<(), Box<dyn std::error::Error>> {
     let name = "bench:warm-up";
-    let lock = place.lock(name).build()?;
+    // With an expiry, as the cells' locks have (a quorum lock needs one).
+    let lock = place.lock(name).expire(LOCK_EXPIRE).build()?;
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
         lock.acquire()?;
@@ -983,14 +1293,22 @@ fn opt_f(value: Option<f64>) -> String {
 
 impl Cell {
     fn json(&self) -> String {
+        // Only where they mean something: `servers` on a quorum, `gave_up` for redlock-polling.
+        let servers = self
+            .servers
+            .map_or(String::new(), |n| format!(r#""servers":{n},"#));
+        let gave_up = self
+            .gave_up
+            .map_or(String::new(), |n| format!(r#","gave_up":{n}"#));
         format!(
             concat!(
-                r#"{{"backend":"{}","impl":"{}","concurrency":{},"hold_ms":{},"seconds":{},"#,
+                r#"{{"backend":"{}",{}"impl":"{}","concurrency":{},"hold_ms":{},"seconds":{},"#,
                 r#""total":{},"#,
                 r#""min":{},"max":{},"handoff_p50_us":{},"handoff_p99_us":{},"#,
-                r#""cycle_p50_us":{},"busy_pct":{:.2},"rtt_p50_us":{}}}"#
+                r#""cycle_p50_us":{},"busy_pct":{:.2},"rtt_p50_us":{}{}}}"#
             ),
             self.backend,
+            servers,
             self.imp.name(),
             self.concurrency,
             self.hold_ms,
@@ -1003,6 +1321,7 @@ impl Cell {
             opt(self.cycle_p50_us),
             self.busy_pct,
             self.rtt_p50_us,
+            gave_up,
         )
     }
 
@@ -1013,8 +1332,8 @@ impl Cell {
             self.cycle_p50_us.or(self.handoff_p50_us),
             Some(self.rtt_p50_us),
         );
-        format!(
-            "{:<8} {:<8} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6.1} {:>6} {:>5}",
+        let mut row = format!(
+            "{:<8} {:<15} {:>4} {:>7} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6.1} {:>6} {:>5}",
             self.backend,
             self.imp.name(),
             self.concurrency,
@@ -1028,7 +1347,11 @@ impl Cell {
             self.busy_pct,
             self.rtt_p50_us,
             opt_f(x_rtt),
-        )
+        );
+        if let Some(n) = self.gave_up.filter(|&n| n > 0) {
+            row.push_str(&format!("   (all 32 tries failed {n} times)"));
+        }
+        row
     }
 }
 
@@ -1173,6 +1496,10 @@ fn run_tail_cells(
     }
     for &imp in &options.impls {
         let cells = match (kind, imp) {
+            (_, Impl::RedlockPolling) => {
+                eprintln!("(redlock-polling: --quorum loop cells only)");
+                continue;
+            }
             (_, Impl::Python) => run_python(url, kind, options, server_hz)?,
             (CellKind::Crash, _) => vec![run_crash(client, url, imp, options, server_hz)?],
             _ => run_overshoot(client, imp, options, server_hz)?,
@@ -1250,6 +1577,7 @@ impl Handle {
                 expire,
             },
             Impl::Python => return Err("python runs in its own process".into()),
+            Impl::RedlockPolling => return Err("redlock-polling runs on --quorum only".into()),
         })
     }
 

@@ -1,6 +1,6 @@
 //! Private Redis deployments the bench starts for one run: a primary with one replica (the
-//! `wait1` cell on one server) and, with the `cluster` feature, a Redis Cluster of three
-//! primaries with one replica each. Dropping a [`Deployment`] kills its servers and removes
+//! `wait1` cell on one server), N independent servers (`--quorum N`) and, with the `cluster`
+//! feature, a Redis Cluster of three primaries with one replica each. Dropping a [`Deployment`] kills its servers and removes
 //! their files, so they go away when the bench ends, also on an error.
 
 use std::net::TcpListener;
@@ -84,6 +84,22 @@ pub fn start_pair() -> Result<Deployment, String> {
         replication_ok(ports[0]) && replication_ok(ports[1])
     })?;
     Ok(pair)
+}
+
+/// `n` independent servers (`url(0)` .. `url(n - 1)`), none a replica of another, as a
+/// Redlock quorum needs them; returned once every one answers.
+pub fn start_servers(n: usize) -> Result<Deployment, String> {
+    let ports = free_ports(n, false)?;
+    let mut servers = Deployment::new("servers")?;
+    for &port in &ports {
+        servers.spawn(port, &[])?;
+    }
+    for &port in &ports {
+        wait_for(format!("the server on port {port} to start"), || {
+            info(port, "server").is_some()
+        })?;
+    }
+    Ok(servers)
 }
 
 /// A Redis Cluster of three primaries with `replicas` replicas each, formed by

@@ -241,6 +241,48 @@ fn the_cluster_cells_print_their_json() {
     assert!(wait1["extra_rtt"].is_f64(), "{wait1}");
 }
 
+/// `--quorum 3`: ours and redlock-polling on three servers the bench starts and stops itself.
+#[test]
+fn the_quorum_cells_print_their_json() {
+    let impls = ["ours", "redlock-polling"];
+    let output = Command::new(bench_binary())
+        .args(["--quorum", "3", "--seconds", "0.2", "--concurrency", "1,2"])
+        .args(["--hold-ms", "0", "--impl", &impls.join(","), "--json"])
+        .output()
+        .expect("run the bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let cells: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
+    for cell in &cells {
+        for field in FIELDS {
+            assert!(cell.get(field).is_some(), "{field} missing in {cell}");
+        }
+        assert_eq!(cell["backend"], "quorum", "{cell}");
+        assert_eq!(cell["servers"], 3, "{cell}");
+        assert!(cell["total"].as_u64().unwrap() > 0, "{cell}");
+        let single = cell["concurrency"] == 1;
+        assert_eq!(cell["cycle_p50_us"].is_u64(), single, "{cell}");
+        assert_eq!(cell["handoff_p50_us"].is_u64(), !single, "{cell}");
+        // Only redlock-polling can run out of tries.
+        let polling = cell["impl"] == "redlock-polling";
+        assert_eq!(cell["gave_up"].is_u64(), polling, "{cell}");
+    }
+    for imp in impls {
+        assert!(
+            cells.iter().any(|c| c["impl"] == imp),
+            "no line for {imp}: {stdout}"
+        );
+    }
+}
+
 #[test]
 fn the_bench_refuses_a_bad_argument() {
     let output = Command::new(bench_binary())
