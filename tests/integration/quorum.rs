@@ -184,3 +184,36 @@ fn a_waiter_whose_server_dies_waits_on_another() {
         released.elapsed()
     );
 }
+
+#[test]
+fn with_lock_and_the_cache_work_on_a_quorum() {
+    let servers = servers(3);
+    let quorum = quorum(&servers);
+    assert_eq!(
+        redis_blpop_lock::with_lock(&quorum, "q", || 2 + 2).unwrap(),
+        4
+    );
+    let cache = redis_blpop_lock::Cache::new(&quorum).unwrap();
+    let value: String = cache
+        .get_or_set("entry", secs(60), || Ok::<_, Error>("v".to_string()))
+        .unwrap();
+    assert_eq!(value, "v");
+    for server in &servers {
+        let stored: Option<String> = server.conn().get("entry").unwrap();
+        assert_eq!(stored.as_deref(), Some("v"), "written on every server");
+    }
+}
+
+#[test]
+fn reset_all_frees_a_lock_on_every_server() {
+    let servers = servers(3);
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    holder.acquire().unwrap();
+    assert_eq!(
+        redis_blpop_lock::reset_all(&quorum).unwrap(),
+        3,
+        "one key per server"
+    );
+    assert_eq!(holding(&servers, "q", holder.id()), 0);
+}
