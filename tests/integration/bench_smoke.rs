@@ -47,10 +47,27 @@ fn bench_binary() -> PathBuf {
     bench
 }
 
+/// Runs `bench`, which must succeed, and parses each line it printed as JSON.
+fn json_lines(bench: &mut Command) -> (String, Vec<serde_json::Value>) {
+    let output = bench.output().expect("run the bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let cells = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    (stdout, cells)
+}
+
 #[test]
 fn the_bench_prints_one_json_object_per_cell() {
     let server = RedisServer::start();
-    let output = Command::new(bench_binary())
+    let mut bench = Command::new(bench_binary());
+    bench
         .args([
             "--url",
             &server.url(),
@@ -59,19 +76,8 @@ fn the_bench_prints_one_json_object_per_cell() {
             "--concurrency",
             "1,2",
         ])
-        .args(["--hold-ms", "0", "--impl", "ours,polling", "--json"])
-        .output()
-        .expect("run the bench");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let cells: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+        .args(["--hold-ms", "0", "--impl", "ours,polling", "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
     assert_eq!(cells.len(), 4, "{stdout}");
     for cell in &cells {
         for field in FIELDS {
@@ -122,22 +128,12 @@ fn the_crash_and_overshoot_cells_print_their_json() {
     // python-redis-lock is a test requirement (the interop tests fail with the install
     // command without it), so its cells are smoke-tested too, never skipped.
     let impls = ["ours", "polling", "python"];
-    let output = Command::new(bench_binary())
+    let mut bench = Command::new(bench_binary());
+    bench
         .args(["--url", &server.url(), "--cell", "crash,overshoot"])
         .args(["--trials", "2", "--expire-ms", "100", "--timeout-ms", "20"])
-        .args(["--impl", &impls.join(","), "--json"])
-        .output()
-        .expect("run the bench");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let cells: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+        .args(["--impl", &impls.join(","), "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
     // One crash line and one overshoot line (one timeout) per impl.
     assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
     for cell in &cells {
@@ -245,21 +241,11 @@ fn the_cluster_cells_print_their_json() {
 #[test]
 fn the_quorum_cells_print_their_json() {
     let impls = ["ours", "redlock-polling"];
-    let output = Command::new(bench_binary())
+    let mut bench = Command::new(bench_binary());
+    bench
         .args(["--quorum", "3", "--seconds", "0.2", "--concurrency", "1,2"])
-        .args(["--hold-ms", "0", "--impl", &impls.join(","), "--json"])
-        .output()
-        .expect("run the bench");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let cells: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+        .args(["--hold-ms", "0", "--impl", &impls.join(","), "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
     assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
     for cell in &cells {
         for field in FIELDS {

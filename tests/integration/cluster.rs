@@ -3,7 +3,6 @@
 //! `reset_all` over every primary. Tests that leave the cluster as it is share one; those that
 //! move slots or fail nodes over start their own.
 
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
@@ -12,26 +11,12 @@ use redis_blpop_lock::{reset_all, Cache, Error, Lock};
 
 use crate::interop::python_peer;
 use crate::security::LOCKER_ACL;
-use crate::support::{secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer};
+use crate::support::{
+    assert_woken_by, secs, spawn_waiter, ChildProcess, RedisCluster, RedisServer,
+};
 
-/// A woken waiter takes the lock well before this; one that missed its wake-up would try
-/// again only after a 5 s block, and a waiter turned away by a moved slot is told within
-/// about a second (Redis checks blocked clients that often).
-const WOKEN_WITHIN: Duration = Duration::from_secs(4);
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
-
-/// Runs `release` and checks that `waiter` took the lock soon after: woken, not timed out.
-fn assert_woken_by(release: impl FnOnce(), waiter: JoinHandle<Result<bool, Error>>) {
-    let released = Instant::now();
-    release();
-    assert!(waiter.join().unwrap().unwrap());
-    let after = released.elapsed();
-    assert!(
-        after < WOKEN_WITHIN,
-        "the waiter took the lock {after:?} after the release"
-    );
-}
 
 fn client(cluster: &RedisCluster) -> ClusterClient {
     ClusterClient::new(vec![cluster.seed_url()]).unwrap()

@@ -23,7 +23,7 @@ use redis_blpop_lock::{Error, Lock, Quorum};
 
 use crate::fault_injection::{field, now_ns, Rng};
 use crate::quorum::{holding, quorum, servers};
-use crate::support::{eventually, ms, secs, spawn_waiter, ChildProcess, RedisServer};
+use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
 
 /// The quorum of the servers at `urls`, as a child process builds it.
 fn quorum_of(urls: &[String]) -> Quorum {
@@ -101,41 +101,6 @@ fn a_leftover_key_of_its_own_on_one_server_does_not_stop_a_handle_taking_a_free_
     let live = [0, 2, 4].map(|i| holding(std::slice::from_ref(&servers[i]), "q", lock.id()));
     assert_eq!(live, [1, 1, 1], "held on every live server");
     lock.release().unwrap();
-}
-
-/// A waiter blocks in `BLPOP` on one server; nothing of its try is sent before the `BLPOP`
-/// returns. When that server dies, the wait moves to another server, and the holder's release
-/// (pushed to every live server) wakes it there.
-#[test]
-fn a_waiter_whose_server_dies_moves_to_another_and_is_woken_by_the_release() {
-    let mut servers = servers(5);
-    let quorum = quorum(&servers);
-    let holder = Lock::builder(&quorum, "q")
-        .expire(secs(30))
-        .build()
-        .unwrap();
-    holder.acquire().unwrap();
-    let waiter = Lock::builder(&quorum, "q")
-        .expire(secs(30))
-        .build()
-        .unwrap();
-    let waiter = spawn_waiter(waiter, secs(8));
-    let mut blocked_on = None;
-    eventually(secs(20), "the waiter to block", || {
-        blocked_on = servers.iter().position(|s| s.blocked_clients() >= 1);
-        blocked_on.is_some() || waiter.is_finished()
-    });
-    servers[blocked_on.expect("the waiter returned before blocking")].kill();
-    let released = Instant::now();
-    holder.release().unwrap();
-    let got = waiter.join().unwrap();
-    assert!(
-        matches!(got, Ok(true)),
-        "the waiter whose server died: {got:?} after {:?}",
-        released.elapsed()
-    );
-    // It was woken, not timed out: the holder's lock had 30 s to go.
-    assert!(released.elapsed() < secs(3), "{:?}", released.elapsed());
 }
 
 /// Takes lock "l" on the quorum at `args` (1 s expiry, auto-renewal), prints when it entered,

@@ -49,6 +49,23 @@ pub fn eventually(limit: Duration, what: impl Display, mut done: impl FnMut() ->
     }
 }
 
+/// Runs `release` and checks that `waiter` took the lock soon after: woken, not timed out (a
+/// waiter that missed its wake-up tries again only after a 5 s block, or at the holder's
+/// expiry; one turned away by a moved slot is told within about a second).
+pub fn assert_woken_by(
+    release: impl FnOnce(),
+    waiter: std::thread::JoinHandle<Result<bool, redis_blpop_lock::Error>>,
+) {
+    let released = Instant::now();
+    release();
+    assert!(waiter.join().unwrap().unwrap());
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_secs(4),
+        "the waiter took the lock {after:?} after the release"
+    );
+}
+
 /// A thread that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
 pub fn spawn_waiter(
     lock: redis_blpop_lock::Lock,
