@@ -464,14 +464,20 @@
 //!   refused connection, a frozen one that long). It is held when a majority said yes and
 //!   validity is left: expiry − time since before the first request went out − drift (1 % of
 //!   the expiry + 2 ms). [`Lock::lost`] and the renewal count from that validity. A try that
-//!   did not win is given back on every server (owner-checked), including those whose reply
-//!   was lost; fewer answers than a majority is an [`Error::Redis`] saying so, by the deadline.
+//!   did not win is given back (owner-checked) on every server that may hold it, including
+//!   those whose reply was lost; a reply that is an error (a server at `maxmemory`, an ACL)
+//!   counts as no answer. Fewer answers than a majority is an [`Error::Redis`] saying so, by
+//!   the deadline (or [`Error::OutcomeUnknown`] when replies were lost, settled as on one
+//!   server). A frozen server costs its own timeout, never the others' answers.
 //! - **Split votes.** When no contender reached a majority, every contender gives its keys back
-//!   at once (which signals waiters) and then waits a random 1–10 ms, bounded by that jitter
-//!   rather than by a fixed sleep, so the next round is not in lock-step.
-//! - **Renewal.** An extend goes to every server: it extends the key where it is ours and takes
-//!   it again where it is missing (a server that restarted empty); held only if a majority
-//!   succeeded within the validity, else the lock is lost and what is left is given back.
+//!   at once, without a wake-up signal (it would wake the very waiters that hold them), and
+//!   waits a random 1–10 ms in its `BLPOP`, so the next round is not in lock-step. A majority
+//!   won too late to be valid is given back with a signal, and its taker waits likewise.
+//! - **Renewal.** An extend goes to every server and holds if the key is still ours on a
+//!   majority, within the validity; the key is then taken again where it went missing (a
+//!   server that restarted empty). Keys taken again do not count toward the majority: a lock
+//!   reset, or forgotten by a majority, and used by someone else meanwhile is lost, as on one
+//!   server. Fewer answers than a majority is an error, and the renewal tries again.
 //! - **Release, `reset`, [`reset_all`]**: on every server, owner-checked.
 //!
 //! When to use it: when losing a lock in a failover matters more than a few hundred

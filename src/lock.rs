@@ -1016,7 +1016,9 @@ impl Inner {
             // the old one.
             self.replicated("extend", acks)?;
             if let Belief::Held(lease) = &mut self.state.lock().belief {
-                let granted = Duration::from_millis(ms).saturating_sub(self.drift);
+                // The drift of this expiry, which need not be the configured one.
+                let expire = Duration::from_millis(ms);
+                let granted = expire.saturating_sub(self.transport.drift(expire));
                 lease.extended(answered.sent, granted);
             }
         }

@@ -27,11 +27,12 @@ static QUORUMS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
 /// server costs a refused connection, a frozen one the timeout). The lock is held when a
 /// majority said yes and time is left of its validity, counted from before the first request
 /// went out: expiry − elapsed − drift, the drift being 1 % of the expiry + 2 ms; `lost()` and
-/// the renewal count from that. A try that did not win is given back on every server,
-/// including those whose reply was lost. A renewal extends the key where it is ours and takes
-/// it again where it is missing (a server that restarted empty). Waiting stays blocking: a
-/// waiter blocks in `BLPOP` on one server's signal list, which every release pushes to, and
-/// moves to another server if that one fails.
+/// the renewal count from that. A try that did not win is given back on every server that
+/// may hold it, including those whose reply was lost. A renewal holds where the key is still
+/// ours on a majority, and takes it again where it went missing (a server that restarted
+/// empty). Waiting stays blocking: every waiter of a lock blocks in `BLPOP` on the same
+/// server's signal list (each release pushes to all), and moves to another server if that
+/// one fails.
 ///
 /// A quorum lock needs an [`expire`](crate::LockBuilder::expire), and has no fencing tokens
 /// (`.fencing(true)` is refused): see the crate docs' Redlock section for why, and for the
@@ -82,7 +83,11 @@ impl Quorum {
                 clients.len()
             )));
         }
-        let mut seen: Vec<String> = clients.iter().map(describe).collect();
+        // One server under different databases is still one server.
+        let mut seen: Vec<String> = clients
+            .iter()
+            .map(|c| format!("{:?}", c.get_connection_info().addr()))
+            .collect();
         seen.sort();
         seen.dedup();
         if seen.len() < clients.len() {
@@ -115,10 +120,12 @@ impl Quorum {
     }
 }
 
-/// A server's address and database: what tells two servers apart.
+/// A server's address, database and credentials: what tells two handles' servers apart (the
+/// settings' Debug form hides the password, which must still tell them apart).
 fn describe(client: &redis::Client) -> String {
     let info = client.get_connection_info();
-    format!("{:?} db {}", info.addr(), info.redis_settings().db())
+    let settings = info.redis_settings();
+    format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password())
 }
 
 impl Backend for Quorum {}

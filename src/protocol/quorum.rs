@@ -10,7 +10,6 @@ use redis::Value;
 
 use super::keys::Keys;
 use super::requests::{self, Attempt, Pttl};
-use crate::Error;
 
 /// What each server said to a request, by server.
 pub(crate) type Said = [Option<Vec<Value>>];
@@ -32,19 +31,25 @@ pub(crate) enum TryVote {
     /// A majority took it in time: one of their replies.
     Won(Vec<Value>),
     /// No majority (or no time left): the driver reads this busy reply (the owner most
-    /// servers named, the shortest TTL seen), and what the try took must be given back
-    /// everywhere, unless a majority already held the lock under this id (a second handle
-    /// with the same id): giving back would then release that holder's lock.
+    /// servers named, the shortest TTL seen), and what the try took must be given back,
+    /// unless a majority already held the lock under this id (a second handle with the same
+    /// id): giving back would then release that holder's lock.
     Lost { reply: Vec<Value>, give_back: bool },
     /// Fewer than a majority answered at all: nothing can be told, and what may have been
     /// taken must be given back.
     Unreached { answered: usize },
 }
 
+/// An owner no handle has (ids are never empty), named in a busy reply that only asks the
+/// driver to wait a while before the next try.
+const NOBODY: &[u8] = b"";
+
 /// The vote on a try (`said` holds each server's replies to the try's commands) that started
-/// `elapsed` ago with expiry `expire`. A split vote, where no owner has a majority, reads as
-/// a lock held for `jitter`: contenders that all lost wait a random while, so their next
-/// tries do not meet in lock-step.
+/// `elapsed` ago with expiry `expire`. A reply that is not a try's answer (an error, a
+/// corrupt key) counts as no answer. A split vote, where no owner has a majority, and a
+/// majority won too late to be valid, read as a lock held for `jitter`: the contenders wait a
+/// random while, so their next tries do not meet in lock-step, and a try that cannot be
+/// valid in time (an expiry too short for the round) does not spin.
 pub(crate) fn try_vote(
     keys: &Keys,
     id: &[u8],
@@ -52,38 +57,39 @@ pub(crate) fn try_vote(
     elapsed: Duration,
     expire: Option<Duration>,
     jitter: Duration,
-) -> Result<TryVote, Error> {
+) -> TryVote {
     let mut taken = None;
     let mut yes = 0;
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, Option<Duration>)> = HashMap::new();
     for replies in said.iter().flatten() {
-        match requests::parse_try(keys, replies)? {
-            Attempt::Acquired { .. } => {
+        match requests::parse_try(keys, replies) {
+            Ok(Attempt::Acquired { .. }) => {
                 yes += 1;
                 taken.get_or_insert_with(|| replies.clone());
             }
-            Attempt::Busy {
+            Ok(Attempt::Busy {
                 owner: Some(owner),
                 pttl,
-            } => {
+            }) => {
                 let seen = owners.entry(owner).or_insert((0, None));
                 seen.0 += 1;
                 if let Pttl::Left(left) = pttl {
                     seen.1 = Some(seen.1.map_or(left, |s: Duration| s.min(left)));
                 }
             }
-            Attempt::Busy { owner: None, .. } => {}
+            Ok(Attempt::Busy { owner: None, .. }) => {}
+            Err(_) => continue,
         }
         answered += 1;
     }
     let needed = majority(said.len());
     let in_time = expire.is_none_or(|e| elapsed + drift(e) < e);
     if let (true, true, Some(taken)) = (yes >= needed, in_time, taken) {
-        return Ok(TryVote::Won(taken));
+        return TryVote::Won(taken);
     }
     if answered < needed {
-        return Ok(TryVote::Unreached { answered });
+        return TryVote::Unreached { answered };
     }
     // A majority under this id is a second handle with the same id. A minority under it is a
     // leftover of an earlier try of ours (its reply came late): given back with this one, it
@@ -93,33 +99,38 @@ pub(crate) fn try_vote(
         .into_iter()
         .filter(|(owner, _)| held_by_us || owner.as_slice() != id)
         .max_by_key(|(_, (count, _))| *count);
+    let jittered = |owner: Vec<u8>| {
+        let ms = i64::try_from(jitter.as_millis().max(1)).unwrap_or(1);
+        vec![Value::Nil, Value::BulkString(owner), Value::Int(ms)]
+    };
     let busy = match holder {
         Some((owner, (count, ttl))) if count >= needed => {
             let ms = ttl.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
             vec![Value::Nil, Value::BulkString(owner), Value::Int(ms)]
         }
+        // Won, but too late to be valid.
+        _ if yes >= needed => jittered(NOBODY.to_vec()),
         // A split: nobody holds a majority, and every contender gives its keys back.
-        Some((owner, _)) if yes < needed => {
-            let ms = i64::try_from(jitter.as_millis().max(1)).unwrap_or(1);
-            vec![Value::Nil, Value::BulkString(owner), Value::Int(ms)]
-        }
-        // Free where it was not ours, or ours too late: try again at once.
+        Some((owner, _)) if yes > 0 => jittered(owner),
+        // Free where it was not taken: try again at once.
         _ => vec![Value::Nil, Value::Nil, Value::Int(-2)],
     };
-    Ok(TryVote::Lost {
+    TryVote::Lost {
         reply: busy,
         give_back: !held_by_us,
-    })
+    }
 }
 
 /// The vote on a read of owner and TTL: the owner a majority of servers hold, with the
 /// shortest TTL among them, in the shape of the `MULTI`/`EXEC` replies; `None` when fewer
-/// than a majority answered.
-pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Result<Option<Vec<Value>>, Error> {
+/// than a majority answered (a reply that is not a read's answer counts as none).
+pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
     for replies in said.iter().flatten() {
-        let observed = requests::parse_observe(keys, replies)?;
+        let Ok(observed) = requests::parse_observe(keys, replies) else {
+            continue;
+        };
         answered += 1;
         if let Some(owner) = observed.owner {
             let ms = match observed.pttl {
@@ -136,73 +147,80 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Result<Option<Vec<Value>>, 
     }
     let needed = majority(said.len());
     if answered < needed {
-        return Ok(None);
+        return None;
     }
     let exec = match owners.into_iter().find(|(_, (count, _))| *count >= needed) {
         Some((owner, (_, ms))) => vec![Value::BulkString(owner), Value::Int(ms)],
         None => vec![Value::Nil, Value::Int(-2)],
     };
-    Ok(Some(vec![
+    Some(vec![
         Value::Okay,
         Value::Okay,
         Value::Okay,
         Value::Array(exec),
-    ]))
+    ])
 }
 
 /// The vote on an unlock: not ours when a majority said so (the lock was lost; a key it still
 /// had on a minority is deleted all the same), else released when any server released it;
 /// `None` when that cannot be told.
-pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Result<Option<Value>, Error> {
+pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
     let (mut released, mut not_ours) = (0, 0);
     for replies in said.iter().flatten() {
-        if requests::parse_unlock(keys, replies.first().unwrap_or(&Value::Nil))? {
-            released += 1;
-        } else {
-            not_ours += 1;
+        match requests::parse_unlock(keys, replies.first().unwrap_or(&Value::Nil)) {
+            Ok(true) => released += 1,
+            Ok(false) => not_ours += 1,
+            Err(_) => {}
         }
     }
-    Ok(if not_ours >= majority(said.len()) {
+    if not_ours >= majority(said.len()) {
         Some(Value::Int(1))
     } else if released > 0 {
         Some(Value::Int(0))
     } else {
         None
-    })
+    }
 }
 
-/// The vote on an extend to `ms` that started `elapsed` ago: extended where ours
-/// (`extended`) or retaken where missing (`retaken`, `SET NX` replies) on a majority, in time.
-pub(crate) fn extend_vote(
-    keys: &Keys,
-    extended: &Said,
-    retaken: &Said,
-    elapsed: Duration,
-    ms: u64,
-) -> Result<Value, Error> {
-    let mut yes = 0;
-    let mut no_expiry = 0;
-    for replies in extended.iter().flatten() {
-        match requests::parse_extend(keys, replies.first().unwrap_or(&Value::Nil))? {
-            requests::Extended::Yes => yes += 1,
-            requests::Extended::NoExpiry => no_expiry += 1,
-            requests::Extended::NotOurs => {}
+/// How an extend over all servers came out.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ExtendVote {
+    /// Extended on a majority, in time: take the key again where it is missing.
+    Yes,
+    /// Not ours on a majority (or not in time): the lock is lost; give back the rest.
+    NotOurs,
+    /// The key has no expiry on a majority.
+    NoExpiry,
+    /// Fewer than a majority answered: nothing is known, try again.
+    Unreached,
+}
+
+/// The vote on an extend to `ms` that started `elapsed` ago. Only keys that are still ours
+/// count: a key taken again where it went missing does not, or a holder whose lock was
+/// reset, or forgotten by a majority of restarted servers, and used by someone else in
+/// between, would go on as if it had held it all along.
+pub(crate) fn extend_vote(keys: &Keys, said: &Said, elapsed: Duration, ms: u64) -> ExtendVote {
+    let (mut yes, mut no_expiry, mut answered) = (0, 0, 0);
+    for replies in said.iter().flatten() {
+        match requests::parse_extend(keys, replies.first().unwrap_or(&Value::Nil)) {
+            Ok(requests::Extended::Yes) => yes += 1,
+            Ok(requests::Extended::NoExpiry) => no_expiry += 1,
+            Ok(requests::Extended::NotOurs) => {}
+            Err(_) => continue,
         }
+        answered += 1;
     }
-    yes += retaken
-        .iter()
-        .flatten()
-        .filter(|r| r.first() == Some(&Value::Okay))
-        .count();
-    let needed = majority(extended.len());
+    let needed = majority(said.len());
     let expire = Duration::from_millis(ms);
-    Ok(if no_expiry >= needed {
-        Value::Int(2)
+    if no_expiry >= needed {
+        ExtendVote::NoExpiry
     } else if yes >= needed && elapsed + drift(expire) < expire {
-        Value::Int(0)
+        ExtendVote::Yes
+    } else if answered < needed {
+        ExtendVote::Unreached
     } else {
-        Value::Int(1)
-    })
+        ExtendVote::NotOurs
+    }
 }
 
 /// The vote on anything else: the reply most servers gave, once a majority answered.
@@ -255,7 +273,7 @@ mod tests {
     #[test]
     fn three_of_five_win() {
         let said = [taken(), taken(), None, taken(), busy("other", 500)];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(vote, TryVote::Won(taken().unwrap()));
     }
 
@@ -264,13 +282,14 @@ mod tests {
         let said = [taken(), taken(), taken(), None, None];
         // 1 s expiry, 12 ms drift: 990 ms in, no validity is left.
         let late = Duration::from_millis(990);
-        let vote = try_vote(&keys(), b"me", &said, late, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, late, EXPIRE, JITTER);
         assert_eq!(
             vote,
             TryVote::Lost {
-                reply: vec![Value::Nil, Value::Nil, Value::Int(-2)],
+                reply: vec![Value::Nil, Value::BulkString(Vec::new()), Value::Int(7)],
                 give_back: true
-            }
+            },
+            "a wait of a random while, not a spin"
         );
     }
 
@@ -283,7 +302,7 @@ mod tests {
             busy("other", 400),
             None,
         ];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(
             vote,
             TryVote::Lost {
@@ -296,7 +315,7 @@ mod tests {
     #[test]
     fn a_split_vote_waits_a_random_while() {
         let said = [taken(), taken(), busy("b", 900), busy("b", 900), None];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(
             vote,
             TryVote::Lost {
@@ -315,7 +334,7 @@ mod tests {
             Some(vec![Value::Nil, Value::Nil, Value::Int(-2)]),
             taken(),
         ];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(
             vote,
             TryVote::Lost {
@@ -334,7 +353,7 @@ mod tests {
             None,
             None,
         ];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(
             vote,
             TryVote::Lost {
@@ -347,7 +366,7 @@ mod tests {
     #[test]
     fn too_few_answers_cannot_be_told() {
         let said = [taken(), taken(), None, None, None];
-        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER).unwrap();
+        let vote = try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER);
         assert_eq!(vote, TryVote::Unreached { answered: 2 });
     }
 
@@ -362,12 +381,12 @@ mod tests {
             ])
         };
         let said = [exec("a", 900), exec("a", 800), exec("b", 100)];
-        let replies = read_vote(&keys(), &said).unwrap().unwrap();
+        let replies = read_vote(&keys(), &said).unwrap();
         let observed = requests::parse_observe(&keys(), &replies).unwrap();
         assert_eq!(observed.owner.as_deref(), Some(&b"a"[..]));
         assert_eq!(observed.pttl, Pttl::Left(Duration::from_millis(800)));
         let minority = [exec("a", 900), None, None];
-        assert_eq!(read_vote(&keys(), &minority).unwrap(), None);
+        assert_eq!(read_vote(&keys(), &minority), None);
     }
 
     #[test]
@@ -375,33 +394,73 @@ mod tests {
         let released = Some(vec![Value::Int(0)]);
         let not_ours = Some(vec![Value::Int(1)]);
         let said = [not_ours.clone(), released.clone(), None];
-        assert_eq!(unlock_vote(&keys(), &said).unwrap(), Some(Value::Int(0)));
+        assert_eq!(unlock_vote(&keys(), &said), Some(Value::Int(0)));
         let said = [not_ours.clone(), not_ours.clone(), released];
         assert_eq!(
-            unlock_vote(&keys(), &said).unwrap(),
+            unlock_vote(&keys(), &said),
             Some(Value::Int(1)),
             "lost to a majority: not ours, though a minority key went"
         );
-        assert_eq!(unlock_vote(&keys(), &[not_ours, None, None]).unwrap(), None);
+        assert_eq!(unlock_vote(&keys(), &[not_ours, None, None]), None);
     }
 
     #[test]
-    fn an_extend_counts_keys_retaken_on_restarted_servers() {
+    fn an_extend_holds_only_where_its_keys_are_still_its_own() {
         let yes = Some(vec![Value::Int(0)]);
         let not_ours = Some(vec![Value::Int(1)]);
-        let extended = [yes.clone(), yes, not_ours.clone(), not_ours, None];
-        let retaken = [
-            None,
-            None,
-            Some(vec![Value::Okay]),
-            Some(vec![Value::Nil]),
+        let said = [
+            yes.clone(),
+            yes.clone(),
+            yes.clone(),
+            not_ours.clone(),
             None,
         ];
-        let vote = extend_vote(&keys(), &extended, &retaken, Duration::ZERO, 1000).unwrap();
-        assert_eq!(vote, Value::Int(0), "2 extended + 1 retaken of 5");
+        assert_eq!(
+            extend_vote(&keys(), &said, Duration::ZERO, 1000),
+            ExtendVote::Yes
+        );
         let too_late = Duration::from_millis(995);
-        let vote = extend_vote(&keys(), &extended, &retaken, too_late, 1000).unwrap();
-        assert_eq!(vote, Value::Int(1));
+        assert_eq!(
+            extend_vote(&keys(), &said, too_late, 1000),
+            ExtendVote::NotOurs
+        );
+        // Keys missing on a majority (reset, or forgotten in restarts): lost, not retaken.
+        let said = [
+            yes.clone(),
+            yes,
+            not_ours.clone(),
+            not_ours.clone(),
+            not_ours,
+        ];
+        assert_eq!(
+            extend_vote(&keys(), &said, Duration::ZERO, 1000),
+            ExtendVote::NotOurs
+        );
+    }
+
+    #[test]
+    fn an_extend_heard_by_a_minority_is_unknown_not_lost() {
+        let yes = Some(vec![Value::Int(0)]);
+        let said = [yes, None, None];
+        assert_eq!(
+            extend_vote(&keys(), &said, Duration::ZERO, 1000),
+            ExtendVote::Unreached
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_no_answer_counts_as_none() {
+        let oom = Some(vec![Value::ServerError(
+            match redis::parse_redis_value(b"-OOM full\r\n") {
+                Ok(Value::ServerError(e)) => e,
+                other => panic!("{other:?}"),
+            },
+        )]);
+        let said = [taken(), oom, None];
+        assert_eq!(
+            try_vote(&keys(), b"me", &said, Duration::ZERO, EXPIRE, JITTER),
+            TryVote::Unreached { answered: 1 }
+        );
     }
 
     #[test]

@@ -9,39 +9,31 @@ use redis::{Cmd, Value};
 
 use super::keys::Keys;
 use super::redirect;
-use super::scripts::{Script, ACQUIRE, EXTEND, RESET_ALL, UNLOCK};
+use super::scripts::{Script, ACQUIRE, EXTEND, GIVE_BACK, RESET_ALL, UNLOCK};
 use crate::Error;
 
 /// What a request does to the lock, which a backend over independent servers (a quorum)
 /// needs to tell how to combine their answers.
 #[derive(Clone)]
 pub(crate) enum Kind {
-    /// A try at the lock (after any `BLPOP`), taken for `expire_ms`; `undo` gives back what
-    /// it took.
+    /// A try at the lock (after any `BLPOP`) by `id`, taken for `expire_ms`.
     Try {
         keys: Keys,
         id: Vec<u8>,
         expire_ms: Option<u64>,
-        undo: Box<Request>,
     },
     /// A read of the owner and its TTL.
     Read { keys: Keys },
     /// An owner-checked unlock.
     Unlock { keys: Keys },
-    /// An owner-checked extend to `ms`; `retake` sets the key where it is missing, `undo`
-    /// gives back what is held.
-    Extend {
-        keys: Keys,
-        ms: u64,
-        retake: Box<Request>,
-        undo: Box<Request>,
-    },
+    /// An owner-checked extend by `id` to `ms`.
+    Extend { keys: Keys, id: Vec<u8>, ms: u64 },
     /// Anything else: reads and writes of other keys, scans, resets.
     Other,
 }
 
-/// The signal expiry of the unlock that gives back what a failed quorum try took.
-const UNDO_SIGNAL_EXPIRE_MS: u64 = 1000;
+/// The signal expiry of a give-back that wakes a waiter (python-redis-lock's default).
+const GIVE_BACK_SIGNAL_EXPIRE_MS: u64 = 1000;
 
 /// Commands sent together in one round trip.
 ///
@@ -280,7 +272,6 @@ pub(crate) fn wait_then_try(
         keys: keys.clone(),
         id: id.as_bytes().to_vec(),
         expire_ms,
-        undo: Box::new(unlock(keys, id.as_bytes(), UNDO_SIGNAL_EXPIRE_MS)),
     };
     let mut cmds = Vec::with_capacity(4);
     if let Some(block) = block {
@@ -347,6 +338,36 @@ pub(crate) enum Attempt {
         owner: Option<Vec<u8>>,
         pttl: Pttl,
     },
+}
+
+/// Takes the lock again where it went missing (a quorum server that restarted empty), for
+/// `ms`. A plain `SET NX`: repeatable, as it never touches a key that is there.
+pub(crate) fn retake(keys: &Keys, id: &[u8], ms: u64) -> Request {
+    let mut set = redis::cmd("SET");
+    set.arg(&keys.lock).arg(id).arg("NX").arg("PX").arg(ms);
+    Request::new(vec![set], true).on_slot(keys.slot)
+}
+
+/// Gives back `id`'s key after a quorum vote it lost, waking a waiter only with `signal`
+/// (`give_back.lua` says why). Owner-checked, so repeatable.
+pub(crate) fn give_back(keys: &Keys, id: &[u8], signal: bool) -> Request {
+    let signal_arg: &[u8] = if signal { b"1" } else { b"0" };
+    Request::new(Vec::new(), true)
+        .with_script(
+            &GIVE_BACK,
+            &[keys.lock.as_bytes(), keys.signal.as_bytes()],
+            &[id, signal_arg, &num(GIVE_BACK_SIGNAL_EXPIRE_MS)],
+        )
+        .on_slot(keys.slot)
+}
+
+/// Passes a wake-up signal on: a wait that consumed one but could not use it puts it back.
+pub(crate) fn pass_on(keys: &Keys) -> Request {
+    let mut push = redis::cmd("LPUSH");
+    push.arg(&keys.signal).arg(1);
+    let mut expire = redis::cmd("PEXPIRE");
+    expire.arg(&keys.signal).arg(GIVE_BACK_SIGNAL_EXPIRE_MS);
+    Request::new(vec![push, expire], true).on_slot(keys.slot)
 }
 
 /// Whether a try was turned away whole, having taken nothing: by a cluster that moved the
@@ -543,13 +564,10 @@ pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
 
 /// Sets a new expiry of `ms` on the lock if `id` holds it. Owner-checked, so repeatable.
 pub(crate) fn extend(keys: &Keys, id: &str, ms: u64) -> Request {
-    let mut retake = redis::cmd("SET");
-    retake.arg(&keys.lock).arg(id).arg("NX").arg("PX").arg(ms);
     let kind = Kind::Extend {
         keys: keys.clone(),
+        id: id.as_bytes().to_vec(),
         ms,
-        retake: Box::new(Request::new(vec![retake], true).on_slot(keys.slot)),
-        undo: Box::new(unlock(keys, id.as_bytes(), UNDO_SIGNAL_EXPIRE_MS)),
     };
     Request::new(Vec::new(), true)
         .with_script(&EXTEND, &[keys.lock.as_bytes()], &[id.as_bytes(), &num(ms)])

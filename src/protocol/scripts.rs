@@ -48,5 +48,7 @@ pub(crate) static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/unlock.lua")));
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/extend.lua")));
+pub(crate) static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/give_back.lua")));
 pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));

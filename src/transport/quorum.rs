@@ -11,19 +11,25 @@ use redis::{ErrorKind, RedisError, Value};
 
 use super::server::Server;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
-use crate::protocol::quorum::{self, TryVote};
-use crate::protocol::requests::{Kind, Request};
+use crate::protocol::keys::Keys;
+use crate::protocol::quorum::{self, ExtendVote, TryVote};
+use crate::protocol::requests::{self, Kind, Request};
 use crate::settings::Settings;
 use crate::Error;
 
 /// The longest a split vote's contenders wait before trying again (at random, from 1 ms).
 const JITTER_MAX_MS: u64 = 10;
+/// How long a reply that has arrived may still be read once its server's time is up.
+const READ_GRACE: Duration = Duration::from_millis(1);
 
 pub(crate) struct Quorum {
     servers: Vec<&'static Server>,
-    /// How long one server may take to answer, from when the request went to all.
+    /// How long one server may take to answer, from when the request went to it.
     server_timeout: Duration,
 }
+
+/// What each server said: its replies, or why there are none.
+type Answers = Vec<Result<Vec<Value>, Fault>>;
 
 impl Quorum {
     pub(crate) fn new(servers: Vec<&'static Server>, server_timeout: Duration) -> Quorum {
@@ -33,44 +39,51 @@ impl Quorum {
         }
     }
 
-    /// Sends `request` to the servers `to` picks, all at once, and reads their replies, each
-    /// by `deadline` or the server timeout, whichever comes first.
-    fn fan_out(
-        &self,
-        request: &Request,
-        deadline: Instant,
-        to: impl Fn(usize) -> bool,
-    ) -> Vec<Option<Vec<Value>>> {
-        let each = deadline.min(Instant::now() + self.server_timeout);
+    /// Sends `request` to the servers `to` picks, all before reading any reply, so that the
+    /// servers work at once. Each server has the server timeout from when its request went
+    /// out (and no more than `deadline`): one frozen server costs its own time, never the
+    /// others' replies, which are read even after their time if they have arrived.
+    fn fan_out(&self, request: &Request, deadline: Instant, to: impl Fn(usize) -> bool) -> Answers {
+        let not_asked = || Fault::NotSent(RedisError::from((ErrorKind::Client, "not asked")));
         let in_flight: Vec<_> = (self.servers.iter().enumerate())
-            .map(|(i, server)| to(i).then(|| server.begin(request, each).ok()).flatten())
+            .map(|(i, server)| {
+                if !to(i) {
+                    return Err(not_asked());
+                }
+                let own = deadline.min(Instant::now() + self.server_timeout);
+                server.begin(request, own).map(|flight| (flight, own))
+            })
             .collect();
         (in_flight.into_iter().zip(&self.servers))
             .map(|(in_flight, server)| {
-                let mut replies = in_flight?.finish(each).ok()?;
+                let (flight, own) = in_flight?;
+                let mut replies = flight.finish(own.max(Instant::now() + READ_GRACE))?;
                 // A server that forgot the script (restarted empty) gets its text.
                 if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
-                    let retried = server.call(&retry, each).ok()?;
+                    let retried = server.call(&retry, Instant::now() + self.server_timeout)?;
                     request.patch(&mut replies, at, retried);
                 }
-                Some(replies)
+                Ok(replies)
             })
             .collect()
     }
 
-    fn all(&self, request: &Request, deadline: Instant) -> Vec<Option<Vec<Value>>> {
+    fn all(&self, request: &Request, deadline: Instant) -> Answers {
         self.fan_out(request, deadline, |_| true)
     }
 
-    /// Gives back what a failed try or extend may have taken: on the servers `on` picks,
-    /// those that took it and those whose reply was lost (owner-checked, so harmless where
-    /// it holds nothing).
-    fn give_back(&self, undo: &Request, on: impl Fn(usize) -> bool) {
-        let _ = self.fan_out(undo, Instant::now() + self.server_timeout, on);
+    /// Gives `id`'s key back on the servers `on` picks. It has the server timeout of its
+    /// own, even past the caller's deadline: a key left behind would block others until its
+    /// expiry.
+    fn give_back(&self, keys: &Keys, id: &[u8], signal: bool, on: impl Fn(usize) -> bool) {
+        let request = requests::give_back(keys, id, signal);
+        let _ = self.fan_out(&request, Instant::now() + self.server_timeout, on);
     }
 
-    fn unreached(&self, answered: usize) -> Fault {
-        Fault::NotSent(RedisError::from((
+    /// Too few servers answered: nothing ran if no reply was lost, else it may have.
+    fn unreached(&self, answers: &Answers) -> Fault {
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        let error = RedisError::from((
             ErrorKind::Io,
             "too few servers of the quorum answered",
             format!(
@@ -78,81 +91,78 @@ impl Quorum {
                 self.servers.len(),
                 quorum::majority(self.servers.len())
             ),
-        )))
+        ));
+        if answers.iter().any(|a| matches!(a, Err(Fault::Lost { .. }))) {
+            Fault::Lost { conn: None, error }
+        } else {
+            Fault::NotSent(error)
+        }
     }
 
-    /// The try's vote; what was taken is given back unless it won.
+    /// The try's vote; what the try may have taken is given back unless it won.
     fn try_all(
         &self,
         request: &Request,
         deadline: Instant,
-        keys: &crate::protocol::keys::Keys,
-        id: &[u8],
-        expire_ms: Option<u64>,
-        undo: &Request,
+        (keys, id, expire_ms): (&Keys, &[u8], Option<u64>),
     ) -> Result<Vec<Value>, Fault> {
         let started = Instant::now();
-        let said = self.all(request, deadline);
-        // Where the try may hold something: it said so (`SET` answered `OK`), or it did not
-        // answer. A server that said no gets nothing, and so no wake-up signal either.
-        let may_hold = |i: usize| match said.get(i) {
-            Some(Some(replies)) => replies.first() == Some(&Value::Okay),
-            _ => true,
-        };
+        let answers = self.all(request, deadline);
+        let said = said(&answers);
         let expire = expire_ms.map(Duration::from_millis);
-        let vote = match quorum::try_vote(keys, id, &said, started.elapsed(), expire, jitter()) {
-            Ok(vote) => vote,
-            // A server's reply that is not a try's answer (a corrupt key): give back what
-            // may have been taken, and let the driver read that reply for its error.
-            Err(_) => {
-                self.give_back(undo, may_hold);
-                return Ok(first_answer(&said));
+        let vote = quorum::try_vote(keys, id, &said, started.elapsed(), expire, jitter());
+        // Where a key of this id may be: the try took it (`SET` answered `OK`), an earlier
+        // try left it (the owner named is this id), or the reply was lost. A server that said
+        // no, or was never reached, holds nothing of it.
+        let may_hold = |i: usize| match answers.get(i) {
+            Some(Ok(replies)) => {
+                replies.first() == Some(&Value::Okay)
+                    || matches!(replies.get(1), Some(Value::BulkString(owner)) if owner == id)
             }
+            Some(Err(Fault::Lost { .. })) => true,
+            _ => false,
         };
         match vote {
             TryVote::Won(replies) => Ok(replies),
             TryVote::Lost { reply, give_back } => {
                 if give_back {
-                    self.give_back(undo, may_hold);
+                    // Keys that were a majority (won too late) wake a waiter as they go.
+                    let majority = (0..self.servers.len()).filter(|&i| may_hold(i)).count()
+                        >= quorum::majority(self.servers.len());
+                    self.give_back(keys, id, majority, may_hold);
                 }
                 Ok(reply)
             }
-            TryVote::Unreached { answered } => {
-                self.give_back(undo, may_hold);
-                Err(self.unreached(answered))
+            TryVote::Unreached { .. } => {
+                self.give_back(keys, id, false, may_hold);
+                Err(self.unreached(&answers))
             }
         }
     }
 
-    /// The extend's vote: extended where ours, retaken where missing (a server that restarted
-    /// empty); given back everywhere when that is not a majority in time.
+    /// The extend's vote: held if its key is still its own on a majority, in time; then the
+    /// key is taken again where it went missing (a server that restarted empty). Lost, what
+    /// is left is given back.
     fn extend_all(
         &self,
         request: &Request,
         deadline: Instant,
-        keys: &crate::protocol::keys::Keys,
-        ms: u64,
-        retake: &Request,
-        undo: &Request,
+        (keys, id, ms): (&Keys, &[u8], u64),
     ) -> Result<Vec<Value>, Fault> {
         let started = Instant::now();
-        let extended = self.all(request, deadline);
-        let not_ours = |i: usize| matches!(extended.get(i), Some(Some(r)) if r.first() == Some(&Value::Int(1)));
-        let retaken = if (0..self.servers.len()).any(not_ours) {
-            self.fan_out(retake, deadline, not_ours)
-        } else {
-            vec![None; self.servers.len()]
-        };
-        if extended.iter().flatten().next().is_none() {
-            return Err(self.unreached(0));
-        }
-        match quorum::extend_vote(keys, &extended, &retaken, started.elapsed(), ms) {
-            Ok(Value::Int(1)) => {
-                self.give_back(undo, |_| true);
+        let answers = self.all(request, deadline);
+        match quorum::extend_vote(keys, &said(&answers), started.elapsed(), ms) {
+            ExtendVote::Yes => {
+                let missing = |i: usize| matches!(answers.get(i), Some(Ok(r)) if r.first() == Some(&Value::Int(1)));
+                let _ = self.fan_out(&requests::retake(keys, id, ms), deadline, missing);
+                Ok(vec![Value::Int(0)])
+            }
+            ExtendVote::NotOurs => {
+                self.give_back(keys, id, false, |_| true);
                 Ok(vec![Value::Int(1)])
             }
-            Ok(vote) => Ok(vec![vote]),
-            Err(_) => Ok(first_answer(&extended)),
+            ExtendVote::NoExpiry => Ok(vec![Value::Int(2)]),
+            ExtendVote::Unreached => Err(self.unreached(&answers)),
         }
     }
 }
@@ -164,34 +174,22 @@ impl Transport for Quorum {
                 keys,
                 id,
                 expire_ms,
-                undo,
-            } => self.try_all(request, deadline, keys, id, *expire_ms, undo),
-            Kind::Extend {
-                keys,
-                ms,
-                retake,
-                undo,
-            } => self.extend_all(request, deadline, keys, *ms, retake, undo),
+            } => self.try_all(request, deadline, (keys, id, *expire_ms)),
+            Kind::Extend { keys, id, ms } => self.extend_all(request, deadline, (keys, id, *ms)),
             Kind::Read { keys } => {
-                let said = self.all(request, deadline);
-                match quorum::read_vote(keys, &said) {
-                    Ok(Some(replies)) => Ok(replies),
-                    Ok(None) => Err(self.unreached(said.iter().flatten().count())),
-                    Err(_) => Ok(first_answer(&said)),
-                }
+                let answers = self.all(request, deadline);
+                quorum::read_vote(keys, &said(&answers)).ok_or_else(|| self.unreached(&answers))
             }
             Kind::Unlock { keys } => {
-                let said = self.all(request, deadline);
-                match quorum::unlock_vote(keys, &said) {
-                    Ok(Some(reply)) => Ok(vec![reply]),
-                    Ok(None) => Err(self.unreached(0)),
-                    Err(_) => Ok(first_answer(&said)),
+                let answers = self.all(request, deadline);
+                match quorum::unlock_vote(keys, &said(&answers)) {
+                    Some(reply) => Ok(vec![reply]),
+                    None => Err(self.unreached(&answers)),
                 }
             }
             Kind::Other => {
-                let said = self.all(request, deadline);
-                quorum::other_vote(&said)
-                    .ok_or_else(|| self.unreached(said.iter().flatten().count()))
+                let answers = self.all(request, deadline);
+                quorum::other_vote(&said(&answers)).ok_or_else(|| self.unreached(&answers))
             }
         }
     }
@@ -241,12 +239,16 @@ impl Transport for Quorum {
     }
 
     fn check_acquire(&self, settings: &Settings) -> Result<(), Error> {
-        if settings.expire_ms.is_none() {
-            return Err(Error::invalid(
+        match settings.expire() {
+            None => Err(Error::invalid(
                 "a quorum lock needs an expire to be acquired: its validity counts down from it",
-            ));
+            )),
+            // No validity would be left once the servers' drift is taken off.
+            Some(expire) if quorum::drift(expire) * 2 >= expire => Err(Error::invalid(
+                "a quorum lock's expire must be at least twice its drift (1 % + 2 ms): 5 ms",
+            )),
+            Some(_) => Ok(()),
         }
-        Ok(())
     }
 
     fn drift(&self, expire: Duration) -> Duration {
@@ -259,6 +261,11 @@ impl Transport for Quorum {
         }
         Ok(())
     }
+}
+
+/// The replies of the servers that answered, for the votes.
+fn said(answers: &Answers) -> Vec<Option<Vec<Value>>> {
+    answers.iter().map(|a| a.as_ref().ok().cloned()).collect()
 }
 
 /// A wait of a quorum lock: `BLPOP` on one server's signal list, then the try on all. A
@@ -291,19 +298,20 @@ impl Waiter for QuorumWaiter<'_> {
                 return Ok(());
             }
             let node = (self.node + step) % n;
-            match self.quorum.servers[node].waiter(0, deadline) {
+            // A server that is down or frozen costs its own timeout, then the next is asked.
+            let own = deadline.min(Instant::now() + self.quorum.server_timeout);
+            match self.quorum.servers[node].waiter(0, own) {
                 Ok(conn) => {
                     self.node = node;
                     self.conn = Some(conn);
                 }
-                // That server is not there: the next may take the wait.
                 Err(fault) => last = Some(fault),
             }
         }
         match (&self.conn, last) {
             (Some(_), _) => Ok(()),
             (None, Some(fault)) => Err(fault),
-            (None, None) => Err(self.quorum.unreached(0)),
+            (None, None) => Err(no_server()),
         }
     }
 
@@ -312,7 +320,7 @@ impl Waiter for QuorumWaiter<'_> {
         let (blpop, rest) = request.split_first();
         let node = self.node;
         let Some(conn) = self.conn.as_mut() else {
-            return Err(self.quorum.unreached(0));
+            return Err(no_server());
         };
         match conn.send(&blpop, deadline) {
             Ok(()) => {
@@ -339,33 +347,42 @@ impl Waiter for QuorumWaiter<'_> {
         if let Some(reply) = self.replies.pop_front() {
             return Ok(reply);
         }
-        if let Some(conn) = self
-            .conn
-            .as_mut()
-            .filter(|_| self.rest.is_some() && self.replies.is_empty())
-        {
-            // The `BLPOP`'s own reply comes first; the try follows, on all servers.
-            if let Some(rest) = self.rest.take() {
-                let blpop = match conn.recv(deadline) {
-                    Ok(reply) => reply,
-                    // The wait's server failed (down, or the connection closed). Nothing of
-                    // the try went out yet: it goes to all servers now, as after a wait that
-                    // timed out, and the next wait blocks on the next server.
-                    Err(fault) => {
-                        log::debug!("the wait's server failed ({fault:?}); trying on all");
-                        self.conn = None;
-                        self.node = (self.node + 1) % self.quorum.servers.len().max(1);
-                        Value::Nil
+        let (Some(rest), Some(conn)) = (self.rest.take(), self.conn.as_mut()) else {
+            return Err(Fault::NotSent(RedisError::from((
+                ErrorKind::Client,
+                "no reply is due",
+            ))));
+        };
+        // The `BLPOP`'s own reply comes first; the try follows, on all servers.
+        let blpop = match conn.recv(deadline) {
+            Ok(reply) => reply,
+            // The wait's server failed (down, frozen, or the connection closed). Nothing of
+            // the try went out yet: it goes to all servers now, as after a wait that timed
+            // out, and the next wait blocks on the next server.
+            Err(fault) => {
+                log::debug!("the wait's server failed ({fault:?}); trying on all");
+                self.conn = None;
+                self.node = (self.node + 1) % self.quorum.servers.len().max(1);
+                Value::Nil
+            }
+        };
+        // The try's own round, whatever the wait took out of the deadline.
+        let try_deadline = deadline.max(Instant::now() + self.quorum.server_timeout);
+        match self.quorum.call(&rest, try_deadline) {
+            Ok(replies) => {
+                self.replies = replies.into();
+                Ok(blpop)
+            }
+            Err(fault) => {
+                // A wake-up that was taken but could not be used goes to the next waiter.
+                if let (Value::Array(_), Kind::Try { keys, .. }) = (&blpop, &rest.kind) {
+                    if let Some(server) = self.quorum.servers.get(self.node) {
+                        let _ = server.call(&requests::pass_on(keys), try_deadline);
                     }
-                };
-                self.replies = self.quorum.call(&rest, deadline)?.into();
-                return Ok(blpop);
+                }
+                Err(fault)
             }
         }
-        Err(Fault::NotSent(RedisError::from((
-            ErrorKind::Client,
-            "no reply is due",
-        ))))
     }
 
     fn keep_for_holder(self: Box<Self>) {
@@ -375,9 +392,11 @@ impl Waiter for QuorumWaiter<'_> {
     }
 }
 
-/// The first server's replies, for the driver to read an error from.
-fn first_answer(said: &[Option<Vec<Value>>]) -> Vec<Value> {
-    said.iter().flatten().next().cloned().unwrap_or_default()
+fn no_server() -> Fault {
+    Fault::NotSent(RedisError::from((
+        ErrorKind::Io,
+        "no server of the quorum to wait on",
+    )))
 }
 
 /// A random wait of 1 to [`JITTER_MAX_MS`] ms, for a split vote.

@@ -200,3 +200,69 @@ fn reset_all_frees_a_lock_on_every_server() {
     );
     assert_eq!(holding(&servers, "q", holder.id()), 0);
 }
+
+#[test]
+fn a_server_that_refuses_the_write_counts_as_no_answer() {
+    let servers = servers(3);
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"])
+        .query(&mut servers[2].conn())
+        .unwrap();
+    let quorum = quorum(&servers);
+    let a = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    assert!(a.try_acquire().unwrap(), "two of three is a majority");
+    assert_eq!(holding(&servers[..2], "q", a.id()), 2);
+    let b = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    assert!(!b.try_acquire().unwrap());
+}
+
+#[test]
+fn a_frozen_server_costs_its_timeout_not_the_quorum() {
+    let servers = servers(3);
+    let quorum = quorum(&servers);
+    let lock = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    // Connections to every server exist before one freezes, as in a running process.
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    servers[0].pause();
+    let started = Instant::now();
+    let taken = lock.try_acquire();
+    let released = lock.release();
+    servers[0].resume();
+    assert!(taken.unwrap(), "the other two are a majority");
+    released.unwrap();
+    assert!(started.elapsed() < secs(2), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_holders_renewal_does_not_retake_a_lock_that_was_reset_and_used() {
+    let servers = servers(3);
+    let quorum = quorum(&servers);
+    let holder = Lock::builder(&quorum, "q")
+        .expire(Duration::from_millis(600))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    let guard = holder.lock().unwrap();
+    let operator = Lock::new(&quorum, "q").unwrap();
+    assert!(operator.reset().unwrap());
+    let other = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
+    other.acquire().unwrap();
+    other.release().unwrap();
+    crate::support::eventually(secs(5), "the holder to learn its lock was lost", || {
+        guard.lost()
+    });
+    assert_eq!(holding(&servers, "q", holder.id()), 0, "not retaken");
+}
+
+#[test]
+fn an_expire_too_short_for_the_drift_is_refused() {
+    let servers = servers(3);
+    let lock = Lock::builder(&quorum(&servers), "q")
+        .expire(Duration::from_millis(3))
+        .build()
+        .unwrap();
+    assert!(
+        matches!(lock.try_acquire(), Err(Error::InvalidArgument(ref m)) if m.contains("drift"))
+    );
+}
