@@ -257,8 +257,21 @@ fn a_lock_lost_in_a_failover_is_lost_to_its_holder() {
     let client = client(&cluster);
     let primary = cluster.primary_for("lock:{unreplicated}").port;
     let replica = cluster.replica_of(cluster.node(primary)).port;
-    // The replica is frozen while the lock is taken, so it never gets the key.
+    // The replica is frozen and its primary gives up on it (after `repl-timeout`) before
+    // the lock is taken, so the key is never sent to it: not even into its socket buffer,
+    // which a frozen process still fills.
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "repl-timeout", "1"])
+        .query(&mut cluster.node(primary).conn())
+        .unwrap();
     cluster.node(replica).pause();
+    crate::support::eventually(secs(20), "the primary to drop its frozen replica", || {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut cluster.node(primary).conn())
+            .unwrap();
+        info.get::<u64>("connected_slaves") == Some(0)
+    });
     let holder = Lock::builder(&client, "unreplicated")
         .expire(secs(3))
         .auto_renewal(true)
