@@ -300,7 +300,13 @@ fn overlapping(sections: &[(u128, u128)]) -> Vec<((u128, u128), (u128, u128))> {
 /// section records nothing for it.
 #[test]
 fn a_soak_with_killed_workers_and_restarted_servers_never_overlaps() {
-    let soak = secs(12);
+    // Longer with `REDIS_LOCK_SOAK_SECS`, like the single-server soak.
+    let soak = secs(
+        std::env::var("REDIS_LOCK_SOAK_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(12),
+    );
     let (processes, threads) = (3, 3);
     let mut servers = servers(5);
     let quorum = urls(&servers);
