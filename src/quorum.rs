@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use crate::backend::{sealed, Backend};
 use crate::transport::quorum::Quorum as QuorumTransport;
-use crate::transport::server::Server;
+use crate::transport::server::{self, Server};
 use crate::transport::Transport;
 use crate::Error;
 
@@ -120,14 +120,6 @@ impl Quorum {
     }
 }
 
-/// A server's address, database and credentials: what tells two handles' servers apart (the
-/// settings' Debug form hides the password, which must still tell them apart).
-fn describe(client: &redis::Client) -> String {
-    let info = client.get_connection_info();
-    let settings = info.redis_settings();
-    format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password())
-}
-
 impl Backend for Quorum {}
 
 impl sealed::Sealed for Quorum {
@@ -139,7 +131,10 @@ impl sealed::Sealed for Quorum {
         }
         let key = format!(
             "{:?}|{:?}",
-            self.clients.iter().map(describe).collect::<Vec<_>>(),
+            self.clients
+                .iter()
+                .map(|c| server::identity(c.get_connection_info()))
+                .collect::<Vec<_>>(),
             self.server_timeout
         );
         let mut known = QUORUMS.lock();

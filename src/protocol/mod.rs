@@ -8,6 +8,31 @@ pub(crate) mod redirect;
 pub(crate) mod requests;
 pub(crate) mod scripts;
 
+/// Values the protocol's unit tests build replies from.
+#[cfg(test)]
+pub(crate) mod testing {
+    use redis::Value;
+
+    use super::keys::Keys;
+
+    /// The keys of lock `l` on one server.
+    pub(crate) fn keys() -> Keys {
+        Keys::new("l", false)
+    }
+
+    pub(crate) fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// The error reply `-text`, as the server sends it.
+    pub(crate) fn server_error(text: &str) -> Value {
+        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+            Ok(reply @ Value::ServerError(_)) => reply,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 /// A connection at a server: its `CLIENT ID` there, and which of the transport's servers it
 /// is on (ids are only unique per server). The core keeps it to close a connection whose
 /// request may still run; only the transport knows what it points at.

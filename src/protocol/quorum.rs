@@ -238,14 +238,7 @@ pub(crate) fn other_vote(said: &Said) -> Option<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys() -> Keys {
-        Keys::new("l", false)
-    }
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::protocol::testing::*;
 
     fn taken() -> Option<Vec<Value>> {
         Some(vec![Value::Okay, bulk("me"), Value::Int(1000)])

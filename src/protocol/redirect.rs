@@ -59,19 +59,13 @@ pub(crate) fn ran_nothing(replies: &[redis::Value]) -> Option<Redirect> {
 #[cfg(all(test, any(feature = "cluster", feature = "sentinel")))]
 mod tests {
     use super::*;
+    use crate::protocol::testing::server_error;
     use redis::Value;
-
-    fn error(text: &str) -> Value {
-        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
-            Ok(v @ Value::ServerError(_)) => v,
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn moved_names_the_slot_and_its_new_node() {
         assert_eq!(
-            ran_nothing(&[error("MOVED 3999 127.0.0.1:6381")]),
+            ran_nothing(&[server_error("MOVED 3999 127.0.0.1:6381")]),
             Some(Redirect::Moved {
                 slot: 3999,
                 addr: "127.0.0.1:6381".into()
@@ -83,8 +77,8 @@ mod tests {
     fn ask_names_the_node_to_ask_once() {
         assert_eq!(
             ran_nothing(&[
-                error("ASK 3999 127.0.0.1:6381"),
-                error("ASK 3999 127.0.0.1:6381")
+                server_error("ASK 3999 127.0.0.1:6381"),
+                server_error("ASK 3999 127.0.0.1:6381")
             ]),
             Some(Redirect::Ask {
                 addr: "127.0.0.1:6381".into()
@@ -100,7 +94,11 @@ mod tests {
             "READONLY You can't write against a read only replica.",
             "UNBLOCKED force unblock from blocking operation",
         ] {
-            assert_eq!(ran_nothing(&[error(text)]), Some(Redirect::Again), "{text}");
+            assert_eq!(
+                ran_nothing(&[server_error(text)]),
+                Some(Redirect::Again),
+                "{text}"
+            );
         }
     }
 
@@ -108,9 +106,9 @@ mod tests {
     fn an_aborted_transaction_ran_nothing() {
         let replies = [
             Value::Okay,
-            error("MOVED 12 127.0.0.1:7000"),
-            error("MOVED 12 127.0.0.1:7000"),
-            error("EXECABORT Transaction discarded because of previous errors."),
+            server_error("MOVED 12 127.0.0.1:7000"),
+            server_error("MOVED 12 127.0.0.1:7000"),
+            server_error("EXECABORT Transaction discarded because of previous errors."),
         ];
         assert!(matches!(
             ran_nothing(&replies),
@@ -121,9 +119,13 @@ mod tests {
     #[test]
     fn a_request_whose_write_ran_is_not_redirected() {
         // The SET ran; only the reads after it met the migration.
-        let replies = [Value::Okay, error("ASK 1 127.0.0.1:7000"), Value::Int(5)];
+        let replies = [
+            Value::Okay,
+            server_error("ASK 1 127.0.0.1:7000"),
+            Value::Int(5),
+        ];
         assert_eq!(ran_nothing(&replies), None);
-        assert_eq!(ran_nothing(&[error("WRONGTYPE Operation")]), None);
+        assert_eq!(ran_nothing(&[server_error("WRONGTYPE Operation")]), None);
         assert_eq!(ran_nothing(&[]), None);
     }
 }

@@ -680,26 +680,7 @@ pub(crate) fn parse_count(reply: &Value) -> Result<usize, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys() -> Keys {
-        Keys::new("l", false)
-    }
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    fn server_error(text: &str) -> Value {
-        Value::ServerError(
-            redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).map_or_else(
-                |e| panic!("{e}"),
-                |v| match v {
-                    Value::ServerError(e) => e,
-                    other => panic!("{other:?}"),
-                },
-            ),
-        )
-    }
+    use crate::protocol::testing::*;
 
     #[test]
     fn a_try_without_fencing_is_three_plain_commands() {

@@ -39,8 +39,7 @@ impl Server {
     pub(crate) fn shared(client: &redis::Client) -> Result<&'static Arc<Server>, Error> {
         let info = client.get_connection_info();
         let settings = info.redis_settings();
-        // The Debug form of the settings hides the password, which must still tell pools apart.
-        let key = format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password());
+        let key = identity(info);
         let mut servers = SERVERS.lock();
         if let Some(server) = servers.get(&key) {
             return Ok(server);
@@ -308,6 +307,14 @@ impl Conn {
         }
         self.con.recv_response()
     }
+}
+
+/// What tells one server, database and login apart from another: the key of every cache of
+/// per-server state. The Debug form of the settings hides the password, which must still
+/// tell them apart.
+pub(crate) fn identity(info: &redis::ConnectionInfo) -> String {
+    let settings = info.redis_settings();
+    format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password())
 }
 
 /// Whether a socket timeout of `set` ends no earlier than `remaining` and not much later.
