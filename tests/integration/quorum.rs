@@ -34,6 +34,21 @@ fn blocked_anywhere(servers: &[RedisServer]) -> u64 {
     servers.iter().map(RedisServer::blocked_clients).sum()
 }
 
+/// Lock `q` held, and a thread waiting for it that has blocked on one of `servers`.
+fn held_with_a_waiter(
+    quorum: &Quorum,
+    servers: &[RedisServer],
+) -> (Lock, std::thread::JoinHandle<Result<bool, Error>>) {
+    let holder = Lock::builder(quorum, "q").expire(EXPIRE).build().unwrap();
+    holder.acquire().unwrap();
+    let waiter = Lock::builder(quorum, "q").expire(EXPIRE).build().unwrap();
+    let waiter = spawn_waiter(waiter, secs(60));
+    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
+        blocked_anywhere(servers) >= 1 || waiter.is_finished()
+    });
+    (holder, waiter)
+}
+
 #[test]
 fn a_lock_is_held_on_every_live_server_and_released_on_all() {
     let servers = servers(5);
@@ -52,13 +67,7 @@ fn a_lock_is_held_on_every_live_server_and_released_on_all() {
 fn a_release_wakes_a_waiter_blocked_on_one_server() {
     let servers = servers(5);
     let quorum = quorum(&servers);
-    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
-    holder.acquire().unwrap();
-    let waiter = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
-    let waiter = spawn_waiter(waiter, secs(60));
-    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
-        blocked_anywhere(&servers) >= 1 || waiter.is_finished()
-    });
+    let (holder, waiter) = held_with_a_waiter(&quorum, &servers);
     assert_woken_by(|| holder.release().unwrap(), waiter);
 }
 
@@ -147,13 +156,7 @@ fn a_second_handle_with_the_holders_id_is_refused_and_leaves_the_lock_held() {
 fn a_waiter_whose_server_dies_waits_on_another() {
     let mut servers = servers(5);
     let quorum = quorum(&servers);
-    let holder = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
-    holder.acquire().unwrap();
-    let waiter = Lock::builder(&quorum, "q").expire(EXPIRE).build().unwrap();
-    let waiter = spawn_waiter(waiter, secs(60));
-    crate::support::eventually(BLOCK_LIMIT, "the waiter to block", || {
-        blocked_anywhere(&servers) >= 1 || waiter.is_finished()
-    });
+    let (holder, waiter) = held_with_a_waiter(&quorum, &servers);
     let blocked_on = (0..5)
         .find(|&i| servers[i].blocked_clients() >= 1)
         .expect("a server with the waiter");
