@@ -7,10 +7,9 @@
 //! [`redirect`](crate::protocol::redirect)). A request that may have run comes back as
 //! [`Fault::Lost`], for the driver to settle as on one server.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
 
 use super::nodes::Nodes;
@@ -50,6 +49,8 @@ pub(crate) struct Routed<T> {
     nodes: Nodes,
     /// When the topology was last learned: a failure from before then needs no new look.
     learned: Mutex<Option<Instant>>,
+    /// Told each time the topology has been learned anew.
+    relearned: Condvar,
 }
 
 /// How one attempt on one server came out.
@@ -70,6 +71,7 @@ impl<T: Topology> Routed<T> {
             topology,
             nodes: Nodes::new(template),
             learned: Mutex::new(None),
+            relearned: Condvar::new(),
         }
     }
 
@@ -88,10 +90,29 @@ impl<T: Topology> Routed<T> {
         }
         let result = self.topology.learn(&self.nodes, deadline);
         match &result {
-            Ok(()) => *learned = Some(Instant::now()),
+            Ok(()) => {
+                *learned = Some(Instant::now());
+                self.relearned.notify_all();
+            }
             Err(e) => log::debug!("could not learn the topology: {e}"),
         }
         result
+    }
+
+    /// Waits, at most `pause`, for the topology to be learned anew after `since` (by another
+    /// call that met the same failure): the backoff of a request whose servers are changing,
+    /// never a way of waiting for a lock.
+    fn until_relearned(&self, since: Instant, pause: Duration) {
+        let until = Instant::now() + pause;
+        // A look under way holds the lock: its end is what this waits for anyway.
+        let Some(mut learned) = self.learned.try_lock_until(until) else {
+            return;
+        };
+        while !learned.is_some_and(|at| at > since) {
+            if self.relearned.wait_until(&mut learned, until).timed_out() {
+                return;
+            }
+        }
     }
 
     fn node_for(
@@ -156,8 +177,7 @@ impl<T: Topology> Routed<T> {
                 return Err(Fault::NotSent(error));
             }
             log::debug!("the topology is changing ({error}); looking again");
-            // Backoff for servers that are changing, never a way of waiting for a lock.
-            thread::sleep(pause);
+            self.until_relearned(started, pause);
             pause = (pause * 2).min(PAUSE_MAX);
             hops = 0;
             // Failing, the next attempt says why.
