@@ -697,13 +697,7 @@ fn run_cell(
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .map_err(|_| "a bench thread panicked".to_string())?
-            })
-            .collect::<Result<_, String>>()
+        join_all(workers)
     })?;
     let wall = start.elapsed();
     let total = per_thread.iter().map(|t| t.acquisitions).sum();
@@ -1070,13 +1064,7 @@ fn run_names_cell(
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .map_err(|_| "a bench thread panicked".to_string())?
-            })
-            .collect::<Result<_, String>>()
+        join_all(workers)
     })?;
     let wall = start.elapsed();
     let total: u64 = per_thread.iter().map(|t| t.acquisitions).sum();
@@ -1271,6 +1259,19 @@ fn ping(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
     let sent = Instant::now();
     let _: String = redis::cmd("PING").query(conn)?;
     Ok(sent.elapsed().as_micros() as u64)
+}
+
+/// Each worker's result, or the first error (a panicked worker is one).
+fn join_all<T>(
+    workers: Vec<thread::ScopedJoinHandle<'_, Result<T, String>>>,
+) -> Result<Vec<T>, String> {
+    workers
+        .into_iter()
+        .map(|w| {
+            w.join()
+                .map_err(|_| "a bench thread panicked".to_string())?
+        })
+        .collect()
 }
 
 fn percentile<T: Ord + Copy>(samples: &mut [T], pct: f64) -> Option<T> {
