@@ -60,7 +60,8 @@ impl Lock {
 /// # }
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
-pub struct LockBuilder {
+pub struct LockBuilder<K = Lock> {
+    kind: std::marker::PhantomData<fn() -> K>,
     /// Where the lock lives; a backend that cannot be used fails the build.
     transport: Result<Arc<dyn Transport>, Error>,
     name: String,
@@ -74,7 +75,7 @@ pub struct LockBuilder {
     replicas: Option<(u32, Duration)>,
 }
 
-impl LockBuilder {
+impl<K> LockBuilder<K> {
     pub(crate) fn new<B: Backend + ?Sized>(backend: &B, name: String) -> Self {
         LockBuilder::on_result(transport_of(backend), name)
     }
@@ -86,6 +87,7 @@ impl LockBuilder {
 
     fn on_result(transport: Result<Arc<dyn Transport>, Error>, name: String) -> Self {
         LockBuilder {
+            kind: std::marker::PhantomData,
             transport,
             name,
             expire: None,
@@ -211,23 +213,6 @@ impl LockBuilder {
         self
     }
 
-    /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let token = redis_blpop_lock::CancelToken::new();
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
-    ///     .cancel_token(token.clone())
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn cancel_token(mut self, token: CancelToken) -> Self {
-        self.cancel = Some(token);
-        self
-    }
-
     /// Has `replicas` replicas acknowledge each acquisition, extension and release before
     /// the call returns: the same connection sends `WAIT replicas timeout` right after it.
     /// Off by default.
@@ -254,20 +239,8 @@ impl LockBuilder {
         self
     }
 
-    /// Checks the settings and makes the handle. No connection is opened yet.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
-    ///     .expire(Duration::from_secs(30))
-    ///     .build()?;
-    /// assert!(redis_blpop_lock::Lock::builder(&client, "").build().is_err());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn build(self) -> Result<Lock, Error> {
+    /// The checked settings, and where the lock lives.
+    pub(crate) fn checked(self) -> Result<(Settings, Arc<dyn Transport>), Error> {
         if self.name.is_empty() {
             return Err(Error::invalid("the lock name is empty"));
         }
@@ -302,6 +275,43 @@ impl LockBuilder {
         };
         let transport = self.transport?;
         transport.check(&settings)?;
+        Ok((settings, transport))
+    }
+}
+
+impl LockBuilder<Lock> {
+    /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let token = redis_blpop_lock::CancelToken::new();
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
+    ///     .cancel_token(token.clone())
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cancel_token(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Checks the settings and makes the handle. No connection is opened yet.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
+    ///     .expire(Duration::from_secs(30))
+    ///     .build()?;
+    /// assert!(redis_blpop_lock::Lock::builder(&client, "").build().is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<Lock, Error> {
+        let (settings, transport) = self.checked()?;
         Ok(Lock::from_settings(settings, transport))
     }
 }

@@ -299,7 +299,7 @@ impl Cache {
     }
 
     fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
-        LockBuilder::on(
+        LockBuilder::<Lock>::on(
             Arc::clone(&self.transport),
             format!("get_or_set:{}", keys.name),
         )

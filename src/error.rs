@@ -82,6 +82,14 @@ pub enum Error {
         /// How many were asked for.
         wanted: u32,
     },
+    /// The lock was lost while work ran under it (its expiry passed without a renewal
+    /// getting through, or a renewal found another id in the key), so the work was stopped:
+    /// the async [`with_lock`](crate::aio::with_lock) drops its future when this happens.
+    #[error("lock {name:?} was lost while the work ran")]
+    Lost {
+        /// The lock's name.
+        name: String,
+    },
     /// An argument was out of range or missing; the message says which.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
