@@ -9,6 +9,9 @@
 //!     [--concurrency ..] [--hold-ms ..] [--json] [--cell loop,names,wait1]
 //! cargo run --release --example bench -- --quorum N [--impl ours,redlock-polling] [--seconds S]
 //!     [--concurrency ..] [--hold-ms ..] [--json]
+//! cargo run --release --example bench --features tokio -- [--impl ours,ours-async] [--cell loop,scale]
+//!     [--tasks 10000] [--names 100] [--seconds S] [--concurrency ..] [--hold-ms ..] [--json]
+//! cargo run --release --example bench --features bench-rslock -- --impl ours-async,rslock [..]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -79,6 +82,49 @@
 //! ```text
 //! cargo run --release --example bench -- --quorum 5 --impl ours,redlock-polling --concurrency 1,6 --hold-ms 0,10
 //! cargo run --release --example bench -- --cell loop --impl ours --concurrency 1 --hold-ms 0
+//! ```
+//!
+//! # `--impl ours-async` and `--impl rslock`: async contenders (features `tokio`, `bench-rslock`)
+//!
+//! The same `loop` cells with C tokio tasks instead of C threads, all on one multi-thread
+//! runtime (one for the whole run, one worker per core). `ours-async`: each task has its own
+//! `aio::Lock` (expiry 10 s) and loops `lock().await` → hold (`tokio::time::sleep`, which
+//! rounds up to the next millisecond) → `unlock().await` on the guard. `rslock`: the `rslock`
+//! crate (0.10), the common async Redis lock in Rust, which polls: each task has its own
+//! `LockManager` on the server (a connection of its own, as separate services would) and loops
+//! `acquire(key, 10 s).await` → hold → `guard.release().await`, with rslock's defaults
+//! (`acquire` calls `lock()` until it wins; a `lock()` makes 3 tries with a random pause of
+//! 0–200 ms between them). The `PING`s are the threads' blocking ones, in `block_in_place`,
+//! so every impl's figures are multiples of the same round trip. Both run on one server
+//! (`rslock` only there; `ours-async` also on `--cluster` and `--quorum`) and in the `loop`
+//! cells only. A build without the feature refuses the impl and says how to rebuild.
+//!
+//! To reproduce the async figures next to the blocking ones, and the rslock comparison:
+//!
+//! ```text
+//! cargo run --release --example bench --features tokio -- --impl ours,ours-async --concurrency 1,6 --hold-ms 0,10
+//! cargo run --release --example bench --features bench-rslock -- --impl ours-async,rslock,polling --concurrency 6 --hold-ms 10
+//! ```
+//!
+//! # `scale` cell: 10,000 tasks on 100 names in one process (feature `tokio`)
+//!
+//! For each hold D (`--hold-ms`): `--tasks` tasks (default 10000), task i on the name
+//! i mod `--names` (default 100), each with its own `aio::Lock`, all on the bench's runtime,
+//! each looping `lock().await` → hold D → `unlock().await` until `--seconds` have passed and
+//! it has had its lock at least once. Meanwhile the bench, on a plain connection of its own,
+//! looks every 100 ms: one `PING` (the RTT), `CLIENT LIST` (the server's clients less that
+//! connection: on the bench's private server, this process's connections) and `VmRSS` in
+//! /proc/self/status. Reported: `connections`, the most seen while the tasks ran, against the
+//! target names + 8 (`connections_target`, `meets_target`); `connections_before` (before the
+//! tasks were spawned) and `connections_after` (100 ms after the last one ended);
+//! `acquisitions_per_s`; `handoff_p50_us` / `handoff_p99_us` (from a release to the next
+//! acquisition of the same name) and `handoff_p50_rtt`; `min` (the fewest acquisitions a task
+//! had); `rss_kib` (the most seen while the tasks ran), `rss_before_kib` and their difference,
+//! `rss_increase_kib`. One server only (it counts that server's clients); run it against the
+//! private server, or a server no one else uses.
+//!
+//! ```text
+//! cargo run --release --example bench --features tokio -- --cell scale --hold-ms 0
 //! ```
 //!
 //! # `names` cell: many names, no contention
@@ -171,20 +217,27 @@
 //! `--cell crash --impl ours` alone takes about 10 s; `--trials` trades time for a steadier p99
 //! (up to 51 trials, p99 is the largest sample).
 //!
-//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash` and `overshoot` lines
-//! carry a `"cell"` field (the `loop` lines have none).
+//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash`, `overshoot` and
+//! `scale` lines carry a `"cell"` field (the `loop` lines have none).
 
+#[cfg(feature = "tokio")]
+#[path = "support/async_cells.rs"]
+mod async_cells;
 #[path = "support/deployments.rs"]
 mod deployments;
 mod support;
 
+use std::future::{ready, Future};
 use std::io::{BufRead, BufReader, Write};
+use std::pin::pin;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::{Lock, LockBuilder, Quorum};
+use redis_blpop_lock::{Backend, Lock, LockBuilder, Quorum};
 
 use deployments::Deployment;
 
@@ -235,6 +288,9 @@ struct Options {
     trials: usize,
     expire_ms: u64,
     timeout_ms: Vec<u64>,
+    /// The `scale` cell's tasks, and the names they share.
+    tasks: usize,
+    names: usize,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -249,6 +305,8 @@ enum CellKind {
     Names,
     /// The uncontended cycle with `replicas(1, ..)` (`WAIT 1`) against the same without.
     Wait1,
+    /// Many async tasks waiting on a few names in this one process (feature `tokio`).
+    Scale,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -259,6 +317,10 @@ enum Impl {
     Python,
     /// Redlock as redsync does it, polling; `--quorum` loop cells only.
     RedlockPolling,
+    /// The async API (`aio`) in tokio tasks; loop cells only (feature `tokio`).
+    OursAsync,
+    /// The `rslock` crate in tokio tasks; one server's loop cells only (feature `bench-rslock`).
+    Rslock,
 }
 
 impl Impl {
@@ -268,6 +330,8 @@ impl Impl {
             Impl::Polling => "polling",
             Impl::Python => "python",
             Impl::RedlockPolling => "redlock-polling",
+            Impl::OursAsync => "ours-async",
+            Impl::Rslock => "rslock",
         }
     }
 }
@@ -341,6 +405,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Loop => run_loop_cells(&place, &options)?,
             CellKind::Names => run_names(&place, &options)?,
             CellKind::Wait1 => run_wait1(&place, &options)?,
+            #[cfg(feature = "tokio")]
+            CellKind::Scale => async_cells::run_scale(&place, &options)?,
+            #[cfg(not(feature = "tokio"))]
+            CellKind::Scale => unreachable!("parse_args refuses it without the tokio feature"),
             CellKind::Crash | CellKind::Overshoot => match &place {
                 Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
                 Place::Quorum { .. } => {
@@ -393,13 +461,18 @@ impl Place {
         }
     }
 
-    fn lock(&self, name: &str) -> LockBuilder {
+    /// What the locks are built on, for the blocking and the async API alike.
+    fn store(&self) -> &dyn Backend {
         match self {
-            Place::Server { client, .. } => Lock::builder(client, name),
-            Place::Quorum { quorum, .. } => Lock::builder(quorum, name),
+            Place::Server { client, .. } => client,
+            Place::Quorum { quorum, .. } => quorum,
             #[cfg(feature = "cluster")]
-            Place::Cluster { client, .. } => Lock::builder(client.as_ref(), name),
+            Place::Cluster { client, .. } => client.as_ref(),
         }
+    }
+
+    fn lock(&self, name: &str) -> LockBuilder {
+        Lock::builder(self.store(), name)
     }
 
     /// How many servers a quorum has; `None` elsewhere.
@@ -435,6 +508,13 @@ impl Place {
     /// A client for the server that holds lock `name`'s key (see `node_for`).
     fn node_client(&self, name: &str) -> Result<redis::Client, String> {
         redis::Client::open(self.node_for(name)?).map_err(|e| e.to_string())
+    }
+
+    /// A connection for a contender's `PING`s (see `node_for`).
+    fn pinger(&self, name: &str) -> Result<redis::Connection, String> {
+        self.node_client(name)?
+            .get_connection()
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -515,16 +595,17 @@ fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::e
                 eprintln!("(redlock-polling: --quorum only)");
                 continue;
             }
+            // Like `polling`: its keys and connections are for one server here.
+            Impl::Rslock if place.backend() != "server" => {
+                eprintln!("(rslock: one server only; no loop cells on --cluster or --quorum)");
+                continue;
+            }
             _ => {}
         }
         for &concurrency in options.concurrency.as_deref().unwrap_or(&[1, 2, 6]) {
             for &hold_ms in &options.hold_ms {
                 let cell = run_cell(place, imp, concurrency, hold_ms, options.seconds)?;
-                if options.json {
-                    println!("{}", cell.json());
-                } else {
-                    println!("{}", cell.row());
-                }
+                cell.print(options.json);
             }
         }
     }
@@ -547,6 +628,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         trials: 20,
         expire_ms: 300,
         timeout_ms: vec![50, 300, 1000],
+        tasks: 10_000,
+        names: 100,
     };
     let mut impls = None;
     while let Some(arg) = args.next() {
@@ -583,8 +666,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                             "polling" => Ok(Impl::Polling),
                             "python" => Ok(Impl::Python),
                             "redlock-polling" => Ok(Impl::RedlockPolling),
+                            "ours-async" if cfg!(feature = "tokio") => Ok(Impl::OursAsync),
+                            "ours-async" => Err(rebuild("ours-async", "tokio")),
+                            "rslock" if cfg!(feature = "bench-rslock") => Ok(Impl::Rslock),
+                            "rslock" => Err(rebuild("rslock", "bench-rslock")),
                             other => Err(format!(
-                                "--impl: unknown {other:?} (ours, polling, python, redlock-polling)"
+                                "--impl: unknown {other:?} (ours, polling, python, \
+                                 redlock-polling, ours-async, rslock)"
                             )),
                         })
                         .collect::<Result<_, _>>()?,
@@ -600,8 +688,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "overshoot" => Ok(CellKind::Overshoot),
                         "names" => Ok(CellKind::Names),
                         "wait1" => Ok(CellKind::Wait1),
+                        "scale" if cfg!(feature = "tokio") => Ok(CellKind::Scale),
+                        "scale" => Err(rebuild("the scale cell", "tokio")),
                         other => Err(format!(
-                            "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot)"
+                            "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
+                             scale)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -619,6 +710,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 }
             }
             "--timeout-ms" => options.timeout_ms = list(&value()?, "--timeout-ms")?,
+            "--tasks" => options.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
+            "--names" => options.names = value()?.parse().map_err(|e| format!("--names: {e}"))?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -650,7 +743,21 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     {
         return Err("the wait1 cell needs a replica: --cluster-replicas 1".into());
     }
+    if options.cluster && options.cells.contains(&CellKind::Scale) {
+        return Err("the scale cell counts one server's clients: it takes no --cluster".into());
+    }
+    if options.names == 0 || options.tasks < options.names {
+        return Err("--names must be at least 1, and --tasks at least --names".into());
+    }
     Ok(options)
+}
+
+/// What a build without `feature` says when asked for `what`.
+fn rebuild(what: &str, feature: &str) -> String {
+    format!(
+        "{what} needs the {feature} feature: rebuild with \
+         `cargo run --release --example bench --features {feature} -- ..`"
+    )
 }
 
 fn list<T: std::str::FromStr>(text: &str, flag: &str) -> Result<Vec<T>, String> {
@@ -671,34 +778,42 @@ fn run_cell(
     seconds: f64,
 ) -> Result<Cell, Box<dyn std::error::Error>> {
     let name = format!("bench:{}:{concurrency}:{hold_ms}", imp.name());
-    let hold = Duration::from_millis(hold_ms);
-    let duration = Duration::from_secs_f64(seconds);
     let start = Instant::now();
-    let end = start + duration;
-    // Nanoseconds since `start` at which the last holder called release.
-    let last_release = AtomicU64::new(0);
-    let per_thread: Vec<ThreadStats> = thread::scope(|s| {
-        let workers: Vec<_> = (0..concurrency)
-            .map(|_| {
-                s.spawn(|| match imp {
-                    Impl::Ours => run_ours(place, &name, hold, start, end, &last_release),
-                    Impl::Polling => {
-                        // Only on one server (run_loop_cells), which holds every key.
-                        let client = place.node_client(&name)?;
-                        run_polling(&client, &name, hold, start, end, &last_release)
-                    }
-                    Impl::RedlockPolling => match place {
-                        Place::Quorum { urls, .. } => {
-                            run_redlock_polling(urls, &name, hold, start, end, &last_release)
+    let turns = Turns {
+        start,
+        end: start + Duration::from_secs_f64(seconds),
+        hold: Duration::from_millis(hold_ms),
+        at_least_once: false,
+        last_release: Arc::default(),
+    };
+    let per_thread: Vec<ThreadStats> = match imp {
+        #[cfg(feature = "tokio")]
+        Impl::OursAsync | Impl::Rslock => {
+            async_cells::run_tasks(place, imp, &name, concurrency, &turns)?
+        }
+        _ => thread::scope(|s| {
+            let workers: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    s.spawn(|| match imp {
+                        Impl::Ours => run_ours(place, &name, turns.clone()),
+                        Impl::Polling => {
+                            // Only on one server (run_loop_cells), which holds every key.
+                            let client = place.node_client(&name)?;
+                            run_polling(&client, &name, turns.clone())
                         }
-                        _ => Err("redlock-polling runs on --quorum only".to_string()),
-                    },
-                    Impl::Python => Err("python has no loop cells".to_string()),
+                        Impl::RedlockPolling => match place {
+                            Place::Quorum { urls, .. } => {
+                                run_redlock_polling(urls, &name, turns.clone())
+                            }
+                            _ => Err("redlock-polling runs on --quorum only".to_string()),
+                        },
+                        _ => Err(format!("{} has no threads' loop cells", imp.name())),
+                    })
                 })
-            })
-            .collect();
-        join_all(workers)
-    })?;
+                .collect();
+            join_all(workers.into_iter().map(|w| w.join()))
+        })?,
+    };
     let wall = start.elapsed();
     let total = per_thread.iter().map(|t| t.acquisitions).sum();
     let mut handoffs: Vec<u64> = per_thread.iter().flat_map(|t| t.handoffs.clone()).collect();
@@ -730,147 +845,161 @@ fn run_cell(
     })
 }
 
-/// The loop both impls share: take the lock, hold it, let go, and time it all.
-fn measure(
-    client: &redis::Client,
+/// How a contender takes its turns, and the clock it shares with the other contenders for
+/// the same name.
+#[derive(Clone)]
+struct Turns {
     start: Instant,
     end: Instant,
     hold: Duration,
-    last_release: &AtomicU64,
-    mut acquire: impl FnMut() -> Result<(), String>,
-    mut release: impl FnMut() -> Result<(), String>,
-) -> Result<ThreadStats, String> {
+    /// Go on past `end` until this contender has had the lock once (the `scale` cell).
+    at_least_once: bool,
+    /// Nanoseconds since `start` at which the name's last holder called release.
+    last_release: Arc<AtomicU64>,
+}
+
+/// The loop every impl shares: take the lock, hold it, let go, and time it all; every
+/// [`PING_EVERY`]th turn, one `PING` on `pinger` if there is one. Async, so that the async
+/// impls run it as tokio tasks; the threads run it with [`run_blocking`], their steps blocking
+/// until done and returning a ready future. The steps are plain closures, not `async` ones:
+/// a task must be `Send`, and the futures of an `async` closure, which borrow the closure, are
+/// not taken to be.
+async fn measure<G, A, R>(
+    turns: Turns,
+    mut pinger: Option<redis::Connection>,
+    mut acquire: impl FnMut() -> A,
+    mut release: impl FnMut(G) -> R,
+) -> Result<ThreadStats, String>
+where
+    A: Future<Output = Result<G, String>>,
+    R: Future<Output = Result<(), String>>,
+{
     let mut stats = ThreadStats::default();
-    let mut pinger = client.get_connection().map_err(|e| e.to_string())?;
-    let since_start = |t: Instant| t.duration_since(start).as_nanos() as u64;
-    while Instant::now() < end {
+    let since_start = |t: Instant| t.duration_since(turns.start).as_nanos() as u64;
+    let on_runtime = tokio::runtime::Handle::try_current().is_ok();
+    while Instant::now() < turns.end || (turns.at_least_once && stats.acquisitions == 0) {
         let before = Instant::now();
-        acquire()?;
+        let guard = acquire().await?;
         let acquired = Instant::now();
-        let released_at = last_release.load(Ordering::SeqCst);
+        let released_at = turns.last_release.load(Ordering::SeqCst);
         if released_at > 0 {
             stats
                 .handoffs
                 .push((since_start(acquired).saturating_sub(released_at)) / 1000);
         }
         stats.acquisitions += 1;
-        if !hold.is_zero() {
-            thread::sleep(hold);
+        if !turns.hold.is_zero() {
+            // A task must not block its worker; a thread has no runtime to sleep on.
+            if on_runtime {
+                tokio::time::sleep(turns.hold).await;
+            } else {
+                thread::sleep(turns.hold);
+            }
         }
         let releasing = Instant::now();
         stats.held += releasing - acquired;
-        last_release.store(since_start(releasing), Ordering::SeqCst);
-        release()?;
+        turns
+            .last_release
+            .store(since_start(releasing), Ordering::SeqCst);
+        release(guard).await?;
         stats
             .cycles
             .push((Instant::now() - before).as_micros() as u64);
-        if stats.acquisitions % PING_EVERY == 0 {
-            stats
-                .pings
-                .push(ping(&mut pinger).map_err(|e| e.to_string())?);
+        if let Some(pinger) = pinger
+            .as_mut()
+            .filter(|_| stats.acquisitions % PING_EVERY == 0)
+        {
+            // A blocking PING for every impl, so that all cells divide by the same figure;
+            // in a task, block_in_place moves the worker's other tasks to another thread
+            // meanwhile (outside a runtime it just runs the closure).
+            let rtt = tokio::task::block_in_place(|| ping(pinger));
+            stats.pings.push(rtt.map_err(|e| e.to_string())?);
         }
     }
     Ok(stats)
 }
 
-fn run_ours(
-    place: &Place,
-    name: &str,
-    hold: Duration,
-    start: Instant,
-    end: Instant,
-    last_release: &AtomicU64,
-) -> Result<ThreadStats, String> {
+/// Runs a thread's [`measure`]: each of its steps blocks the thread until it is done, so the
+/// future is ready at its first poll and needs no runtime.
+fn run_blocking<T>(future: impl Future<Output = T>) -> T {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("a blocking contender never waits for a wake-up"),
+    }
+}
+
+fn run_ours(place: &Place, name: &str, turns: Turns) -> Result<ThreadStats, String> {
     let lock = place
         .lock(name)
         .expire(LOCK_EXPIRE)
         .build()
         .map_err(|e| e.to_string())?;
-    measure(
-        &place.node_client(name)?,
-        start,
-        end,
-        hold,
-        last_release,
-        || lock.acquire().map_err(|e| e.to_string()),
-        || lock.release().map_err(|e| e.to_string()),
-    )
+    run_blocking(measure(
+        turns,
+        Some(place.pinger(name)?),
+        || ready(lock.acquire().map_err(|e| e.to_string())),
+        |()| ready(lock.release().map_err(|e| e.to_string())),
+    ))
 }
 
-fn run_polling(
-    client: &redis::Client,
-    name: &str,
-    hold: Duration,
-    start: Instant,
-    end: Instant,
-    last_release: &AtomicU64,
-) -> Result<ThreadStats, String> {
+fn run_polling(client: &redis::Client, name: &str, turns: Turns) -> Result<ThreadStats, String> {
     let key = format!("lock:{name}");
     let id = format!("{:?}-{}", thread::current().id(), std::process::id());
     let release_script = redis::Script::new(POLLING_RELEASE);
     let conn = std::cell::RefCell::new(client.get_connection().map_err(|e| e.to_string())?);
-    measure(
-        client,
-        start,
-        end,
-        hold,
-        last_release,
-        || loop {
-            let taken: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg(&id)
-                .arg("NX")
-                .arg("PX")
-                .arg(LOCK_EXPIRE.as_millis() as u64)
-                .query(&mut *conn.borrow_mut())
-                .map_err(|e| e.to_string())?;
-            if taken.is_some() {
-                return Ok(());
-            }
-            thread::sleep(POLL_INTERVAL);
-        },
-        || {
-            let _: i64 = release_script
-                .key(&key)
-                .arg(&id)
-                .invoke(&mut *conn.borrow_mut())
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        },
-    )
+    let pinger = client.get_connection().map_err(|e| e.to_string())?;
+    let take = || loop {
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&id)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_EXPIRE.as_millis() as u64)
+            .query(&mut *conn.borrow_mut())
+            .map_err(|e| e.to_string())?;
+        if taken.is_some() {
+            return Ok(());
+        }
+        thread::sleep(POLL_INTERVAL);
+    };
+    let give_back = || {
+        let _: i64 = release_script
+            .key(&key)
+            .arg(&id)
+            .invoke(&mut *conn.borrow_mut())
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    };
+    run_blocking(measure(
+        turns,
+        Some(pinger),
+        || ready(take()),
+        |()| ready(give_back()),
+    ))
 }
 
 /// `redlock-polling` on the quorum's servers: each thread a [`Redlock`] of its own.
-fn run_redlock_polling(
-    urls: &[String],
-    name: &str,
-    hold: Duration,
-    start: Instant,
-    end: Instant,
-    last_release: &AtomicU64,
-) -> Result<ThreadStats, String> {
+fn run_redlock_polling(urls: &[String], name: &str, turns: Turns) -> Result<ThreadStats, String> {
     let redlock = std::cell::RefCell::new(Redlock::new(urls, name)?);
     let gave_up = std::cell::Cell::new(0);
     let pinged = redis::Client::open(urls[0].as_str()).map_err(|e| e.to_string())?;
-    let mut stats = measure(
-        &pinged,
-        start,
-        end,
-        hold,
-        last_release,
-        || loop {
-            // A redsync caller gets ErrFailed after its tries; one that needs the lock calls
-            // Lock() again, as this loop does, and the cell counts how often.
-            if redlock.borrow_mut().lock()? {
-                return Ok(());
-            }
-            gave_up.set(gave_up.get() + 1);
-        },
-        || {
+    // A redsync caller gets ErrFailed after its tries; one that needs the lock calls Lock()
+    // again, as this loop does, and the cell counts how often.
+    let take = || loop {
+        if redlock.borrow_mut().lock()? {
+            return Ok(());
+        }
+        gave_up.set(gave_up.get() + 1);
+    };
+    let mut stats = run_blocking(measure(
+        turns,
+        Some(pinged.get_connection().map_err(|e| e.to_string())?),
+        || ready(take()),
+        |()| {
             redlock.borrow_mut().unlock();
-            Ok(())
+            ready(Ok(()))
         },
-    )?;
+    ))?;
     stats.gave_up = gave_up.get();
     Ok(stats)
 }
@@ -1026,11 +1155,7 @@ fn run_names(place: &Place, options: &Options) -> Result<(), Box<dyn std::error:
     }
     for &concurrency in options.concurrency.as_deref().unwrap_or(&[6]) {
         let cell = run_names_cell(place, concurrency, options.seconds)?;
-        if options.json {
-            println!("{}", cell.json());
-        } else {
-            println!("{}", cell.row());
-        }
+        cell.print(options.json);
     }
     Ok(())
 }
@@ -1051,20 +1176,27 @@ fn run_names_cell(
     nodes.sort();
     nodes.dedup();
     let start = Instant::now();
-    let end = start + Duration::from_secs_f64(seconds);
+    // No other thread takes a name, so there are no handoffs to time: each thread's own
+    // releases are all `measure` sees.
+    let turns = Turns {
+        start,
+        end: start + Duration::from_secs_f64(seconds),
+        hold: Duration::ZERO,
+        at_least_once: false,
+        last_release: Arc::default(),
+    };
     let per_thread: Vec<ThreadStats> = thread::scope(|s| {
         let workers: Vec<_> = names
             .iter()
             .map(|name| {
-                s.spawn(move || {
-                    // No other thread takes this name, so there are no handoffs to time:
-                    // this thread's own releases are all `measure` sees.
-                    let own_release = AtomicU64::new(0);
-                    run_ours(place, name, Duration::ZERO, start, end, &own_release)
-                })
+                let turns = Turns {
+                    last_release: Arc::default(),
+                    ..turns.clone()
+                };
+                s.spawn(move || run_ours(place, name, turns))
             })
             .collect();
-        join_all(workers)
+        join_all(workers.into_iter().map(|w| w.join()))
     })?;
     let wall = start.elapsed();
     let total: u64 = per_thread.iter().map(|t| t.acquisitions).sum();
@@ -1098,7 +1230,7 @@ struct NamesCell {
     nodes: usize,
 }
 
-impl NamesCell {
+impl Line for NamesCell {
     fn json(&self) -> String {
         format!(
             concat!(
@@ -1230,6 +1362,16 @@ fn run_wait1(place: &Place, options: &Options) -> Result<(), Box<dyn std::error:
     Ok(())
 }
 
+/// A cell's figures, as a table row or (`--json`) as one JSON object.
+trait Line {
+    fn json(&self) -> String;
+    fn row(&self) -> String;
+
+    fn print(&self, json: bool) {
+        println!("{}", if json { self.json() } else { self.row() });
+    }
+}
+
 /// `figure` as a multiple of `rtt`, when both are known.
 fn rtt_multiple(figure: Option<u64>, rtt: Option<u64>) -> Option<f64> {
     let (figure, rtt) = figure.zip(rtt.filter(|&rtt| rtt > 0))?;
@@ -1261,16 +1403,14 @@ fn ping(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
     Ok(sent.elapsed().as_micros() as u64)
 }
 
-/// Each worker's result, or the first error (a panicked worker is one).
-fn join_all<T>(
-    workers: Vec<thread::ScopedJoinHandle<'_, Result<T, String>>>,
+/// Each worker's result, or the first error (a panicked worker is one), from what joining
+/// each worker (a thread or a task) returned.
+fn join_all<T, P>(
+    joined: impl IntoIterator<Item = Result<Result<T, String>, P>>,
 ) -> Result<Vec<T>, String> {
-    workers
+    joined
         .into_iter()
-        .map(|w| {
-            w.join()
-                .map_err(|_| "a bench thread panicked".to_string())?
-        })
+        .map(|w| w.map_err(|_| "a bench worker panicked".to_string())?)
         .collect()
 }
 
@@ -1292,7 +1432,7 @@ fn opt_f(value: Option<f64>) -> String {
     value.map_or("null".to_string(), |v| format!("{v:.2}"))
 }
 
-impl Cell {
+impl Line for Cell {
     fn json(&self) -> String {
         // Only where they mean something: `servers` on a quorum, `gave_up` for redlock-polling.
         let servers = self
@@ -1410,7 +1550,9 @@ impl TailCell {
     fn meets_target(&self) -> Option<bool> {
         self.p99_us.map(|p99| p99 <= TARGET_P99_US)
     }
+}
 
+impl Line for TailCell {
     fn json(&self) -> String {
         let (cell, param, figure) = self.names();
         let opt_i = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
@@ -1501,16 +1643,16 @@ fn run_tail_cells(
                 eprintln!("(redlock-polling: --quorum loop cells only)");
                 continue;
             }
+            (_, Impl::OursAsync | Impl::Rslock) => {
+                eprintln!("({}: loop cells only)", imp.name());
+                continue;
+            }
             (_, Impl::Python) => run_python(url, kind, options, server_hz)?,
             (CellKind::Crash, _) => vec![run_crash(client, url, imp, options, server_hz)?],
             _ => run_overshoot(client, imp, options, server_hz)?,
         };
         for cell in cells {
-            if options.json {
-                println!("{}", cell.json());
-            } else {
-                println!("{}", cell.row());
-            }
+            cell.print(options.json);
         }
     }
     Ok(())
@@ -1579,6 +1721,9 @@ impl Handle {
             },
             Impl::Python => return Err("python runs in its own process".into()),
             Impl::RedlockPolling => return Err("redlock-polling runs on --quorum only".into()),
+            Impl::OursAsync | Impl::Rslock => {
+                return Err("the async impls run loop cells only".into())
+            }
         })
     }
 

@@ -32,15 +32,24 @@ fn bench_binary() -> PathBuf {
         .expect("target folder");
     let bench = target.join("examples").join("bench");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    // With this test binary's `cluster` feature, or the bench would refuse --cluster.
-    let features: &[&str] = if cfg!(feature = "cluster") {
-        &["--features", "cluster"]
-    } else {
-        &[]
-    };
+    // With this test binary's features that the bench knows, or it would refuse the cells
+    // that need them.
+    let features: Vec<&str> = [
+        ("cluster", cfg!(feature = "cluster")),
+        ("tokio", cfg!(feature = "tokio")),
+        ("bench-rslock", cfg!(feature = "bench-rslock")),
+    ]
+    .into_iter()
+    .filter_map(|(feature, on)| on.then_some(feature))
+    .collect();
     let status = Command::new(cargo)
-        .args(["build", "--example", "bench"])
-        .args(features)
+        .args([
+            "build",
+            "--example",
+            "bench",
+            "--features",
+            &features.join(","),
+        ])
         .status()
         .expect("run cargo build --example bench");
     assert!(status.success(), "cargo build --example bench failed");
@@ -79,16 +88,86 @@ fn the_bench_prints_one_json_object_per_cell() {
         .args(["--hold-ms", "0", "--impl", "ours,polling", "--json"]);
     let (stdout, cells) = json_lines(&mut bench);
     assert_eq!(cells.len(), 4, "{stdout}");
-    for cell in &cells {
-        for field in FIELDS {
-            assert!(cell.get(field).is_some(), "{field} missing in {cell}");
-        }
-        assert!(cell["total"].as_u64().unwrap() > 0, "{cell}");
-        assert!(cell["rtt_p50_us"].as_u64().is_some(), "{cell}");
-        let single = cell["concurrency"] == 1;
-        assert_eq!(cell["cycle_p50_us"].is_u64(), single, "{cell}");
-        assert_eq!(cell["handoff_p50_us"].is_u64(), !single, "{cell}");
+    cells.iter().for_each(assert_loop_cell);
+}
+
+/// A `loop` line has every field, took the lock, and has a cycle for one contender, else a
+/// handoff.
+fn assert_loop_cell(cell: &serde_json::Value) {
+    for field in FIELDS {
+        assert!(cell.get(field).is_some(), "{field} missing in {cell}");
     }
+    assert!(cell["total"].as_u64().unwrap() > 0, "{cell}");
+    assert!(cell["rtt_p50_us"].as_u64().is_some(), "{cell}");
+    let single = cell["concurrency"] == 1;
+    assert_eq!(cell["cycle_p50_us"].is_u64(), single, "{cell}");
+    assert_eq!(cell["handoff_p50_us"].is_u64(), !single, "{cell}");
+}
+
+/// The async cells (feature `tokio`): `ours-async`'s loop cells (and `rslock`'s, with
+/// `bench-rslock`) and a small `scale` cell.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_async_cells_print_their_json() {
+    let server = RedisServer::start();
+    let impls: &[&str] = if cfg!(feature = "bench-rslock") {
+        &["ours-async", "rslock"]
+    } else {
+        &["ours-async"]
+    };
+    let mut bench = Command::new(bench_binary());
+    bench
+        .args(["--url", &server.url(), "--seconds", "0.2"])
+        .args([
+            "--concurrency",
+            "1,2",
+            "--hold-ms",
+            "0",
+            "--impl",
+            &impls.join(","),
+        ])
+        .args([
+            "--cell",
+            "loop,scale",
+            "--tasks",
+            "200",
+            "--names",
+            "10",
+            "--json",
+        ]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), 2 * impls.len() + 1, "{stdout}");
+    let (loops, scale) = cells.split_at(2 * impls.len());
+    loops.iter().for_each(assert_loop_cell);
+    for imp in impls {
+        assert!(
+            loops.iter().any(|c| c["impl"] == *imp),
+            "no line for {imp}: {stdout}"
+        );
+    }
+    let scale = &scale[0];
+    assert_eq!(scale["cell"], "scale", "{scale}");
+    assert_eq!(scale["tasks"], 200, "{scale}");
+    assert_eq!(scale["connections_target"], 10 + 8, "{scale}");
+    // Every task has had its lock at least once.
+    assert!(scale["min"].as_u64().unwrap() >= 1, "{scale}");
+    assert!(scale["total"].as_u64().unwrap() >= 200, "{scale}");
+    for field in [
+        "handoff_p50_us",
+        "rtt_p50_us",
+        "connections",
+        "connections_before",
+        "connections_after",
+        "rss_kib",
+        "rss_before_kib",
+        "rss_increase_kib",
+    ] {
+        assert!(scale[field].is_u64(), "{field} in {scale}");
+    }
+    for field in ["acquisitions_per_s", "handoff_p50_rtt"] {
+        assert!(scale[field].is_f64(), "{field} in {scale}");
+    }
+    assert!(scale["meets_target"].is_boolean(), "{scale}");
 }
 
 /// The fields of every `crash` line, and of every `overshoot` line.
@@ -248,15 +327,9 @@ fn the_quorum_cells_print_their_json() {
     let (stdout, cells) = json_lines(&mut bench);
     assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
     for cell in &cells {
-        for field in FIELDS {
-            assert!(cell.get(field).is_some(), "{field} missing in {cell}");
-        }
+        assert_loop_cell(cell);
         assert_eq!(cell["backend"], "quorum", "{cell}");
         assert_eq!(cell["servers"], 3, "{cell}");
-        assert!(cell["total"].as_u64().unwrap() > 0, "{cell}");
-        let single = cell["concurrency"] == 1;
-        assert_eq!(cell["cycle_p50_us"].is_u64(), single, "{cell}");
-        assert_eq!(cell["handoff_p50_us"].is_u64(), !single, "{cell}");
         // Only redlock-polling can run out of tries.
         let polling = cell["impl"] == "redlock-polling";
         assert_eq!(cell["gave_up"].is_u64(), polling, "{cell}");
