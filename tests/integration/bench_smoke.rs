@@ -32,10 +32,13 @@ fn bench_binary() -> PathBuf {
         .expect("target folder");
     let bench = target.join("examples").join("bench");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    // With this test binary's features that the bench knows, or it would refuse the cells
-    // that need them.
+    // With this test binary's features: the cells that need one are there, and the bench
+    // links the library build the tests already made instead of one of its own.
     let features: Vec<&str> = [
+        ("cli", cfg!(feature = "cli")),
         ("cluster", cfg!(feature = "cluster")),
+        ("sentinel", cfg!(feature = "sentinel")),
+        ("tls", cfg!(feature = "tls")),
         ("tokio", cfg!(feature = "tokio")),
         ("bench-rslock", cfg!(feature = "bench-rslock")),
     ]
