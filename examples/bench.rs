@@ -44,8 +44,8 @@
 //! such as Ctrl-C). The locks are built on a `ClusterClient` seeded with one node; a lock named
 //! `n` lives in `lock:{n}`. The `PING`s go to the primary that serves that key's slot (found with
 //! `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), so the RTT is the one the lock pays. `--cluster` runs
-//! the `loop`, `names` and `wait1` cells; `loop` runs `ours` only (`polling`'s keys and
-//! connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
+//! the `loop`, `names` and `wait1` cells; `loop` runs `ours` and `ours-async` only
+//! (`polling`'s keys and connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
 //! `--cluster`). A build without the feature refuses `--cluster` and says how to rebuild.
 //!
 //! # `--quorum N`: the `loop` cells on a Redlock quorum
@@ -75,7 +75,8 @@
 //! ≤ 3 × RTT for `ours`. Lines say `"backend":"quorum"` and `"servers":N` (no `servers` field
 //! elsewhere); `redlock-polling` lines also carry `gave_up`. `--quorum` runs the `loop` cells
 //! only, takes neither `--url` nor `--cluster`, and without `--impl` runs
-//! `ours,redlock-polling` (`polling` is for one server, `redlock-polling` for a quorum only).
+//! `ours,redlock-polling` (`polling` is for one server, `redlock-polling` for a quorum only;
+//! `ours-async` runs there too).
 //!
 //! To reproduce the quorum figures, and the single-server uncontended cycle next to them:
 //!
