@@ -92,13 +92,13 @@ async fn race_against_loss(client: &redis::Client) -> Result<(), redis_blpop_loc
             .build()?;
         let guard = lock.lock().await?;
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(600)) => {
+            () = tokio::time::sleep(Duration::from_millis(600)) => {
                 println!("auto_renewal({renewed}): 600 ms of work done under a 300 ms expiry");
                 guard.unlock().await?;
             }
-            _ = guard.when_lost() => {
-                // Someone else may hold it now, so the work must stop; the guard's drop
-                // sends a release that finds the key gone, and only logs it.
+            () = guard.when_lost() => {
+                // Someone else may hold it now, so the work must stop. Dropping the guard is
+                // still safe: its release deletes the key only if it holds our id.
                 println!("auto_renewal({renewed}): lost at the expiry, work dropped");
             }
         }
