@@ -1,7 +1,8 @@
 //! Cancel safety under load: while tasks contend for one lock, other tasks start acquire-style
 //! calls and drop them at random points, thousands of times. Afterwards no key is left, every
 //! contender got the lock in turn with nobody else inside, the connections and tasks are back
-//! to where they were, and a waiter is still woken by a release: no wake-up was lost.
+//! to where they were, and a waiter is still woken by a release: no wake-up was lost. Then
+//! the two ways a wake-up can reach a dropped waiter, each made certain with a proxy.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -11,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_blpop_lock::{aio, Error};
+use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use crate::support::{
     assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
-    eventually, secs, RedisServer,
+    eventually, script_calls, secs, spawn_task_waiter, Proxy, RedisServer,
 };
 
 const NAME: &str = "contended";
@@ -363,4 +365,66 @@ async fn dropping_acquire_futures_at_random_points_leaks_no_lock_connection_or_w
     holder.acquire().await.unwrap();
     let waiter = blocked_task_waiter(&server, aio::Lock::new(&client, NAME).unwrap());
     assert_task_woken_by(async { holder.release().await.unwrap() }, waiter).await;
+}
+
+/// Lock `l` at `server` held by the test, and a task waiting for it through `proxy`.
+async fn held_with_a_task_waiting_through(
+    server: &RedisServer,
+    proxy: &Proxy,
+) -> (aio::Lock, JoinHandle<Result<bool, Error>>) {
+    let holder = aio::Lock::new(&server.client(), "l").unwrap();
+    holder.acquire().await.unwrap();
+    let first = blocked_task_waiter(server, aio::Lock::new(&proxy.client(), "l").unwrap());
+    (holder, first)
+}
+
+/// Releases `holder`'s lock while the proxy holds back the replies of the waiting task
+/// `first`, so that the server hands it the wake-up (`blocked` clients are left), and drops
+/// `first` before the wake-up reaches its process.
+async fn drop_the_task_a_wake_up_is_on_its_way_to(
+    server: &RedisServer,
+    proxy: &Proxy,
+    holder: aio::Lock,
+    first: JoinHandle<Result<bool, Error>>,
+    blocked: u64,
+) {
+    proxy.hold_replies(true);
+    holder.release().await.unwrap();
+    let mut conn = server.conn();
+    eventually(secs(10), "the server to hand the wake-up over", || {
+        server.blocked_clients() == blocked && !conn.exists::<_, bool>("lock-signal:l").unwrap()
+    });
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+}
+
+/// The wake-up reaches the process after the task it was for was dropped: it goes to the next
+/// task waiting there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_dropped_task_goes_to_the_next_task_waiting_in_the_process() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let (holder, first) = held_with_a_task_waiting_through(&server, &proxy).await;
+    let tries_before = script_calls(&server);
+    let second = spawn_task_waiter(aio::Lock::new(&proxy.client(), "l").unwrap(), secs(60));
+    eventually(secs(20), "the second task's first try", || {
+        script_calls(&server) > tries_before
+    });
+    drop_the_task_a_wake_up_is_on_its_way_to(&server, &proxy, holder, first, 0).await;
+    assert_task_woken_by(async { proxy.hold_replies(false) }, second).await;
+}
+
+/// The wake-up reaches the process after the task it was for was dropped, and no other task
+/// of the process waits: it is pushed back to Redis, where the next waiter (a thread of the
+/// blocking API) takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_dropped_task_with_none_behind_it_goes_back_to_redis() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let (holder, first) = held_with_a_task_waiting_through(&server, &proxy).await;
+    let thread = redis_blpop_lock::Lock::new(&server.client(), "l").unwrap();
+    let thread = tokio::task::spawn_blocking(move || thread.acquire_timeout(secs(60)));
+    server.until_blocked(2, secs(20), || thread.is_finished());
+    drop_the_task_a_wake_up_is_on_its_way_to(&server, &proxy, holder, first, 1).await;
+    assert_task_woken_by(async { proxy.hold_replies(false) }, thread).await;
 }
