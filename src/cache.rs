@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
+use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::backend::transport_of;
 use crate::protocol::keys;
@@ -67,7 +67,7 @@ pub struct Cache {
 }
 
 /// What one `MGET` of the value and its freshness marker found.
-enum Lookup<T> {
+pub(crate) enum Lookup<T> {
     Fresh(T),
     Stale(T),
     Missing,
@@ -75,9 +75,9 @@ enum Lookup<T> {
 
 /// The Redis keys of one entry.
 #[derive(Clone)]
-struct Keys {
+pub(crate) struct Keys {
     /// The entry's name as the caller gave it, for the lock name and log lines.
-    name: String,
+    pub(crate) name: String,
     value: String,
     fresh: String,
     /// Their hash slot: on a cluster the freshness marker shares the value's.
@@ -185,10 +185,7 @@ impl Cache {
             return Ok(value);
         }
         let value = compute()?;
-        single_arg(&value)?;
-        let mut set = redis::cmd("SET");
-        set.arg(&keys.value).arg(&value).arg("PX").arg(ttl_ms);
-        self.query::<()>(keys.slot, vec![set])?;
+        self.query::<()>(&set_request(&keys, &value, ttl_ms)?)?;
         release(guard, &keys);
         Ok(value)
     }
@@ -245,14 +242,7 @@ impl Cache {
         E: From<Error> + fmt::Display,
         F: FnOnce() -> Result<T, E> + Send + 'static,
     {
-        let fresh_ms = millis("fresh_for", fresh_for)?;
-        let keep_ms = millis("keep_for", keep_for)?;
-        if keep_ms < fresh_ms {
-            return Err(Error::invalid(format!(
-                "keep_for ({keep_for:?}) is shorter than fresh_for ({fresh_for:?})"
-            ))
-            .into());
-        }
+        let (fresh_ms, keep_ms) = revalidate_ms(fresh_for, keep_for)?;
         let keys = self.keys(key)?;
         match self.lookup(&keys)? {
             Lookup::Fresh(value) => return Ok(value),
@@ -280,7 +270,13 @@ impl Cache {
         }
     }
 
-    fn keys(&self, key: &str) -> Result<Keys, Error> {
+    /// Where the values and the entries' locks live.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
+    pub(crate) fn keys(&self, key: &str) -> Result<Keys, Error> {
         if key.is_empty() {
             return Err(Error::invalid("the cache key is empty"));
         }
@@ -299,34 +295,28 @@ impl Cache {
     }
 
     fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
-        LockBuilder::<Lock>::on(
+        self.lock_builder::<Lock>(keys).build()
+    }
+
+    /// The computing worker's lock on entry `keys`, of either API.
+    pub(crate) fn lock_builder<K>(&self, keys: &Keys) -> LockBuilder<K> {
+        LockBuilder::on(
             Arc::clone(&self.transport),
             format!("get_or_set:{}", keys.name),
         )
         .expire(self.lock_expire)
         .auto_renewal(true)
-        .build()
     }
 
     fn get<T: FromRedisValue>(&self, keys: &Keys) -> Result<Option<T>, Error> {
-        let mut get = redis::cmd("GET");
-        get.arg(&keys.value);
-        self.query(keys.slot, vec![get])
+        self.query(&get_request(keys))
     }
 
     fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
-        let mut mget = redis::cmd("MGET");
-        mget.arg(&keys.value).arg(&keys.fresh);
-        let (value, fresh): (Option<T>, Option<Value>) = self.query(keys.slot, vec![mget])?;
-        Ok(match (value, fresh) {
-            (Some(value), Some(_)) => Lookup::Fresh(value),
-            (Some(value), None) => Lookup::Stale(value),
-            (None, _) => Lookup::Missing,
-        })
+        parse_lookup(self.query(&lookup_request(keys))?)
     }
 
-    /// Writes the value and its freshness marker together, so that no reader sees a new
-    /// marker next to an old value.
+    /// Stores the value and its freshness marker ([`store_request`]).
     fn store_fresh<T: ToRedisArgs>(
         &self,
         keys: &Keys,
@@ -334,37 +324,14 @@ impl Cache {
         fresh_ms: u64,
         keep_ms: u64,
     ) -> Result<(), Error> {
-        single_arg(value)?;
-        let mut set_value = redis::cmd("SET");
-        set_value.arg(&keys.value).arg(value).arg("PX").arg(keep_ms);
-        let mut set_fresh = redis::cmd("SET");
-        set_fresh.arg(&keys.fresh).arg(1).arg("PX").arg(fresh_ms);
-        let written: Vec<Value> = self.query(
-            keys.slot,
-            vec![
-                redis::cmd("MULTI"),
-                set_value,
-                set_fresh,
-                redis::cmd("EXEC"),
-            ],
-        )?;
-        match written.as_slice() {
-            [Value::Okay, Value::Okay] => Ok(()),
-            _ => Err(Error::unexpected(&written)),
-        }
+        stored(self.query(&store_request(keys, value, fresh_ms, keep_ms)?)?)
     }
 
-    /// Sends `cmds` together and reads the last reply as `T`. Every cache request is a read
-    /// or a plain overwrite, so a lost reply is simply asked again.
-    fn query<T: FromRedisValue>(&self, slot: u16, cmds: Vec<Cmd>) -> Result<T, Error> {
-        let request = Request::repeatable(cmds).on_slot(slot);
+    /// Sends `request` and reads its last reply as `T`. Every cache request is a read or a
+    /// plain overwrite, so a lost reply is simply asked again.
+    fn query<T: FromRedisValue>(&self, request: &Request) -> Result<T, Error> {
         let deadline = Instant::now() + DEFAULT_IO_TIMEOUT;
-        let mut answered = send_repeatable(&*self.transport, &request, deadline)?;
-        let last = answered.replies.pop().unwrap_or(Value::Nil);
-        if let Value::ServerError(e) = last {
-            return Err(Error::Redis(e.into()));
-        }
-        T::from_redis_value(last).map_err(|e| Error::UnexpectedReply(e.to_string()))
+        last_reply(send_repeatable(&*self.transport, request, deadline)?.replies)
     }
 
     /// Starts the refresh of a stale value unless someone else is already at it. Never waits
@@ -410,9 +377,7 @@ impl Cache {
     {
         // Our read and our try of the lock were two round trips: another worker may have
         // refreshed the value and released in between.
-        let mut exists = redis::cmd("EXISTS");
-        exists.arg(&keys.fresh);
-        match self.query::<bool>(keys.slot, vec![exists]) {
+        match self.query::<bool>(&fresh_request(keys)) {
             Ok(true) => return,
             Ok(false) => {}
             Err(e) => {
@@ -455,7 +420,7 @@ fn release(guard: LockGuard<'_>, keys: &Keys) {
     released(guard.unlock(), keys);
 }
 
-fn released(result: Result<(), Error>, keys: &Keys) {
+pub(crate) fn released(result: Result<(), Error>, keys: &Keys) {
     if let Err(e) = result {
         log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
     }
@@ -463,7 +428,7 @@ fn released(result: Result<(), Error>, keys: &Keys) {
 
 /// `SET key value` with a value of zero or several arguments would be a syntax error or,
 /// worse, a different command.
-fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
+pub(crate) fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
     match value.num_of_args() {
         1 => Ok(()),
         n => Err(Error::invalid(format!(
@@ -472,7 +437,102 @@ fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+/// `fresh_for` and `keep_for` of [`Cache::get_or_revalidate`], in milliseconds, checked.
+pub(crate) fn revalidate_ms(fresh_for: Duration, keep_for: Duration) -> Result<(u64, u64), Error> {
+    let fresh_ms = millis("fresh_for", fresh_for)?;
+    let keep_ms = millis("keep_for", keep_for)?;
+    if keep_ms < fresh_ms {
+        return Err(Error::invalid(format!(
+            "keep_for ({keep_for:?}) is shorter than fresh_for ({fresh_for:?})"
+        )));
+    }
+    Ok((fresh_ms, keep_ms))
+}
+
+/// The request of a plain read of the value.
+pub(crate) fn get_request(keys: &Keys) -> Request {
+    let mut get = redis::cmd("GET");
+    get.arg(&keys.value);
+    Request::repeatable(vec![get]).on_slot(keys.slot)
+}
+
+/// The request that reads the value and its freshness marker together.
+pub(crate) fn lookup_request(keys: &Keys) -> Request {
+    let mut mget = redis::cmd("MGET");
+    mget.arg(&keys.value).arg(&keys.fresh);
+    Request::repeatable(vec![mget]).on_slot(keys.slot)
+}
+
+/// What [`lookup_request`] found.
+pub(crate) fn parse_lookup<T>(
+    (value, fresh): (Option<T>, Option<Value>),
+) -> Result<Lookup<T>, Error> {
+    Ok(match (value, fresh) {
+        (Some(value), Some(_)) => Lookup::Fresh(value),
+        (Some(value), None) => Lookup::Stale(value),
+        (None, _) => Lookup::Missing,
+    })
+}
+
+/// The request of whether the value is still fresh.
+pub(crate) fn fresh_request(keys: &Keys) -> Request {
+    let mut exists = redis::cmd("EXISTS");
+    exists.arg(&keys.fresh);
+    Request::repeatable(vec![exists]).on_slot(keys.slot)
+}
+
+/// The request that stores `value` for `ttl_ms` ([`Cache::get_or_set`]).
+pub(crate) fn set_request<T: ToRedisArgs>(
+    keys: &Keys,
+    value: &T,
+    ttl_ms: u64,
+) -> Result<Request, Error> {
+    single_arg(value)?;
+    let mut set = redis::cmd("SET");
+    set.arg(&keys.value).arg(value).arg("PX").arg(ttl_ms);
+    Ok(Request::repeatable(vec![set]).on_slot(keys.slot))
+}
+
+/// The request that writes the value and its freshness marker together, so that no reader
+/// sees a new marker next to an old value.
+pub(crate) fn store_request<T: ToRedisArgs>(
+    keys: &Keys,
+    value: &T,
+    fresh_ms: u64,
+    keep_ms: u64,
+) -> Result<Request, Error> {
+    single_arg(value)?;
+    let mut set_value = redis::cmd("SET");
+    set_value.arg(&keys.value).arg(value).arg("PX").arg(keep_ms);
+    let mut set_fresh = redis::cmd("SET");
+    set_fresh.arg(&keys.fresh).arg(1).arg("PX").arg(fresh_ms);
+    let cmds = vec![
+        redis::cmd("MULTI"),
+        set_value,
+        set_fresh,
+        redis::cmd("EXEC"),
+    ];
+    Ok(Request::repeatable(cmds).on_slot(keys.slot))
+}
+
+/// Whether [`store_request`] wrote both keys.
+pub(crate) fn stored(written: Vec<Value>) -> Result<(), Error> {
+    match written.as_slice() {
+        [Value::Okay, Value::Okay] => Ok(()),
+        _ => Err(Error::unexpected(&written)),
+    }
+}
+
+/// The last of `replies` as `T`.
+pub(crate) fn last_reply<T: FromRedisValue>(mut replies: Vec<Value>) -> Result<T, Error> {
+    let last = replies.pop().unwrap_or(Value::Nil);
+    if let Value::ServerError(e) = last {
+        return Err(Error::Redis(e.into()));
+    }
+    T::from_redis_value(last).map_err(|e| Error::UnexpectedReply(e.to_string()))
+}
+
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -53,6 +53,9 @@ struct Inner {
     blocked: Mutex<Vec<Blocked>>,
     /// Wakes the pauses of waits that back off while their server is away.
     woken: Condvar,
+    /// Wakes async waits.
+    #[cfg(feature = "tokio")]
+    cancelled_async: tokio::sync::Notify,
 }
 
 struct Blocked {
@@ -84,6 +87,8 @@ impl CancelToken {
             let blocked = self.inner.blocked.lock();
             self.inner.cancelled.store(true, Ordering::SeqCst);
             self.inner.woken.notify_all();
+            #[cfg(feature = "tokio")]
+            self.inner.cancelled_async.notify_waiters();
             blocked
                 .iter()
                 .map(|b| (b.key, Arc::clone(&b.transport), b.conn))
@@ -148,6 +153,18 @@ impl CancelToken {
             let _ = self.inner.woken.wait_for(&mut blocked, pause);
         }
         self.is_cancelled()
+    }
+
+    /// Resolves once the token is cancelled.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn cancelled(&self) {
+        let notified = self.inner.cancelled_async.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the check, so a cancel in between is not missed.
+        notified.as_mut().enable();
+        if !self.is_cancelled() {
+            notified.await;
+        }
     }
 }
 

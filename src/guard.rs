@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::driver::now;
 use crate::protocol::lease::Wait;
 use crate::{Backend, Error, Lock};
 
@@ -216,8 +217,8 @@ impl Lock {
         Ok(value)
     }
 
-    fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
-        self.inner.acquire(wait)
+    pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
+        now(self.inner.acquire(wait, &self.inner.settings.cancel))
     }
 
     fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
@@ -312,7 +313,7 @@ impl<'a> LockGuard<'a> {
     pub fn unlock(self) -> Result<(), Error> {
         let (lock, epoch) = (self.lock, self.epoch);
         std::mem::forget(self);
-        lock.inner.release(Some(epoch))
+        now(lock.inner.release(Some(epoch)))
     }
 }
 
@@ -383,7 +384,7 @@ impl ArcLockGuard {
         let epoch = self.epoch;
         let lock = Arc::clone(&self.lock);
         std::mem::forget(self);
-        lock.inner.release(Some(epoch))
+        now(lock.inner.release(Some(epoch)))
     }
 }
 
@@ -395,7 +396,7 @@ impl Drop for ArcLockGuard {
 
 /// A guard's release on drop: only its own acquisition, and a failure is logged.
 fn release_on_drop(lock: &Lock, epoch: u64) {
-    match lock.inner.release(Some(epoch)) {
+    match now(lock.inner.release(Some(epoch))) {
         Ok(()) => {}
         Err(e @ Error::NotAcquired { .. }) => log::warn!("lock {:?}: on drop: {e}", lock.name()),
         Err(e) => log::error!("lock {:?}: release on drop failed: {e}", lock.name()),

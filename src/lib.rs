@@ -625,6 +625,7 @@ mod backend;
 mod builder;
 mod cache;
 mod cancel;
+mod driver;
 mod error;
 mod guard;
 mod id;

@@ -34,10 +34,12 @@ impl Renewal {
             .spawn(move || renew_until_stopped(&weak, &stopped, first, renew))?;
         Ok(Renewal { stop, thread })
     }
+}
 
+impl crate::driver::Renewing for Renewal {
     /// Stops the thread and waits for it, unless this is that thread (the last reference to
     /// the lock can be dropped there), which is about to end anyway.
-    pub(crate) fn stop(self) {
+    fn stop(self: Box<Self>) {
         drop(self.stop);
         if self.thread.thread().id() != thread::current().id() && self.thread.join().is_err() {
             log::error!("a lock renewal thread panicked");

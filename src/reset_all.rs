@@ -34,7 +34,11 @@ const SCAN_BATCH: usize = 1000;
 /// # }
 /// ```
 pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
-    let transport = transport_of(backend)?;
+    on(&*transport_of(backend)?)
+}
+
+/// [`reset_all`] on `transport`.
+pub(crate) fn on(transport: &dyn Transport) -> Result<usize, Error> {
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     let mut reset = 0;
     let tags = transport.hash_tags();
@@ -67,7 +71,7 @@ pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
 /// Resets the locks among `found` (keys of one hash slot) that are held, each only if the
 /// owner read still holds it.
 fn reset_batch(
-    transport: &dyn Transport,
+    transport: &(dyn Transport + 'static),
     found: Vec<Vec<u8>>,
     signal_expire_ms: u64,
 ) -> Result<usize, Error> {
@@ -88,7 +92,7 @@ fn reset_batch(
 }
 
 /// The one reply of a read or an owner-checked reset.
-fn one(transport: &dyn Transport, request: &Request) -> Result<Value, Error> {
+fn one(transport: &(dyn Transport + 'static), request: &Request) -> Result<Value, Error> {
     let deadline = Instant::now() + DEFAULT_IO_TIMEOUT;
     Ok(send_repeatable(transport, request, deadline)?
         .first()

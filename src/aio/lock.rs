@@ -1,126 +1,457 @@
-//! The async lock handle.
+//! The async lock handle: the blocking [`Lock`](crate::Lock)'s twin, on the same driver.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Backend, Error, Holder, LockBuilder};
-
 use super::LockGuard;
+use crate::driver::Inner;
+use crate::protocol::lease::Wait;
+use crate::transport::aio::Async;
+use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 
-/// A distributed lock on one Redis key, `lock:<name>`, for async code: the async twin of
-/// [`crate::Lock`].
-pub struct Lock {}
+/// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
+/// [`crate::Lock`] (the two wake each other), with the same methods as futures.
+///
+/// Built the same way, from the same [`LockBuilder`]. Waiting tasks in one process share one
+/// `BLPOP` per name and queue for it in arrival order; every future is safe to drop at any
+/// `.await` (see the crate docs' *Async* section for what each one does when dropped).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = redis_blpop_lock::aio::Lock::builder(&client, "nightly-report")
+///     .expire(Duration::from_secs(60))
+///     .auto_renewal(true)
+///     .build()?;
+/// let guard = lock.lock().await?;
+/// // ... work while the renewal task keeps the lock alive ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lock {
+    inner: Arc<Inner<Async>>,
+}
 
 impl Lock {
     /// A handle on the lock `name` on `backend`, with no expiry and a random owner id.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "cron:cleanup")?;
+    /// if lock.try_acquire().await? {
+    ///     lock.release().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(backend: &(impl Backend + ?Sized), name: impl Into<String>) -> Result<Lock, Error> {
         Lock::builder(backend, name).build()
     }
 
     /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "cron:cleanup")
+    ///     .expire(std::time::Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder<B: Backend + ?Sized>(backend: &B, name: impl Into<String>) -> LockBuilder<Lock> {
-        todo!("{:p}{}", backend, name.into())
+        LockBuilder::new(backend, name.into())
     }
 
-    /// The lock's name.
+    /// The lock's name (the key is `lock:<name>`).
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// assert_eq!(lock.name(), "jobs");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
-        todo!()
+        &self.inner.settings.name
     }
 
-    /// This handle's owner id.
+    /// This handle's owner id: what Redis holds while this handle owns the lock.
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "jobs").id("worker-7").build()?;
+    /// assert_eq!(lock.id(), "worker-7");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn id(&self) -> &str {
-        todo!()
+        &self.inner.settings.id
     }
 
-    /// Waits until the lock is ours.
+    /// Waits until the lock is ours; as [`crate::Lock::acquire`]. Dropped before it returns,
+    /// it leaves the lock as it found it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// lock.acquire().await?;
+    /// lock.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(&self) -> Result<(), Error> {
-        todo!()
+        self.held(Wait::Forever).await.map(|_| ())
     }
 
-    /// Takes the lock if it is free.
+    /// Takes the lock if it is free, never waiting for it; `Ok(false)` when someone else
+    /// holds it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// if !lock.try_acquire().await? {
+    ///     println!("busy, held by {:?}", lock.holder().await?);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use = "the lock may not have been taken"]
     pub async fn try_acquire(&self) -> Result<bool, Error> {
-        todo!()
+        self.held(Wait::Never).await
     }
 
-    /// Waits up to `timeout` for the lock.
+    /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in time. A zero
+    /// timeout is a single try.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// if lock.acquire_timeout(std::time::Duration::from_secs(5)).await? {
+    ///     lock.release().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use = "the lock may not have been taken"]
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
-        todo!("{timeout:?}")
+        self.held(Wait::timeout(Instant::now(), timeout)).await
     }
 
-    /// Releases the lock and wakes one waiter.
+    /// Releases the lock and wakes one waiter; as [`crate::Lock::release`]. The release runs
+    /// on a task of its own: dropping this future does not stop it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// assert!(matches!(
+    ///     lock.release().await,
+    ///     Err(redis_blpop_lock::Error::NotAcquired { .. })
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn release(&self) -> Result<(), Error> {
-        todo!()
+        release(&self.inner, None).await
     }
 
-    /// Gives the lock a new expiry.
+    /// Gives the lock a new expiry: `expire`, or the handle's configured one when `None`; as
+    /// [`crate::Lock::extend`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "jobs")
+    ///     .expire(Duration::from_secs(10))
+    ///     .build()?;
+    /// lock.acquire().await?;
+    /// lock.extend(Some(Duration::from_secs(60))).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        todo!("{expire:?}")
+        self.inner.extend(expire).await
     }
 
-    /// Frees the lock whoever holds it.
+    /// Frees the lock whoever holds it and wakes one waiter; as [`crate::Lock::reset`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "stuck-job")?;
+    /// if lock.reset().await? {
+    ///     println!("freed a stuck lock");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use = "says whether there was a lock to reset"]
     pub async fn reset(&self) -> Result<bool, Error> {
-        todo!()
+        self.inner.reset().await
     }
 
-    /// Who holds the lock.
+    /// Who holds the lock and for how much longer, read in one round trip; `None` when it is
+    /// free.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// if let Some(holder) = lock.holder().await? {
+    ///     println!("held by {} for {:?}", holder.id, holder.ttl);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn holder(&self) -> Result<Option<Holder>, Error> {
-        todo!()
+        self.inner.holder().await
     }
 
-    /// Whether anyone holds the lock.
+    /// Whether anyone holds the lock (one round trip).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// println!("held: {}", lock.locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn locked(&self) -> Result<bool, Error> {
-        todo!()
+        Ok(self.holder().await?.is_some())
     }
 
-    /// The id of the lock's current owner.
+    /// The id of the lock's current owner, or `None` when it is free (one round trip).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// lock.acquire().await?;
+    /// assert_eq!(lock.owner_id().await?.as_deref(), Some(lock.id()));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn owner_id(&self) -> Result<Option<String>, Error> {
-        todo!()
+        Ok(self.holder().await?.map(|h| h.id))
     }
 
-    /// Whether the lock this handle acquired has been lost since.
+    /// Whether the lock this handle acquired has been lost since; as [`crate::Lock::lost`].
+    /// No round trip.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
+    /// lock.acquire().await?;
+    /// assert!(!lock.lost());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lost(&self) -> bool {
-        todo!()
+        self.inner.lost()
     }
 
-    /// The fencing token of the current acquisition.
+    /// The fencing token of the current acquisition, when the lock was built with
+    /// [`fencing(true)`](LockBuilder::fencing) and is held; see
+    /// [`crate::Lock::fencing_token`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "ledger").fencing(true).build()?;
+    /// lock.acquire().await?;
+    /// println!("writing with token {:?}", lock.fencing_token());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fencing_token(&self) -> Option<u64> {
-        todo!()
+        self.inner.fencing_token()
     }
 
-    /// Waits until the lock is ours; the guard releases it.
+    /// Waits until the lock is ours, and returns a guard that releases it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+    /// let guard = lock.lock().await?;
+    /// // ... sell the ticket ...
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn lock(&self) -> Result<LockGuard, Error> {
-        todo!()
+        match self.guard(Wait::Forever).await? {
+            Some(guard) => Ok(guard),
+            // A wait without end only ends with the lock or an error.
+            None => Err(self.inner.error(|name| Error::Cancelled { name })),
+        }
     }
 
-    /// Takes the lock if it is free.
+    /// Takes the lock if it is free, never waiting for it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+    /// match lock.try_lock().await? {
+    ///     Some(guard) => guard.unlock().await?,
+    ///     None => println!("busy"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_lock(&self) -> Result<Option<LockGuard>, Error> {
-        todo!()
+        self.guard(Wait::Never).await
     }
 
-    /// Waits up to `timeout`.
+    /// Waits up to `timeout` for the lock; `None` if it did not come free in time.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+    /// if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(2)).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard>, Error> {
-        todo!("{timeout:?}")
+        self.guard(Wait::timeout(Instant::now(), timeout)).await
     }
 
-    /// Waits until `deadline`.
+    /// Waits until `deadline` for the lock; `None` if it did not come free in time.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::{Duration, Instant};
+    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+    /// let deadline = Instant::now() + Duration::from_secs(2);
+    /// if let Some(guard) = lock.try_lock_until(deadline).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>, Error> {
-        todo!("{deadline:?}")
+        self.guard(Wait::Until(deadline)).await
     }
 
-    /// Runs `work` while holding this lock; `Error::Lost` (work dropped) if the lock is lost.
+    /// Runs `work` while holding this lock, and returns its output. The lock is released
+    /// after it, and when this future is dropped. If the lock is lost while `work` runs (see
+    /// [`LockGuard::when_lost`]), `work` is dropped where it stands and the result is
+    /// [`Error::Lost`]; a failed release is returned as the error.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "ledger")
+    ///     .expire(std::time::Duration::from_secs(30))
+    ///     .auto_renewal(true)
+    ///     .build()?;
+    /// let total = lock.with_lock(async { 2 + 2 }).await?;
+    /// assert_eq!(total, 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn with_lock<F: Future>(&self, work: F) -> Result<F::Output, Error> {
-        let _ = work;
-        todo!()
+        self.lock().await?.run(work).await
     }
+
+    /// The lock, held by this handle without a guard.
+    async fn held(&self, wait: Wait) -> Result<bool, Error> {
+        Ok(self.guard(wait).await?.map(LockGuard::keep).is_some())
+    }
+
+    /// The acquire path, run on a task of its own so that a grant that lands after this
+    /// future is dropped is still released: dropping it cancels the task's wait, and the
+    /// task's guard, if it took the lock, is dropped with the task's output.
+    async fn guard(&self, wait: Wait) -> Result<Option<LockGuard>, Error> {
+        let runtime = super::runtime()?;
+        let cancel = CancelToken::new();
+        let abandon = Abandon(cancel.clone());
+        let inner = Arc::clone(&self.inner);
+        let acquiring = runtime.spawn(async move {
+            let epoch = inner.acquire(wait, &cancel).await?;
+            Ok(epoch.map(|epoch| LockGuard::new(inner, epoch)))
+        });
+        let outcome = acquiring.await;
+        drop(abandon);
+        outcome.unwrap_or_else(|e| Err(self.task_failed(&e)))
+    }
+
+    fn task_failed(&self, e: &tokio::task::JoinError) -> Error {
+        log::error!("lock {:?}: the acquiring task failed: {e}", self.name());
+        self.inner.error(|name| Error::Cancelled { name })
+    }
+}
+
+/// Cancels a spawned acquire when the future waiting for it is dropped.
+struct Abandon(CancelToken);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Releases the lock on a task of its own, which a dropped future does not stop.
+pub(crate) async fn release(inner: &Arc<Inner<Async>>, epoch: Option<u64>) -> Result<(), Error> {
+    let runtime = super::runtime()?;
+    let releasing = Arc::clone(inner);
+    runtime
+        .spawn(async move { releasing.release(epoch).await })
+        .await
+        .unwrap_or_else(|e| {
+            log::error!("lock {:?}: the releasing task failed: {e}", inner.name());
+            Err(inner.error(|name| Error::Cancelled { name }))
+        })
 }
 
 impl LockBuilder<Lock> {
     /// Checks the settings and makes the async handle. No connection is opened yet.
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "job")
+    ///     .expire(Duration::from_secs(30))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn build(self) -> Result<Lock, Error> {
-        let _ = self.checked()?;
-        todo!()
+        let (settings, transport) = self.checked()?;
+        Ok(Lock {
+            inner: Arc::new(Inner::new(settings, Arc::new(Async(transport.to_async())))),
+        })
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The id stays out: anyone who knows it can release the lock.
+        f.debug_struct("aio::Lock")
+            .field("name", &self.inner.settings.name)
+            .field("expire_ms", &self.inner.settings.expire_ms)
+            .field("auto_renewal", &self.inner.settings.auto_renewal)
+            .field("fencing", &self.inner.settings.fencing)
+            .finish_non_exhaustive()
     }
 }

@@ -2,6 +2,8 @@
 //! Sentinel-managed primary, each behind [`Transport`], so the core and the driver do not
 //! know which.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod aio;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
@@ -13,10 +15,13 @@ pub(crate) mod routed;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 
+#[cfg(feature = "tokio")]
+use std::sync::Arc;
 use std::time::Instant;
 
 use redis::{RedisError, Value};
 
+use crate::driver::{now, Answered};
 use crate::protocol::requests::Request;
 pub(crate) use crate::protocol::ConnId;
 
@@ -54,8 +59,8 @@ pub(crate) enum Admin {
 
 /// What `each_primary` runs on a primary: given the primary to scan, and where to send
 /// requests about the keys found there.
-pub(crate) type Visit<'a> =
-    dyn FnMut(&dyn Transport, &dyn Transport) -> Result<(), crate::Error> + 'a;
+pub(crate) type Visit<'a> = dyn FnMut(&(dyn Transport + 'static), &(dyn Transport + 'static)) -> Result<(), crate::Error>
+    + 'a;
 
 /// Where a lock's requests go.
 pub(crate) trait Transport: Send + Sync {
@@ -103,6 +108,10 @@ pub(crate) trait Transport: Send + Sync {
     /// Runs `visit` on each primary, for what must reach every one (`reset_all`): with the
     /// primary to scan, and where to send requests about the keys found there.
     fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;
+
+    /// The same place for the async driver, shared by every async handle on it.
+    #[cfg(feature = "tokio")]
+    fn to_async(self: Arc<Self>) -> Arc<dyn aio::AsyncTransport>;
 }
 
 /// A connection lent to one wait.
@@ -129,61 +138,12 @@ pub(crate) trait Waiter: Send {
     fn keep_for_holder(self: Box<Self>);
 }
 
-/// Sends `request`, and its script's text in a second round trip if the server answered
-/// `NOSCRIPT` (the refused call ran nothing).
-pub(crate) fn send(
-    transport: &dyn Transport,
-    request: &Request,
-    deadline: Instant,
-) -> Result<Vec<Value>, Fault> {
-    let mut replies = transport.call(request, deadline)?;
-    if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
-        let retried = transport.call(&retry, deadline)?;
-        request.patch(&mut replies, at, retried);
-    }
-    Ok(replies)
-}
-
-/// The replies of a repeatable request.
-pub(crate) struct Answered {
-    pub(crate) replies: Vec<Value>,
-    /// When the send that was answered went out.
-    pub(crate) sent: Instant,
-    /// Whether an earlier send lost its reply, and so may have run too.
-    pub(crate) lost_before: bool,
-}
-
-impl Answered {
-    /// The first reply (`nil` if, against the protocol, there was none).
-    pub(crate) fn first(&self) -> &Value {
-        self.replies.first().unwrap_or(&Value::Nil)
-    }
-}
-
-/// Sends a repeatable request, once more on a new connection if the first reply was lost:
-/// running it twice does no more than running it once.
+/// Sends a repeatable request, once more if the first reply was lost: the driver's
+/// [`send_repeatable`](crate::driver::send_repeatable), for callers that block.
 pub(crate) fn send_repeatable(
-    transport: &dyn Transport,
+    transport: &(dyn Transport + 'static),
     request: &Request,
     deadline: Instant,
 ) -> Result<Answered, RedisError> {
-    debug_assert!(request.repeatable);
-    let mut lost_before = false;
-    loop {
-        let sent = Instant::now();
-        match send(transport, request, deadline) {
-            Ok(replies) => {
-                return Ok(Answered {
-                    replies,
-                    sent,
-                    lost_before,
-                })
-            }
-            Err(Fault::Lost { error, .. }) if !lost_before && Instant::now() < deadline => {
-                log::debug!("reply lost ({error}); sending again");
-                lost_before = true;
-            }
-            Err(fault) => return Err(fault.into_error()),
-        }
-    }
+    now(crate::driver::send_repeatable(transport, request, deadline))
 }

@@ -168,6 +168,11 @@ impl Quorum {
 }
 
 impl Transport for Quorum {
+    #[cfg(feature = "tokio")]
+    fn to_async(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn super::aio::AsyncTransport> {
+        super::aio::pooled::Pooled::shared(self)
+    }
+
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
         match &request.kind {
             Kind::Try {

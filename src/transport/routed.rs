@@ -187,6 +187,11 @@ impl<T: Topology> Routed<T> {
 }
 
 impl<T: Topology> Transport for Routed<T> {
+    #[cfg(feature = "tokio")]
+    fn to_async(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn super::aio::AsyncTransport> {
+        super::aio::pooled::Pooled::shared(self)
+    }
+
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
         self.through(request.slot, None, deadline, |node, server, asking| {
             let sent = if asking {

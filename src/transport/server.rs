@@ -74,15 +74,14 @@ impl Server {
             &redis::cmd("CLIENT").arg("ID").get_packed_command(),
             deadline,
         )?;
-        match conn.recv(deadline)? {
-            Value::Int(id) => conn.id = u64::try_from(id).ok(),
-            // Refused by an ACL: the connection works, but cannot be unblocked or killed by id.
-            Value::ServerError(e) if e.code() == "NOPERM" => {}
-            // The server's first words on a connection it will not serve (`maxclients`).
-            Value::ServerError(e) => return Err(e.into()),
-            _ => {}
-        }
+        conn.id = client_id(conn.recv(deadline)?)?.map(|id| id.id);
         Ok(conn)
+    }
+
+    /// The client the connections are made with (no `CLIENT SETINFO`, no Nagle).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
     }
 
     /// An idle short connection, else a new one; when the server refuses new ones (its
@@ -104,35 +103,69 @@ impl Server {
     }
 
     /// Runs a short administrative command about connection `conn`.
-    fn admin(&self, cmd: &redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
+    fn admin(&self, cmd: redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
         // Killing or unblocking twice does no more than once.
-        let request = Request::single(cmd.clone(), true);
-        let answered = match super::send_repeatable(self, &request, deadline) {
-            Ok(answered) => answered,
-            // A server that is not there has no connection left to act on.
-            Err(e) if e.is_connection_refusal() => return Ok(Admin::Nothing),
-            Err(e) => return Err(Fault::NotSent(e)),
-        };
-        Ok(match answered.replies.first() {
-            Some(Value::Int(0)) => Admin::Nothing,
-            Some(Value::Int(_) | Value::Okay) => Admin::Done,
-            // `CLIENT KILL` of a connection that is gone.
-            Some(Value::ServerError(e))
-                if e.details().is_some_and(|d| d.contains("No such client")) =>
-            {
-                Admin::Nothing
-            }
-            // NOPERM from an ACL, or a server too old for the command.
-            Some(Value::ServerError(_)) => Admin::Refused,
-            other => {
-                log::warn!(
-                    "unexpected reply to {:?}: {other:?}",
-                    cmd.args_iter().next()
-                );
-                Admin::Nothing
-            }
-        })
+        let request = Request::single(cmd, true);
+        admin_outcome(&request, super::send_repeatable(self, &request, deadline))
     }
+}
+
+/// The connection id in a reply to `CLIENT ID`: none when an ACL refuses the command (the
+/// connection works, but cannot be unblocked or killed by id).
+pub(crate) fn client_id(reply: Value) -> Result<Option<ConnId>, RedisError> {
+    match reply {
+        Value::Int(id) => Ok(u64::try_from(id).ok().map(|id| ConnId { node: 0, id })),
+        Value::ServerError(e) if e.code() == "NOPERM" => Ok(None),
+        // The server's first words on a connection it will not serve (`maxclients`).
+        Value::ServerError(e) => Err(e.into()),
+        _ => Ok(None),
+    }
+}
+
+/// `CLIENT UNBLOCK`: ends connection `conn`'s `BLPOP` as if it had timed out.
+pub(crate) fn unblock_cmd(conn: ConnId) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
+    cmd
+}
+
+/// `CLIENT KILL`: closes connection `conn`.
+pub(crate) fn kill_cmd(conn: ConnId) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("KILL").arg("ID").arg(conn.id);
+    cmd
+}
+
+/// How an administrative `request` (`CLIENT UNBLOCK` or `CLIENT KILL`) came out.
+pub(crate) fn admin_outcome(
+    request: &Request,
+    answered: Result<crate::driver::Answered, RedisError>,
+) -> Result<Admin, Fault> {
+    let answered = match answered {
+        Ok(answered) => answered,
+        // A server that is not there has no connection left to act on.
+        Err(e) if e.is_connection_refusal() => return Ok(Admin::Nothing),
+        Err(e) => return Err(Fault::NotSent(e)),
+    };
+    Ok(match answered.replies.first() {
+        Some(Value::Int(0)) => Admin::Nothing,
+        Some(Value::Int(_) | Value::Okay) => Admin::Done,
+        // `CLIENT KILL` of a connection that is gone.
+        Some(Value::ServerError(e))
+            if e.details().is_some_and(|d| d.contains("No such client")) =>
+        {
+            Admin::Nothing
+        }
+        // NOPERM from an ACL, or a server too old for the command.
+        Some(Value::ServerError(_)) => Admin::Refused,
+        other => {
+            log::warn!(
+                "unexpected reply to {:?}: {other:?}",
+                request.cmds.first().and_then(|cmd| cmd.args_iter().next())
+            );
+            Admin::Nothing
+        }
+    })
 }
 
 /// A request sent on a short connection whose replies are still to be read: a quorum sends
@@ -202,6 +235,11 @@ impl InFlight<'_> {
 }
 
 impl Transport for Server {
+    #[cfg(feature = "tokio")]
+    fn to_async(self: Arc<Self>) -> Arc<dyn super::aio::AsyncTransport> {
+        super::aio::native::Native::shared(self)
+    }
+
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
         self.begin(request, deadline)?.finish(deadline)
     }
@@ -217,15 +255,11 @@ impl Transport for Server {
     }
 
     fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
-        self.admin(&cmd, deadline)
+        self.admin(unblock_cmd(conn), deadline)
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("KILL").arg("ID").arg(conn.id);
-        self.admin(&cmd, deadline)
+        self.admin(kill_cmd(conn), deadline)
     }
 
     fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
@@ -324,12 +358,17 @@ fn close_enough(set: Option<Duration>, remaining: Duration) -> bool {
 
 /// The time left until `deadline`, or a timeout error when there is none: a zero socket
 /// timeout would mean "wait forever".
-fn remaining(deadline: Instant) -> Result<Duration, RedisError> {
+pub(crate) fn remaining(deadline: Instant) -> Result<Duration, RedisError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed").into());
+        return Err(timed_out());
     }
     Ok(left)
+}
+
+/// The error of a call whose deadline passed.
+pub(crate) fn timed_out() -> RedisError {
+    io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed").into()
 }
 
 /// Connections of one kind: the idle ones, and how many are open in all.

@@ -1,0 +1,115 @@
+//! How the driver's shared path runs on an async transport: waits share one `BLPOP` per name
+//! ([`waits`](super::waits)), renewal is a task, and a dropped handle settles on a task.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::waits::{Ticket, Waits, Woken};
+use crate::driver::{self, Exchange, Inner, Io, Renewing, Tried};
+use crate::protocol::lease::Wait;
+use crate::protocol::requests::Request;
+use crate::transport::aio::Async;
+use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::{CancelToken, Error};
+
+impl Exchange for Async {
+    async fn exchange(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        self.0.call(request, deadline).await
+    }
+}
+
+impl Io for Async {
+    type Waiting<'a> = Ticket;
+
+    fn place(&self) -> &dyn Transport {
+        &**self.0.place()
+    }
+
+    async fn close(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
+        self.0.kill(conn, deadline).await
+    }
+
+    async fn pause(&self, pause: Duration, cancel: &CancelToken) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = cancel.cancelled() => {}
+        }
+        cancel.is_cancelled()
+    }
+
+    async fn wait_once<'a>(
+        inner: &'a Inner<Self>,
+        slot: &mut Option<Ticket>,
+        until: Instant,
+        wait: Wait,
+        cancel: &'a CancelToken,
+    ) -> Result<Tried, Error> {
+        let ticket = slot.get_or_insert_with(|| {
+            Waits::join(&inner.transport.0, &inner.keys, inner.settings.io_timeout)
+        });
+        let refused = match ticket.wait(until, cancel).await {
+            Woken::Try => None,
+            Woken::Refused(e) => Some(e),
+            Woken::Cancelled => return Err(inner.error(|name| Error::Cancelled { name })),
+        };
+        // Woken by a signal or its own time, the task tries at once: the signal was sent by a
+        // release, so the lock is most likely free.
+        match (inner.try_short(wait, cancel).await?, refused) {
+            (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
+                key: inner.keys.signal.clone(),
+                reason: "it holds a value that is not a list, so waiters cannot block on it".into(),
+            }),
+            (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
+            (tried, _) => Ok(tried),
+        }
+    }
+
+    fn keep_for_holder(waiting: Ticket) {
+        drop(waiting);
+    }
+
+    fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error> {
+        let runtime = super::runtime()?;
+        let weak = Arc::downgrade(inner);
+        let task = runtime.spawn(async move {
+            let mut wait = first;
+            loop {
+                tokio::time::sleep(wait).await;
+                let Some(inner) = weak.upgrade() else { return };
+                match inner.renew().await {
+                    Some(next) => wait = next,
+                    None => return,
+                }
+            }
+        });
+        Ok(Box::new(RenewalTask(task.abort_handle())))
+    }
+
+    fn settle_dropped(
+        transport: &Arc<Self>,
+        conn: Option<ConnId>,
+        unlock: Request,
+        deadline: Instant,
+    ) {
+        let transport = Arc::clone(transport);
+        super::spawn_or_run(async move {
+            if let Some(conn) = conn {
+                let _ = transport.0.kill(conn, deadline).await;
+            }
+            if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
+                log::error!("a dropped lock handle's release failed: {e}");
+            }
+        });
+    }
+}
+
+/// The renewal task of one acquisition.
+struct RenewalTask(tokio::task::AbortHandle);
+
+impl Renewing for RenewalTask {
+    fn stop(self: Box<Self>) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,921 @@
+//! The driver's one acquire path, and its release, extend, reset and renewal, over the
+//! protocol core and the connection seam. Written once, as futures over [`Io`], for both APIs:
+//! the blocking one runs them with [`now`] (its transports block, so each future is ready the
+//! first time it is polled); the async one awaits them on tokio.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::Value;
+
+use crate::protocol::keys::Keys;
+use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
+use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
+use crate::settings::{millis, Settings};
+use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::{CancelToken, Error, Holder};
+
+/// Sends requests, as futures: a blocking transport, an async one.
+pub(crate) trait Exchange: Send + Sync {
+    /// [`Transport::call`]: sends `request` and returns its replies, all by `deadline`.
+    fn exchange(
+        &self,
+        request: &Request,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Vec<Value>, Fault>> + Send;
+}
+
+/// Where the driver's requests go, and how it waits: a blocking transport, or an async one.
+pub(crate) trait Io: Exchange {
+    /// What an acquire keeps between its waits (a connection, a place in a queue).
+    type Waiting<'a>: Send
+    where
+        Self: 'a;
+
+    /// The blocking transport underneath, which says what the place is (hash tags, the
+    /// settings it refuses, its clocks' drift).
+    fn place(&self) -> &dyn Transport;
+
+    /// [`Transport::kill`]: closes connection `conn` at its server.
+    fn close(
+        &self,
+        conn: ConnId,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Admin, Fault>> + Send;
+
+    /// Pauses for `pause` (a backoff while the server is away); true if `cancel` was
+    /// cancelled by the end.
+    fn pause(&self, pause: Duration, cancel: &CancelToken) -> impl Future<Output = bool> + Send;
+
+    /// Waits for a wake-up signal until `until` at the latest, then tries the lock.
+    fn wait_once<'a>(
+        inner: &'a Inner<Self>,
+        slot: &mut Option<Self::Waiting<'a>>,
+        until: Instant,
+        wait: Wait,
+        cancel: &'a CancelToken,
+    ) -> impl Future<Output = Result<Tried, Error>> + Send;
+
+    /// Done with what the waits kept, because they took the lock.
+    fn keep_for_holder(waiting: Self::Waiting<'_>);
+
+    /// Starts renewing the lock `inner` just took, first after `first`.
+    fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error>;
+
+    /// Settles an unsure request of a handle being dropped: closes `conn`, then sends
+    /// `unlock` (the handle's own release), by `deadline`, now or from a task of its own.
+    fn settle_dropped(
+        transport: &Arc<Self>,
+        conn: Option<ConnId>,
+        unlock: Request,
+        deadline: Instant,
+    );
+}
+
+/// A renewal under way, thread or task.
+pub(crate) trait Renewing: Send {
+    /// Stops it; it renews no more once this returns.
+    fn stop(self: Box<Self>);
+}
+
+/// A lock handle's settings, keys and what it knows, over transport `T`.
+pub(crate) struct Inner<T: Io + ?Sized> {
+    pub(crate) settings: Settings,
+    pub(crate) keys: Keys,
+    pub(crate) transport: Arc<T>,
+    /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
+    /// every validity.
+    drift: Duration,
+    state: Mutex<State>,
+    /// Told whenever the lease changes, for the async guard's `when_lost`.
+    #[cfg(feature = "tokio")]
+    pub(crate) lease_changed: tokio::sync::Notify,
+}
+
+struct State {
+    belief: Belief,
+    /// The epoch of the latest acquisition.
+    epoch: u64,
+    renewal: Option<Box<dyn Renewing>>,
+}
+
+/// What one try found, settled: a lost reply has been resolved by reading the owner.
+pub(crate) enum Tried {
+    Acquired {
+        valid_until: Option<Instant>,
+        token: Option<u64>,
+        /// When it followed a wait, the send that may have set the key, to be confirmed.
+        attempt: Attempting,
+        /// How many replicas acknowledged it, when the request asked (`WAIT`), or why the
+        /// `WAIT` failed.
+        acks: Result<Option<u64>, Error>,
+    },
+    Busy {
+        owner: Option<Vec<u8>>,
+        pttl: Pttl,
+        /// When the reply came: the holder's TTL counts from no later than this.
+        at: Instant,
+    },
+}
+
+/// A lock just taken, confirmed by an extend.
+struct Confirmed {
+    valid_until: Option<Instant>,
+    /// How many replicas acknowledged the extend, when that was asked.
+    acks: Option<u64>,
+}
+
+/// The replies of a repeatable request.
+pub(crate) struct Answered {
+    pub(crate) replies: Vec<Value>,
+    /// When the send that was answered went out.
+    pub(crate) sent: Instant,
+    /// Whether an earlier send lost its reply, and so may have run too.
+    pub(crate) lost_before: bool,
+}
+
+impl Answered {
+    /// The first reply (`nil` if, against the protocol, there was none).
+    pub(crate) fn first(&self) -> &Value {
+        self.replies.first().unwrap_or(&Value::Nil)
+    }
+}
+
+/// Logs a refusal of `CLIENT KILL` once per process.
+static KILL_REFUSED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn log_kill_refused_once() {
+    if !KILL_REFUSED.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "the server refuses CLIENT KILL: lost replies are settled by reading state only; \
+             see the ACL rule in the crate docs"
+        );
+    }
+}
+
+/// Sends `request`, and its script's text in a second round trip if the server answered
+/// `NOSCRIPT` (the refused call ran nothing).
+pub(crate) async fn send<T: Exchange + ?Sized>(
+    io: &T,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Vec<Value>, Fault> {
+    let mut replies = io.exchange(request, deadline).await?;
+    if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
+        let retried = io.exchange(&retry, deadline).await?;
+        request.patch(&mut replies, at, retried);
+    }
+    Ok(replies)
+}
+
+/// Sends a repeatable request, once more on a new connection if the first reply was lost:
+/// running it twice does no more than running it once.
+pub(crate) async fn send_repeatable<T: Exchange + ?Sized>(
+    io: &T,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Answered, redis::RedisError> {
+    debug_assert!(request.repeatable);
+    let mut lost_before = false;
+    loop {
+        let sent = Instant::now();
+        match send(io, request, deadline).await {
+            Ok(replies) => {
+                return Ok(Answered {
+                    replies,
+                    sent,
+                    lost_before,
+                })
+            }
+            Err(Fault::Lost { error, .. }) if !lost_before && Instant::now() < deadline => {
+                log::debug!("reply lost ({error}); sending again");
+                lost_before = true;
+            }
+            Err(fault) => return Err(fault.into_error()),
+        }
+    }
+}
+
+/// Runs a future of the blocking driver to its end on this thread. Its transports block, so
+/// it is ready when first polled; should one ever not be, the thread parks until woken.
+pub(crate) fn now<F: Future>(future: F) -> F::Output {
+    struct Unpark(Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        thread::park();
+    }
+}
+
+impl<T: Io + ?Sized> Inner<T> {
+    pub(crate) fn new(settings: Settings, transport: Arc<T>) -> Self {
+        let place = transport.place();
+        Inner {
+            keys: Keys::new(&settings.name, place.hash_tags()),
+            drift: settings.expire().map_or(Duration::ZERO, |e| place.drift(e)),
+            settings,
+            transport,
+            state: Mutex::new(State {
+                belief: Belief::Free,
+                epoch: 0,
+                renewal: None,
+            }),
+            #[cfg(feature = "tokio")]
+            lease_changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn error(&self, make: impl FnOnce(String) -> Error) -> Error {
+        make(self.settings.name.clone())
+    }
+
+    fn unknown(&self, operation: &'static str, source: redis::RedisError) -> Error {
+        Error::OutcomeUnknown {
+            name: self.settings.name.clone(),
+            operation,
+            source,
+        }
+    }
+
+    /// `valid_until` less the drift.
+    fn less_drift(&self, valid_until: Option<Instant>) -> Option<Instant> {
+        valid_until.map(|t| t.checked_sub(self.drift).unwrap_or(t))
+    }
+
+    pub(crate) fn is_ours(&self, owner: Option<&[u8]>) -> bool {
+        owner == Some(self.settings.id.as_bytes())
+    }
+
+    /// The end of a round trip started now: the I/O timeout, and for a wait with a deadline,
+    /// no later than the deadline plus the grace.
+    pub(crate) fn io_deadline(&self, wait: Wait) -> Instant {
+        self.io_deadline_after(Instant::now(), wait)
+    }
+
+    /// The end of a round trip whose reply is due at `due` rather than now: a wait's `BLPOP`.
+    /// A `WAIT` for replicas may add its own timeout.
+    pub(crate) fn io_deadline_after(&self, due: Instant, wait: Wait) -> Instant {
+        let replicas = self.settings.replicas_timeout();
+        let io = due + self.settings.io_timeout + replicas;
+        match wait {
+            Wait::Until(deadline) => io.min(deadline + self.settings.grace() + replicas),
+            Wait::Never | Wait::Forever => io,
+        }
+    }
+
+    async fn call_again(&self, request: &Request, deadline: Instant) -> Result<Answered, Error> {
+        Ok(send_repeatable(&*self.transport, request, deadline).await?)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// Reads owner, TTL and (with fencing) the counter in one round trip.
+    async fn observe_by(&self, deadline: Instant) -> Result<(Observed, Instant), Error> {
+        let request = requests::observe(&self.keys, self.settings.fencing);
+        let answered = self.call_again(&request, deadline).await?;
+        Ok((
+            requests::parse_observe(&self.keys, &answered.replies)?,
+            answered.sent,
+        ))
+    }
+
+    /// Who holds the lock and for how much longer, read in one round trip.
+    pub(crate) async fn holder(&self) -> Result<Option<Holder>, Error> {
+        let (observed, _) = self.observe_by(self.io_deadline(Wait::Never)).await?;
+        Ok(observed.owner.map(|id| Holder {
+            id: String::from_utf8_lossy(&id).into_owned(),
+            ttl: match observed.pttl {
+                Pttl::Left(left) => Some(left),
+                Pttl::Forever | Pttl::Gone => None,
+            },
+        }))
+    }
+
+    /// The acquire path: one try on a short connection, then waits for a wake-up signal and
+    /// tries again, until the lock is ours, the wait is over, or `cancel` is cancelled.
+    /// Returns the acquisition's epoch.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        if cancel.is_cancelled() {
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        self.transport.place().check_acquire(&self.settings)?;
+        if let Some(epoch) = self.before_acquire(wait, cancel).await? {
+            return Ok(Some(epoch));
+        }
+        log::debug!("lock {:?}: acquiring", self.name());
+        let mut waiting_slot: Option<T::Waiting<'_>> = None;
+        let mut waiting = Waiting::new(wait);
+        let mut tried = self.try_short(wait, cancel).await?;
+        loop {
+            match tried {
+                Tried::Acquired {
+                    mut valid_until,
+                    token,
+                    attempt,
+                    mut acks,
+                } => {
+                    // A lock found ours by a read was not acknowledged by replicas yet: an
+                    // extend, with its `WAIT`, confirms it.
+                    let unacknowledged =
+                        self.settings.replicas.is_some() && matches!(acks, Ok(None));
+                    let confirming = self.settings.expire_ms.filter(|_| {
+                        unacknowledged
+                            || attempt.needs_confirming(Instant::now(), self.settings.expire())
+                    });
+                    if let Some(ms) = confirming {
+                        match self.confirm(wait, ms).await {
+                            Ok(Some(confirmed)) => {
+                                valid_until = confirmed.valid_until;
+                                if confirmed.acks.is_some() {
+                                    acks = Ok(confirmed.acks);
+                                }
+                            }
+                            Ok(None) => {
+                                tried = self.try_short(wait, cancel).await?;
+                                continue;
+                            }
+                            // Taken but not confirmed: give it back rather than leave it.
+                            Err(e) => {
+                                self.unlock_quietly().await;
+                                return Err(e);
+                            }
+                        }
+                    }
+                    if let Err(e) = self.replicated("acquire", acks) {
+                        // Not confirmed: a failover could hand it to someone else as well.
+                        self.unlock_quietly().await;
+                        return Err(e);
+                    }
+                    if cancel.is_cancelled() {
+                        // Granted just as the wait was cancelled: give it back, which also
+                        // passes the wake-up on to the next waiter.
+                        self.unlock_quietly().await;
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    if let Some(waiting) = waiting_slot.take() {
+                        T::keep_for_holder(waiting);
+                    }
+                    return self.acquired(valid_until, token).map(Some);
+                }
+                Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
+                    return Err(self.error(|name| Error::AlreadyAcquired { name }));
+                }
+                Tried::Busy { pttl, at, .. } => {
+                    if cancel.is_cancelled() {
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    tried = match waiting.after_busy(at, pttl) {
+                        Next::GiveUp => {
+                            log::debug!("lock {:?}: not acquired in time", self.name());
+                            return Ok(None);
+                        }
+                        Next::TryNow => self.try_short(wait, cancel).await?,
+                        Next::Block(block) => {
+                            T::wait_once(self, &mut waiting_slot, at + block, wait, cancel).await?
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    /// One try on a short connection; a lost reply is settled by reading the owner.
+    pub(crate) async fn try_short(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
+        let request = requests::try_lock(
+            &self.keys,
+            &self.settings.id,
+            self.settings.expire_ms,
+            self.settings.fencing,
+        )
+        .replicated(self.settings.replicas);
+        let deadline = self.io_deadline(wait);
+        let sent = Instant::now();
+        match send(&*self.transport, &request, deadline).await {
+            Ok(mut replies) => {
+                // The `WAIT`'s reply comes off first; if it failed, a lock taken is given back.
+                let acks = request.acks(&mut replies);
+                self.tried(&replies, Attempting::new(sent, false), acks)
+            }
+            Err(Fault::NotSent(e)) => Err(e.into()),
+            Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait, cancel).await,
+        }
+    }
+
+    pub(crate) fn tried(
+        &self,
+        replies: &[Value],
+        attempt: Attempting,
+        acks: Result<Option<u64>, Error>,
+    ) -> Result<Tried, Error> {
+        Ok(match requests::parse_try(&self.keys, replies)? {
+            Attempt::Acquired { token } => Tried::Acquired {
+                valid_until: self.less_drift(attempt.valid_until(self.settings.expire())),
+                token,
+                attempt,
+                acks,
+            },
+            Attempt::Busy { owner, pttl } => Tried::Busy {
+                owner,
+                pttl,
+                at: Instant::now(),
+            },
+        })
+    }
+
+    /// A try whose reply was lost: close its connection at the server, so the try cannot run
+    /// after the read, then read whose id the key holds. If that cannot be done in time the
+    /// outcome is unknown, and the next call asks Redis first.
+    pub(crate) async fn settle_try(
+        &self,
+        conn: Option<ConnId>,
+        error: redis::RedisError,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        log::warn!(
+            "lock {:?}: reply to a try lost ({error}); settling",
+            self.name()
+        );
+        match self.settle(conn, wait, cancel).await {
+            Ok((observed, sent)) if self.is_ours(observed.owner.as_deref()) => {
+                Ok(Tried::Acquired {
+                    valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
+                    token: observed.fence,
+                    attempt: Attempting::new(sent, false),
+                    acks: Ok(None),
+                })
+            }
+            Ok((observed, _)) => Ok(Tried::Busy {
+                owner: observed.owner,
+                pttl: observed.pttl,
+                at: Instant::now(),
+            }),
+            Err(settling) => {
+                self.state.lock().belief = Belief::Unsure(Unsure {
+                    conn,
+                    releasing: false,
+                });
+                match settling {
+                    // Redis answered, but refused the read (an ACL): that is what to fix.
+                    Error::Redis(e) if !e.is_io_error() => Err(Error::Redis(e)),
+                    _ => Err(self.unknown("acquire", error)),
+                }
+            }
+        }
+    }
+
+    /// Closes `conn` at the server (where allowed) and reads the lock.
+    /// Keeps trying while the server is away (a restart, a failover), until the caller's
+    /// deadline plus the grace, or for the I/O timeout when there is none.
+    async fn settle(
+        &self,
+        conn: Option<ConnId>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<(Observed, Instant), Error> {
+        let give_up = self.give_up(wait);
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let deadline = (Instant::now() + self.settings.io_timeout).min(give_up);
+            let settled = async {
+                if let Some(conn) = conn {
+                    match self.transport.close(conn, deadline).await {
+                        Ok(Admin::Refused) => log_kill_refused_once(),
+                        Ok(Admin::Done | Admin::Nothing) => {}
+                        Err(fault) => return Err(fault.into_error().into()),
+                    }
+                }
+                self.observe_by(deadline).await
+            };
+            match self.away(settled.await, give_up, &mut pause, cancel).await {
+                Some(outcome) => return outcome,
+                None => continue,
+            }
+        }
+    }
+
+    /// When a step that keeps failing for want of a connection stops trying: the caller's
+    /// deadline plus the grace, or the I/O timeout when there is none.
+    pub(crate) fn give_up(&self, wait: Wait) -> Instant {
+        match wait {
+            Wait::Until(deadline) => deadline + self.settings.grace(),
+            Wait::Never | Wait::Forever => Instant::now() + self.settings.io_timeout,
+        }
+    }
+
+    /// A step's outcome, or `None` after a pause when it failed for want of a connection and
+    /// there is time to try again before `give_up`. Backoff for a server that is away, never
+    /// a way of waiting for the lock.
+    pub(crate) async fn away<R>(
+        &self,
+        outcome: Result<R, Error>,
+        give_up: Instant,
+        pause: &mut Duration,
+        cancel: &CancelToken,
+    ) -> Option<Result<R, Error>> {
+        let error = match outcome {
+            Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => e,
+            other => return Some(other),
+        };
+        let left = give_up.saturating_duration_since(Instant::now());
+        if left <= *pause {
+            return Some(Err(error.into()));
+        }
+        log::debug!(
+            "lock {:?}: server away ({error}); trying again",
+            self.name()
+        );
+        if self.transport.pause(*pause, cancel).await {
+            return Some(Err(self.error(|name| Error::Cancelled { name })));
+        }
+        *pause = (*pause * 2).min(Duration::from_millis(500));
+        None
+    }
+
+    /// Before a new acquisition: a handle that holds the lock may not take it again; one
+    /// whose lock was lost may; one that is unsure asks Redis, and if the lock turns out to be
+    /// ours it is acquired (its epoch is returned).
+    async fn before_acquire(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        let belief = self.state.lock().belief;
+        match belief {
+            Belief::Free => Ok(None),
+            Belief::Held(lease) if !lease.is_lost(Instant::now()) => {
+                Err(self.error(|name| Error::AlreadyAcquired { name }))
+            }
+            Belief::Held(_) => {
+                self.forget();
+                Ok(None)
+            }
+            Belief::Unsure(unsure) => {
+                let (observed, sent) = self.settle(unsure.conn, wait, cancel).await?;
+                self.forget();
+                if !self.is_ours(observed.owner.as_deref()) {
+                    return Ok(None);
+                }
+                if cancel.is_cancelled() {
+                    self.unlock_quietly().await;
+                    return Err(self.error(|name| Error::Cancelled { name }));
+                }
+                let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
+                self.acquired(valid_until, observed.fence).map(Some)
+            }
+        }
+    }
+
+    /// Restarts the expiry of a lock just taken; `None` if it is not ours. Says until when it
+    /// is valid, and how many replicas acknowledged it when that was asked.
+    async fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Confirmed>, Error> {
+        let request =
+            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let mut answered = self.call_again(&request, self.io_deadline(wait)).await?;
+        let acks = request.acks(&mut answered.replies)?;
+        Ok(
+            match requests::parse_extend(&self.keys, answered.first())? {
+                Extended::NotOurs => None,
+                Extended::Yes | Extended::NoExpiry => Some(Confirmed {
+                    valid_until: self.less_drift(
+                        Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
+                    ),
+                    acks,
+                }),
+            },
+        )
+    }
+
+    /// Fails with [`Error::NotReplicated`] when fewer replicas than asked for acknowledged
+    /// `operation` (`acks` is `None` when no `WAIT` ran), or with the `WAIT`'s own error.
+    fn replicated(
+        &self,
+        operation: &'static str,
+        acks: Result<Option<u64>, Error>,
+    ) -> Result<(), Error> {
+        let acks = acks?;
+        match self.settings.replicas {
+            Some((wanted, _)) if acks.unwrap_or(0) < u64::from(wanted) => {
+                Err(Error::NotReplicated {
+                    name: self.settings.name.clone(),
+                    operation,
+                    acked: acks.unwrap_or(0),
+                    wanted,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn acquired(
+        self: &Arc<Self>,
+        valid_until: Option<Instant>,
+        token: Option<u64>,
+    ) -> Result<u64, Error> {
+        let renewal = match self
+            .settings
+            .expire()
+            .filter(|_| self.settings.auto_renewal)
+        {
+            Some(expire) => match T::renewal(self, expire * 2 / 3) {
+                Ok(renewal) => Some(renewal),
+                Err(e) => {
+                    // Without its renewal the lock would expire under the holder: give it back.
+                    T::settle_dropped(
+                        &self.transport,
+                        None,
+                        self.unlock_request(),
+                        self.io_deadline(Wait::Never),
+                    );
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let mut state = self.state.lock();
+        state.epoch += 1;
+        state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
+        state.renewal = renewal;
+        self.lease_changed();
+        log::debug!("lock {:?}: acquired", self.name());
+        Ok(state.epoch)
+    }
+
+    /// Releases the lock: any acquisition (`epoch` `None`), or only acquisition `epoch`, as a
+    /// guard does.
+    pub(crate) async fn release(&self, epoch: Option<u64>) -> Result<(), Error> {
+        let belief = {
+            let state = self.state.lock();
+            match (epoch, state.belief) {
+                (Some(epoch), Belief::Held(lease)) if lease.epoch != epoch => {
+                    return Err(self.error(|name| Error::NotAcquired { name }))
+                }
+                (Some(_), Belief::Free) => {
+                    return Err(self.error(|name| Error::NotAcquired { name }))
+                }
+                (_, belief) => belief,
+            }
+        };
+        log::debug!("lock {:?}: releasing", self.name());
+        self.stop_renewal();
+        let deadline = self.io_deadline(Wait::Never);
+        let mut unsure_release = false;
+        if let Belief::Unsure(unsure) = belief {
+            unsure_release = unsure.releasing;
+            if let Some(conn) = unsure.conn {
+                if let Err(fault) = self.transport.close(conn, deadline).await {
+                    return Err(self.unknown("release", fault.into_error()));
+                }
+            }
+        }
+        let request = self.unlock_request().replicated(self.settings.replicas);
+        let outcome = match self.call_again(&request, deadline).await {
+            Ok(mut answered) => {
+                let acks = request.acks(&mut answered.replies);
+                let released = requests::parse_unlock(&self.keys, answered.first())?;
+                self.state.lock().belief = Belief::Free;
+                if released || answered.lost_before || unsure_release {
+                    self.replicated("release", acks)
+                } else {
+                    Err(self.error(|name| Error::NotAcquired { name }))
+                }
+            }
+            Err(e) => {
+                // It may have run: the next acquire asks Redis instead of trusting a belief.
+                self.state.lock().belief = Belief::Unsure(Unsure {
+                    conn: None,
+                    releasing: true,
+                });
+                match e {
+                    Error::Redis(source) => Err(self.unknown("release", source)),
+                    other => Err(other),
+                }
+            }
+        };
+        self.lease_changed();
+        outcome
+    }
+
+    /// This handle's release: deletes the key if it holds this handle's id, and wakes one
+    /// waiter.
+    fn unlock_request(&self) -> Request {
+        requests::unlock(
+            &self.keys,
+            self.settings.id.as_bytes(),
+            self.settings.signal_expire_ms,
+        )
+    }
+
+    /// Gives back a lock no caller will hold; a failure is logged, and the lock frees itself
+    /// at its expiry.
+    pub(crate) async fn unlock_quietly(&self) {
+        let request = self.unlock_request();
+        if let Err(e) = self
+            .call_again(&request, self.io_deadline(Wait::Never))
+            .await
+        {
+            log::error!("lock {:?}: release failed: {e}", self.name());
+        }
+    }
+
+    /// Gives the lock a new expiry: `expire`, or the configured one when `None`.
+    pub(crate) async fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
+        let ms = match expire {
+            Some(d) => millis("expire", d)?,
+            None => self.settings.expire_ms.ok_or_else(|| {
+                Error::invalid("extend(None) needs an expire configured on the lock")
+            })?,
+        };
+        match self.extend_ms(ms).await? {
+            Extended::Yes => Ok(()),
+            Extended::NotOurs => {
+                // If this handle thought it held the lock, it has just learned otherwise.
+                self.mark_lost();
+                Err(self.error(|name| Error::NotAcquired { name }))
+            }
+            Extended::NoExpiry => Err(self.error(|name| Error::NotExpirable { name })),
+        }
+    }
+
+    /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
+    async fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
+        let request =
+            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let mut answered = self
+            .call_again(&request, self.io_deadline(Wait::Never))
+            .await?;
+        let acks = request.acks(&mut answered.replies);
+        let extended = requests::parse_extend(&self.keys, answered.first())?;
+        if extended == Extended::Yes {
+            // Not replicated, the longer expiry may not survive a failover: the lease keeps
+            // the old one.
+            self.replicated("extend", acks)?;
+            if let Belief::Held(lease) = &mut self.state.lock().belief {
+                // The drift of this expiry, which need not be the configured one.
+                let expire = Duration::from_millis(ms);
+                let granted = expire.saturating_sub(self.transport.place().drift(expire));
+                lease.extended(answered.sent, granted);
+            }
+            self.lease_changed();
+        }
+        Ok(extended)
+    }
+
+    pub(crate) async fn reset(&self) -> Result<bool, Error> {
+        let deadline = self.io_deadline(Wait::Never);
+        let (observed, _) = self.observe_by(deadline).await?;
+        let Some(owner) = observed.owner else {
+            return Ok(false);
+        };
+        if self.is_ours(Some(&owner)) {
+            self.forget();
+        }
+        let request = requests::unlock(&self.keys, &owner, self.settings.signal_expire_ms);
+        let answered = self.call_again(&request, deadline).await?;
+        // Deleted now, or released by its owner in between: either way that owner's lock is
+        // gone, and no later one was touched.
+        requests::parse_unlock(&self.keys, answered.first())?;
+        log::info!("lock {:?} reset", self.name());
+        Ok(true)
+    }
+
+    /// One renewal: the wait before the next, or `None` to stop.
+    pub(crate) async fn renew(&self) -> Option<Duration> {
+        let expire = self.settings.expire()?;
+        let interval = expire * 2 / 3;
+        match self.extend_ms(self.settings.expire_ms?).await {
+            Ok(Extended::Yes) => {
+                log::debug!("lock {:?}: renewed", self.name());
+                Some(interval)
+            }
+            Ok(Extended::NotOurs) => {
+                self.mark_lost();
+                log::error!("lock {:?}: lost (it is no longer ours)", self.name());
+                None
+            }
+            Ok(Extended::NoExpiry) => {
+                log::warn!(
+                    "lock {:?}: its expiry was removed; renewal not needed",
+                    self.name()
+                );
+                None
+            }
+            Err(e) if self.expired() => {
+                self.mark_lost();
+                log::error!(
+                    "lock {:?}: lost (expired before a renewal got through: {e})",
+                    self.name()
+                );
+                None
+            }
+            Err(e) => {
+                // Try again soon: the lock is lost if the expiry passes first.
+                log::warn!("lock {:?}: renewal failed, retrying: {e}", self.name());
+                Some((interval / 8).max(Duration::from_millis(1)))
+            }
+        }
+    }
+
+    fn expired(&self) -> bool {
+        matches!(self.state.lock().belief, Belief::Held(lease) if lease.is_lost(Instant::now()))
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        if let Belief::Held(lease) = &mut self.state.lock().belief {
+            lease.mark_lost();
+        }
+        self.lease_changed();
+    }
+
+    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`.
+    pub(crate) fn lost(&self) -> bool {
+        match self.state.lock().belief {
+            Belief::Held(lease) => lease.is_lost(Instant::now()),
+            Belief::Free | Belief::Unsure(_) => false,
+        }
+    }
+
+    /// The fencing token of the current acquisition.
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        match self.state.lock().belief {
+            Belief::Held(lease) => lease.token,
+            Belief::Free | Belief::Unsure(_) => None,
+        }
+    }
+
+    /// Whether acquisition `epoch` is over or lost.
+    pub(crate) fn lost_since(&self, epoch: u64) -> bool {
+        self.valid_until(epoch).is_none()
+    }
+
+    /// Until when acquisition `epoch` is valid (`Some(None)`: no expiry), or `None` once it
+    /// is over or lost.
+    pub(crate) fn valid_until(&self, epoch: u64) -> Option<Option<Instant>> {
+        match self.state.lock().belief {
+            Belief::Held(lease) if lease.epoch == epoch && !lease.is_lost(Instant::now()) => {
+                Some(lease.valid_until)
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets the acquisition and stops its renewal.
+    fn forget(&self) {
+        self.state.lock().belief = Belief::Free;
+        self.stop_renewal();
+        self.lease_changed();
+    }
+
+    fn stop_renewal(&self) {
+        let renewal = self.state.lock().renewal.take();
+        if let Some(renewal) = renewal {
+            renewal.stop();
+        }
+    }
+
+    fn lease_changed(&self) {
+        #[cfg(feature = "tokio")]
+        self.lease_changed.notify_waiters();
+    }
+}
+
+impl<T: Io + ?Sized> Drop for Inner<T> {
+    fn drop(&mut self) {
+        // A held lock is left to expire, as python-redis-lock does; only renewing stops.
+        if let Some(renewal) = self.state.get_mut().renewal.take() {
+            renewal.stop();
+        }
+        // But an unsettled request may have taken the lock for nobody: settle it now, or a
+        // lock without expiry would stay held for good.
+        if let Belief::Unsure(unsure) = self.state.get_mut().belief {
+            let deadline = Instant::now() + self.settings.io_timeout;
+            T::settle_dropped(
+                &self.transport,
+                unsure.conn,
+                self.unlock_request(),
+                deadline,
+            );
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! One server, natively async: short requests share one multiplexed connection; each shared
+//! wait has a connection of its own, since a `BLPOP` holds up whatever is behind it.
+
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
+use std::time::Instant;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError, Value};
+
+use super::{AsyncTransport, AsyncWaiter, BoxFuture};
+use crate::aio::waits::Waits;
+use crate::driver::Exchange;
+use crate::protocol::requests::Request;
+use crate::transport::server::{self, Server};
+use crate::transport::{Admin, ConnId, Fault, Transport};
+
+/// The async side of a [`Server`], one per server in the process.
+pub(crate) struct Native {
+    place: Arc<dyn Transport>,
+    server: Arc<Server>,
+    /// The multiplexed connection and its id, once made; a connection whose request timed
+    /// out or failed is taken out, so the next request opens a new one.
+    short: tokio::sync::Mutex<Option<Short>>,
+    waits: Waits,
+}
+
+#[derive(Clone)]
+struct Short {
+    con: MultiplexedConnection,
+    id: Option<ConnId>,
+}
+
+impl Native {
+    /// The async side of `server`, shared by every async handle on it.
+    /// Servers are never dropped (see [`Server::shared`]), nor is their async side.
+    pub(crate) fn shared(server: Arc<Server>) -> Arc<Native> {
+        static ALL: LazyLock<Mutex<Vec<Arc<Native>>>> = LazyLock::new(Default::default);
+        let mut all = ALL.lock();
+        if let Some(native) = all.iter().find(|n| Arc::ptr_eq(&n.server, &server)) {
+            return Arc::clone(native);
+        }
+        let place: Arc<dyn Transport> = Arc::clone(&server) as Arc<dyn Transport>;
+        let native = Arc::new(Native {
+            place,
+            server,
+            short: tokio::sync::Mutex::new(None),
+            waits: Waits::default(),
+        });
+        all.push(Arc::clone(&native));
+        native
+    }
+
+    /// A new connection, set up by `deadline`, that knows its id at the server.
+    async fn connect(&self, deadline: Instant) -> Result<Short, RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(server::remaining(deadline)?))
+            .set_response_timeout(None);
+        let connecting = self
+            .server
+            .client()
+            .get_multiplexed_async_connection_with_config(&config);
+        let mut con = by(deadline, connecting).await??;
+        let id = by(
+            deadline,
+            con.send_packed_command(redis::cmd("CLIENT").arg("ID")),
+        )
+        .await??;
+        Ok(Short {
+            id: server::client_id(id)?,
+            con,
+        })
+    }
+
+    /// The multiplexed connection, made if there is none.
+    async fn short(&self, deadline: Instant) -> Result<Short, RedisError> {
+        let mut short = self.short.lock().await;
+        if let Some(short) = &*short {
+            return Ok(short.clone());
+        }
+        let made = self.connect(deadline).await?;
+        *short = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Takes connection `id` out of use after a failure on it: its next reply could belong
+    /// to the request that failed.
+    async fn retire(&self, id: Option<ConnId>) {
+        let mut short = self.short.lock().await;
+        if short.as_ref().is_some_and(|s| s.id == id) {
+            *short = None;
+        }
+    }
+
+    async fn pipelined_call(
+        &self,
+        request: &Request,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, Fault> {
+        let Short { mut con, id } = self.short(deadline).await.map_err(Fault::NotSent)?;
+        match pipelined(&mut con, request, deadline).await {
+            Ok(replies) => Ok(replies),
+            Err(error) => {
+                self.retire(id).await;
+                Err(Fault::Lost { conn: id, error })
+            }
+        }
+    }
+
+    async fn admin(&self, cmd: redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
+        // Killing or unblocking twice does no more than once.
+        let request = Request::single(cmd, true);
+        let answered = crate::driver::send_repeatable(self, &request, deadline).await;
+        server::admin_outcome(&request, answered)
+    }
+}
+
+/// Sends `request` on `con` and reads its replies, all by `deadline`. Server errors are
+/// replies (`Value::ServerError`), as on a blocking connection.
+async fn pipelined(
+    con: &mut MultiplexedConnection,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Vec<Value>, RedisError> {
+    let mut pipeline = redis::pipe();
+    for cmd in &request.cmds {
+        pipeline.add_command(cmd.clone());
+    }
+    by(
+        deadline,
+        con.send_packed_commands(&pipeline, 0, request.cmds.len()),
+    )
+    .await?
+}
+
+/// `future`'s output, or a timeout error at `deadline`.
+pub(crate) async fn by<F: std::future::Future>(
+    deadline: Instant,
+    future: F,
+) -> Result<F::Output, RedisError> {
+    tokio::time::timeout_at(deadline.into(), future)
+        .await
+        .map_err(|_| server::timed_out())
+}
+
+impl Exchange for Native {
+    fn exchange(
+        &self,
+        request: &Request,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<Vec<Value>, Fault>> + Send {
+        self.pipelined_call(request, deadline)
+    }
+}
+
+impl AsyncTransport for Native {
+    fn place(&self) -> &Arc<dyn Transport> {
+        &self.place
+    }
+
+    fn call<'a>(
+        &'a self,
+        request: &'a Request,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
+        Box::pin(self.pipelined_call(request, deadline))
+    }
+
+    fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
+        Box::pin(self.admin(server::unblock_cmd(conn), deadline))
+    }
+
+    fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
+        Box::pin(self.admin(server::kill_cmd(conn), deadline))
+    }
+
+    fn waiter(
+        &self,
+        _slot: u16,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
+        Box::pin(async move {
+            let short = self.connect(deadline).await.map_err(Fault::NotSent)?;
+            Ok(Box::new(Waiting(short)) as Box<dyn AsyncWaiter>)
+        })
+    }
+
+    fn waits(&self) -> &Waits {
+        &self.waits
+    }
+}
+
+/// A connection of a shared wait's own.
+struct Waiting(Short);
+
+impl AsyncWaiter for Waiting {
+    fn id(&self) -> Option<ConnId> {
+        self.0.id
+    }
+
+    fn ready(&mut self, _deadline: Instant) -> BoxFuture<'_, Result<(), Fault>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn wait<'a>(
+        &'a mut self,
+        request: &'a Request,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, Fault>> {
+        Box::pin(async move {
+            let Short { con, id } = &mut self.0;
+            match pipelined(con, request, deadline).await {
+                Ok(replies) => Ok(replies.into_iter().next().unwrap_or(Value::Nil)),
+                Err(error) => Err(Fault::Lost { conn: *id, error }),
+            }
+        })
+    }
+}

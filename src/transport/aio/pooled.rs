@@ -1,0 +1,203 @@
+//! A blocking transport (a cluster, Sentinel, a quorum) under the async driver: each request
+//! runs on tokio's blocking pool, and each shared wait's connection lives on a blocking thread
+//! of its own. What these transports do per request is written once, in their blocking form.
+
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::Mutex;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use redis::{ErrorKind, RedisError, Value};
+use tokio::sync::oneshot;
+
+use super::{AsyncTransport, AsyncWaiter, BoxFuture};
+use crate::aio::waits::Waits;
+use crate::protocol::requests::Request;
+use crate::transport::{Admin, ConnId, Fault, Transport};
+
+/// A blocking transport, run on the blocking pool.
+pub(crate) struct Pooled {
+    place: Arc<dyn Transport>,
+    waits: Waits,
+}
+
+impl Pooled {
+    /// The async side of `place`, shared by every async handle on it while any is alive.
+    pub(crate) fn shared(place: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
+        static ALL: LazyLock<Mutex<Vec<Weak<Pooled>>>> = LazyLock::new(Default::default);
+        let mut all = ALL.lock();
+        all.retain(|pooled| pooled.strong_count() > 0);
+        let found = all
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|pooled| Arc::ptr_eq(&pooled.place, &place));
+        found.unwrap_or_else(|| {
+            let pooled = Arc::new(Pooled {
+                place,
+                waits: Waits::default(),
+            });
+            all.push(Arc::downgrade(&pooled));
+            pooled
+        })
+    }
+
+    /// Runs `work` on the blocking pool (on this thread when no runtime is running), so that
+    /// it blocks no task.
+    async fn blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn Transport) -> Result<R, Fault> + Send + 'static,
+    ) -> Result<R, Fault> {
+        let place = Arc::clone(&self.place);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return work(&*place);
+        };
+        runtime
+            .spawn_blocking(move || work(&*place))
+            .await
+            .unwrap_or_else(|e| {
+                Err(Fault::Lost {
+                    conn: None,
+                    error: gone(&format!("the blocking call did not finish: {e}")),
+                })
+            })
+    }
+}
+
+fn gone(what: &str) -> RedisError {
+    RedisError::from((ErrorKind::Io, "connection lost", what.to_string()))
+}
+
+impl AsyncTransport for Pooled {
+    fn place(&self) -> &Arc<dyn Transport> {
+        &self.place
+    }
+
+    fn call<'a>(
+        &'a self,
+        request: &'a Request,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
+        let request = request.clone();
+        Box::pin(self.blocking(move |place| place.call(&request, deadline)))
+    }
+
+    fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
+        Box::pin(self.blocking(move |place| place.unblock(conn, deadline)))
+    }
+
+    fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
+        Box::pin(self.blocking(move |place| place.kill(conn, deadline)))
+    }
+
+    fn waiter(
+        &self,
+        slot: u16,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
+        let place = Arc::clone(&self.place);
+        Box::pin(async move {
+            let (jobs, taken) = crossbeam_channel::unbounded();
+            let (opened, open) = oneshot::channel();
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return Err(Fault::NotSent(gone("no tokio runtime to wait on")));
+            };
+            runtime.spawn_blocking(move || serve(&*place, slot, deadline, &taken, opened));
+            match open.await {
+                Ok(Ok(())) => Ok(Box::new(ThreadWaiter { jobs, id: None }) as Box<dyn AsyncWaiter>),
+                Ok(Err(fault)) => Err(fault),
+                Err(_) => Err(Fault::NotSent(gone("the waiting thread ended"))),
+            }
+        })
+    }
+
+    fn waits(&self) -> &Waits {
+        &self.waits
+    }
+}
+
+/// What a shared wait asks of its connection's thread.
+enum Job {
+    Ready(Instant, oneshot::Sender<Result<Option<ConnId>, Fault>>),
+    Wait(Request, Instant, oneshot::Sender<Result<Value, Fault>>),
+}
+
+/// A blocking waiter's thread: takes the connection, then runs the jobs sent to it until
+/// their sender is dropped.
+fn serve(
+    place: &dyn Transport,
+    slot: u16,
+    deadline: Instant,
+    jobs: &Receiver<Job>,
+    opened: oneshot::Sender<Result<(), Fault>>,
+) {
+    let mut waiter = match place.waiter(slot, deadline) {
+        Ok(waiter) => {
+            let _ = opened.send(Ok(()));
+            waiter
+        }
+        Err(fault) => {
+            let _ = opened.send(Err(fault));
+            return;
+        }
+    };
+    for job in jobs {
+        match job {
+            Job::Ready(deadline, done) => {
+                let _ = done.send(waiter.ready(deadline).map(|()| waiter.id()));
+            }
+            Job::Wait(request, deadline, done) => {
+                let reply = waiter
+                    .send(&request, deadline)
+                    .and_then(|()| waiter.recv(deadline));
+                let _ = done.send(reply);
+            }
+        }
+    }
+}
+
+/// The async side of a waiter living on a blocking thread.
+struct ThreadWaiter {
+    jobs: Sender<Job>,
+    id: Option<ConnId>,
+}
+
+impl ThreadWaiter {
+    async fn ask<R>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<R, Fault>>) -> Job,
+    ) -> Result<R, Fault> {
+        let (done, answer) = oneshot::channel();
+        if self.jobs.send(job(done)).is_err() {
+            return Err(Fault::NotSent(gone("the waiting thread ended")));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Fault::Lost {
+                conn: self.id,
+                error: gone("the waiting thread ended"),
+            })
+        })
+    }
+}
+
+impl AsyncWaiter for ThreadWaiter {
+    fn id(&self) -> Option<ConnId> {
+        self.id
+    }
+
+    fn ready(&mut self, deadline: Instant) -> BoxFuture<'_, Result<(), Fault>> {
+        Box::pin(async move {
+            self.id = self.ask(|done| Job::Ready(deadline, done)).await?;
+            Ok(())
+        })
+    }
+
+    fn wait<'a>(
+        &'a mut self,
+        request: &'a Request,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, Fault>> {
+        let request = request.clone();
+        Box::pin(self.ask(move |done| Job::Wait(request, deadline, done)))
+    }
+}
