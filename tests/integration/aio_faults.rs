@@ -20,6 +20,15 @@ fn owner(server: &RedisServer) -> Option<String> {
     server.conn().get("lock:l").unwrap()
 }
 
+/// How many connections `server` has accepted (this query's included).
+fn connections_received(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.get("total_connections_received").unwrap()
+}
+
 /// Returns once the server holds `lock:l` for `id`.
 async fn until_owner(server: &RedisServer, id: &str) {
     let started = Instant::now();
@@ -108,12 +117,19 @@ async fn a_try_whose_reply_is_lost_leaves_no_lock_held_by_nobody() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
     let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
-    // A first round loads the scripts: otherwise the reply dropped below would be the
-    // `NOSCRIPT` that comes before the script runs.
+    // A first round opens the connections and loads the release's script.
     assert!(lock.try_acquire().await.unwrap());
     lock.release().await.unwrap();
-    proxy.drop_reply_to("EVAL");
+    // The try's `SET lock:l <id> NX`.
+    proxy.drop_reply_to("\r\nNX\r\n");
+    let connected = connections_received(&server);
     let result = lock.try_acquire().await;
+    // The test's own query makes one; the library reconnected after losing the reply.
+    assert!(
+        connections_received(&server) > connected + 1,
+        "the try's connection was never cut"
+    );
+    println!("a try whose reply was lost: {result:?}");
     match result {
         Ok(true) => assert_eq!(owner(&server).as_deref(), Some(lock.id())),
         Ok(false) => assert_ne!(owner(&server).as_deref(), Some(lock.id())),

@@ -11,7 +11,7 @@ use redis_blpop_lock::{aio, Error, Lock};
 
 use crate::support::{
     assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
-    eventually, ms, script_calls, secs, spawn_task_waiter, ChildProcess, RedisServer,
+    eventually, ms, secs, spawn_task_waiter, tries_run, ChildProcess, RedisServer,
 };
 
 /// How long a test waits for its waiters to block before it gives up.
@@ -57,12 +57,12 @@ async fn a_release_wakes_exactly_one_of_three_waiting_tasks() {
     let server = RedisServer::start();
     let client = server.client();
     let holder = holder_whose_signal_lasts(&client).await;
-    let tries_before = script_calls(&server);
+    let tries_before = tries_run(&server);
     let waiters: Vec<_> = (0..3)
         .map(|_| spawn_task_waiter(aio::Lock::new(&client, "l").unwrap(), secs(4)))
         .collect();
     eventually(BLOCK_LIMIT, "the three waiters' first tries", || {
-        script_calls(&server) >= tries_before + 3
+        tries_run(&server) >= tries_before + 3
     });
     server.until_blocked(1, BLOCK_LIMIT, || false);
     holder.release().await.unwrap();
@@ -122,7 +122,7 @@ async fn assert_waits_are_shared(names: usize, per_name: usize) {
         holders.push(holder);
     }
     let tasks = names * per_name;
-    let tries_before = script_calls(&server);
+    let tries_before = tries_run(&server);
     let acquired = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..tasks)
         .map(|i| {
@@ -136,10 +136,15 @@ async fn assert_waits_are_shared(names: usize, per_name: usize) {
         })
         .collect();
     eventually(BLOCK_LIMIT, format!("{tasks} tasks' first tries"), || {
-        script_calls(&server) >= tries_before + tasks as u64
+        tries_run(&server) >= tries_before + tasks as u64
     });
     server.until_blocked(names as u64, BLOCK_LIMIT, || false);
     let list = client_list(&server);
+    println!(
+        "{tasks} tasks waiting on {names} names: {} connections, {} blocked",
+        list.len(),
+        server.blocked_clients()
+    );
     assert!(
         list.len() <= names + CONNECTIONS_BESIDES_NAMES,
         "{} connections while {tasks} tasks wait on {names} names:\n{}",
@@ -187,7 +192,7 @@ async fn tasks_waiting_on_one_name_get_the_lock_in_arrival_order() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..TASKS {
-        let tries_before = script_calls(&server);
+        let tries_before = tries_run(&server);
         let lock = aio::Lock::new(&client, "l").unwrap();
         let order = Arc::clone(&order);
         waiters.push(tokio::spawn(async move {
@@ -198,7 +203,7 @@ async fn tasks_waiting_on_one_name_get_the_lock_in_arrival_order() {
         // Its first try has failed at the server (and the name's `BLPOP` is up); a moment
         // more for the reply to reach it and for it to queue behind the tasks before it.
         eventually(BLOCK_LIMIT, format!("task {i}'s first try"), || {
-            script_calls(&server) > tries_before
+            tries_run(&server) > tries_before
         });
         server.until_blocked(1, BLOCK_LIMIT, || false);
         tokio::time::sleep(ms(100)).await;

@@ -70,13 +70,14 @@ pub fn connections(server: &RedisServer) -> usize {
     client_list(server).len()
 }
 
-/// How many scripts (`EVALSHA`, `EVAL`) `server` has run: each try of an acquire is one.
-pub fn script_calls(server: &RedisServer) -> u64 {
+/// How many tries at a lock `server` has run: each is one `SET` (`SET NX`, then `GET` and
+/// `PTTL`), or one script with fencing.
+pub fn tries_run(server: &RedisServer) -> u64 {
     let info: redis::InfoDict = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
         .unwrap();
-    ["cmdstat_evalsha", "cmdstat_eval"]
+    ["cmdstat_set", "cmdstat_evalsha", "cmdstat_eval"]
         .iter()
         .filter_map(|key| info.get::<String>(key))
         .filter_map(|stats| {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "tokio")]
 pub use aio::{
     assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
-    script_calls, spawn_task_waiter,
+    spawn_task_waiter, tries_run,
 };
 pub use child::{child_role, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
