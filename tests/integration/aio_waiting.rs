@@ -206,7 +206,7 @@ async fn tasks_waiting_on_one_name_get_the_lock_in_arrival_order() {
             tries_run(&server) > tries_before
         });
         server.until_blocked(1, BLOCK_LIMIT, || false);
-        tokio::time::sleep(ms(100)).await;
+        tokio::time::sleep(ms(200)).await;
     }
     holder.release().await.unwrap();
     for waiter in waiters {
