@@ -919,3 +919,31 @@ impl<T: Io + ?Sized> Drop for Inner<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::task::Poll;
+
+    use super::now;
+
+    #[test]
+    fn now_runs_a_ready_future_to_its_output() {
+        assert_eq!(now(async { 7 }), 7);
+    }
+
+    #[test]
+    fn now_parks_until_a_pending_future_is_woken_from_another_thread() {
+        let mut polls = 0;
+        let output = now(poll_fn(|context| {
+            polls += 1;
+            if polls == 1 {
+                let waker = context.waker().clone();
+                std::thread::spawn(move || waker.wake());
+                return Poll::Pending;
+            }
+            Poll::Ready(polls)
+        }));
+        assert!(output >= 2);
+    }
+}

@@ -364,6 +364,99 @@
 //! [`Cache::get_or_revalidate`] serves a stale value to everyone while one background thread
 //! recomputes it. See [`Cache`] for the details and the keys it writes.
 //!
+//! # Async (tokio)
+//!
+//! With the `tokio` feature, [`aio`] has the same locks for async code: the same names and
+//! semantics, built with the same [`LockBuilder`], on the same keys, scripts and outcome rules
+//! (one driver serves both APIs). An async lock and a blocking one of the same name are the
+//! same lock, and wake each other. Every future is safe to drop at any `.await`, and dropping
+//! it is how an async wait is cancelled. The calls run on the caller's tokio runtime, either
+//! flavour, with its I/O and timers on (`#[tokio::main]` or `enable_all()`).
+//!
+//! ```toml
+//! [dependencies]
+//! redis-blpop-lock = { version = "0.1", features = ["tokio"] }
+//! ```
+//!
+//! ```no_run
+//! # #[cfg(feature = "tokio")]
+//! # async fn run() -> Result<(), redis_blpop_lock::Error> {
+//! use std::time::Duration;
+//! use redis_blpop_lock::aio;
+//!
+//! # async fn export() {}
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//!
+//! // Closure style: a 30 s expiry kept alive by a renewal task. If the lock is lost while the
+//! // work runs, the work is dropped and the result is Error::Lost.
+//! let answer = aio::with_lock(&client, "report", async { 6 * 7 }).await?;
+//! assert_eq!(answer, 42);
+//!
+//! // Guard style. The guard is owned ('static + Send): it can move into tokio::spawn.
+//! let lock = aio::Lock::builder(&client, "exports")
+//!     .expire(Duration::from_secs(30))
+//!     .auto_renewal(true)
+//!     .build()?;
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5)).await? {
+//!     tokio::select! {
+//!         () = export() => guard.unlock().await?,
+//!         // Someone else may hold it now: stop writing.
+//!         () = guard.when_lost() => eprintln!("lost the lock; export stopped"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `cargo run --example quickstart_async --features tokio` runs a longer tour.
+//!
+//! **Cancel-safety.** What each call leaves behind when its future is dropped at any `.await`
+//! (a `tokio::time::timeout` that ran out, a `select!` that took another branch, an aborted
+//! task):
+//!
+//! | call | dropped at any `.await` |
+//! |---|---|
+//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a grant that lands after the drop is released (waking the next waiter); a wake-up handed to the dropped waiter goes to the next waiting task in the process, or back to Redis |
+//! | `release`, `LockGuard::unlock` | the release still happens: it runs on a task of its own |
+//! | `extend`, `LockGuard::extend` | the extension may or may not have happened; the handle keeps believing the old expiry, so `lost()` is never late |
+//! | `reset` | it may or may not have reset; either way it deleted only the owner it read |
+//! | `holder`, `locked`, `owner_id`, `LockGuard::when_lost` | nothing to leave: they only read |
+//! | `with_lock`, `Lock::with_lock` | waiting: as `lock`; holding: the work is dropped and the lock released as by a dropped guard |
+//! | `Cache::get_or_set`, `Cache::get_or_revalidate` | waiting for the entry's lock: as `lock`; computing: the computation is dropped and the lock released as by a dropped guard (a value being written may or may not be stored); a background refresh already started runs on |
+//! | `reset_all` | it runs to its end on tokio's blocking pool |
+//!
+//! **Guards.** [`aio::LockGuard`] owns what it needs, so it can move into `tokio::spawn`.
+//! `unlock().await` releases and returns the error. Dropped without `unlock`, the guard sends
+//! the release from a task spawned on the current runtime (with no runtime left, on the
+//! dropping thread) and logs any error, so a guard dropped with a cancelled future still frees
+//! the lock; as in the blocking API, it releases only its own acquisition. `when_lost().await`
+//! resolves once the acquisition is lost (a renewal found another id or failed until the
+//! expiry, or the expiry passed), to `select!` the work against. The renewal is a task holding
+//! only a weak reference, run every two thirds of the expiry: it stops once the handle and its
+//! guards are gone.
+//!
+//! **Shared waiting.** In one process, all tasks waiting on the same name on the same server
+//! share one connection blocked in `BLPOP lock-signal:<name>`; the tasks queue in arrival
+//! order, and a signal goes to the first, which then tries (and keeps its place if the try
+//! fails). Each task also wakes by itself at the holder's expiry, at its own deadline or after
+//! 5 s, and tries once, as a blocking waiter does. On a [`redis::Client`], tries, releases and
+//! reads go over one multiplexed connection per server. So a process holds one multiplexed
+//! connection plus one connection per name that tasks are waiting on (closed when the name's
+//! queue empties), however many tasks wait. What it costs: the repository's `docs/performance.md`.
+//!
+//! **Fairness.** Within a process, waiting tasks get the lock in arrival order, except that a
+//! task's first try, made before it queues, can take a lock just released ahead of the queue,
+//! as a new thread can in the blocking API. Between processes it is Redis's first come, first
+//! served among blocked clients, but a process's waiters on a name are one blocked client:
+//! after each signal its connection blocks again behind the others, so processes take turns
+//! rather than every task of the fleet being served in its own arrival order.
+//!
+//! **Backends.** On a [`redis::Client`] requests run natively on tokio. On a
+//! [`redis::cluster::ClusterClient`], a [`Sentinel`] and a [`Quorum`] they run on tokio's
+//! blocking pool over the blocking API's transports and connection pools, with no
+//! multiplexing, and each name being waited on keeps one thread of that pool; waiting is
+//! shared all the same.
+//!
 //! # Redis Cluster and Sentinel
 //!
 //! Locks live wherever a [`Backend`] says: a [`redis::Client`] (one server), a
@@ -615,6 +708,7 @@
 //! - `cluster`: [`redis::cluster::ClusterClient`] as a [`Backend`] (the `redis` crate's
 //!   `cluster` feature).
 //! - `sentinel`: [`Sentinel`] (no extra dependency). [`Quorum`] needs no feature.
+//! - `tokio`: the async API, [`aio`] (the `redis` crate's `tokio-comp`).
 //! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset;
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]

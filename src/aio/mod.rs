@@ -1,5 +1,6 @@
-//! The async API, on tokio (feature `tokio`): the same locks, built the same way, with
-//! futures that are safe to drop at any `.await`.
+//! The async API, on tokio (feature `tokio`): the same locks as the crate root's, built with
+//! the same [`LockBuilder`](crate::LockBuilder), with futures that are safe to drop at any
+//! `.await`.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -17,6 +18,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! What each future does when it is dropped, what a dropped guard does, how tasks share one
+//! `BLPOP` per name and which connections a process holds: the crate docs'
+//! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
 mod guard;

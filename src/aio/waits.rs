@@ -158,13 +158,16 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let empty = {
+        // Under the queue's lock, as a hand-off marks a seat: a signal is either seen here or
+        // handed to the next seat.
+        let (empty, signalled) = {
             let mut state = self.queue.state.lock();
             state.seats.remove(&self.arrival);
-            state.seats.is_empty()
+            let signalled = self.seat.signalled.swap(false, Ordering::SeqCst);
+            (state.seats.is_empty(), signalled)
         };
         // A signal handed to this task and not taken is the next one's.
-        if self.seat.signalled.swap(false, Ordering::SeqCst) && !self.queue.hand_off() {
+        if signalled && !self.queue.hand_off() {
             pass_on(&self.transport, &self.queue);
         }
         if empty {
@@ -177,10 +180,12 @@ impl Queue {
     /// Hands a signal to the first task in the queue, taking it out of the queue; false when
     /// there is none.
     fn hand_off(&self) -> bool {
-        let Some((_, seat)) = self.state.lock().seats.pop_first() else {
+        let mut state = self.state.lock();
+        let Some((_, seat)) = state.seats.pop_first() else {
             return false;
         };
         seat.signalled.store(true, Ordering::SeqCst);
+        drop(state);
         seat.woken.notify_one();
         true
     }

@@ -150,6 +150,9 @@ fn a_holder_paused_past_its_validity_learns_it_is_lost_and_the_next_holder_does_
         .unwrap();
     let got = next.acquire_timeout(secs(30));
     let next_entered = now_ns();
+    // A majority at least; the rest may have still held the stopped holder's key an instant
+    // longer when the vote reached them.
+    let held = holding(&servers, "l", next.id());
     child.signal("CONT");
     assert!(
         got.unwrap(),
@@ -167,7 +170,8 @@ fn a_holder_paused_past_its_validity_learns_it_is_lost_and_the_next_holder_does_
     );
     // Its release, owner-checked on every server, left the next holder's keys alone.
     assert_eq!(field(&report, "release"), "not-acquired", "{report}");
-    assert_eq!(holding(&servers, "l", next.id()), 5);
+    assert!(held >= 3, "the next holder won with {held} of 5");
+    assert_eq!(holding(&servers, "l", next.id()), held);
     child.wait_success();
     next.release().unwrap();
 }

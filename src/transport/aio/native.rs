@@ -134,11 +134,15 @@ async fn pipelined(
     .await?
 }
 
-/// `future`'s output, or a timeout error at `deadline`.
-pub(crate) async fn by<F: std::future::Future>(
-    deadline: Instant,
-    future: F,
-) -> Result<F::Output, RedisError> {
+/// `future`'s output, or a timeout error at `deadline`. The timer is tokio's: polled outside
+/// a runtime, this is an error rather than tokio's panic.
+async fn by<F: std::future::Future>(deadline: Instant, future: F) -> Result<F::Output, RedisError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the async API runs on a tokio runtime, and none is running",
+        )));
+    }
     tokio::time::timeout_at(deadline.into(), future)
         .await
         .map_err(|_| server::timed_out())
