@@ -190,6 +190,34 @@ async fn a_grant_whose_reply_is_lost_after_the_drop_is_given_back() {
     assert_a_grant_after_the_drop_is_given_back(true).await;
 }
 
+/// A caller's `lock()` times out on a slow link after the server granted it, and the caller
+/// tries again on the same handle while the late grant is still on its way: the dropped call
+/// gives its grant back, nobody else wants the lock, so the retry must take it (not answer
+/// `AlreadyAcquired`: the caller holds nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_the_handle_of_a_call_dropped_with_its_grant_on_the_way_takes_the_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
+    assert!(lock.try_acquire().await.unwrap());
+    lock.release().await.unwrap();
+    proxy.hold_replies(true);
+    tokio::select! {
+        _ = lock.lock() => panic!("lock() returned while its reply was held back"),
+        () = until_owner(&server, lock.id()) => {}
+    }
+    let retry = lock.try_acquire();
+    let deliver = async {
+        tokio::time::sleep(ms(100)).await;
+        proxy.hold_replies(false);
+    };
+    let (retried, ()) = tokio::join!(retry, deliver);
+    match retried {
+        Ok(true) => assert_eq!(owner(&server).as_deref(), Some(lock.id())),
+        other => panic!("the retry on a free lock: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
     let mut server = RedisServer::start();
