@@ -151,6 +151,21 @@ async fn a_try_whose_reply_is_lost_leaves_no_lock_held_by_nobody() {
         .unwrap());
 }
 
+/// A handle on lock `l` through `proxy` whose `lock()` the server granted while the proxy
+/// held the reply back, dropped before the reply came (the proxy holds it still).
+async fn dropped_with_its_grant_on_the_way(server: &RedisServer, proxy: &Proxy) -> aio::Lock {
+    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
+    // Opens the connections the call will use.
+    assert!(lock.try_acquire().await.unwrap());
+    lock.release().await.unwrap();
+    proxy.hold_replies(true);
+    tokio::select! {
+        _ = lock.lock() => panic!("lock() returned while its reply was held back"),
+        () = until_owner(server, lock.id()) => {}
+    }
+    lock
+}
+
 /// A lock call through `proxy` granted at the server while the proxy holds its reply back;
 /// the call is dropped before the reply comes, and then the reply arrives late
 /// (`lose_reply` false) or its connection is cut (`lose_reply` true). The call's task must
@@ -158,16 +173,7 @@ async fn a_try_whose_reply_is_lost_leaves_no_lock_held_by_nobody() {
 async fn assert_a_grant_after_the_drop_is_given_back(lose_reply: bool) {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
-    // Loads the scripts and opens the connections the call will use.
-    assert!(lock.try_acquire().await.unwrap());
-    lock.release().await.unwrap();
-    proxy.hold_replies(true);
-    tokio::select! {
-        _ = lock.lock() => panic!("lock() returned while its reply was held back"),
-        () = until_owner(&server, lock.id()) => {}
-    }
-    // The call is dropped; the server granted it.
+    let lock = dropped_with_its_grant_on_the_way(&server, &proxy).await;
     let waiter = blocked_task_waiter(&server, aio::Lock::new(&server.client(), "l").unwrap());
     let deliver = async {
         if lose_reply {
@@ -198,14 +204,7 @@ async fn a_grant_whose_reply_is_lost_after_the_drop_is_given_back() {
 async fn a_retry_on_the_handle_of_a_call_dropped_with_its_grant_on_the_way_takes_the_lock() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
-    assert!(lock.try_acquire().await.unwrap());
-    lock.release().await.unwrap();
-    proxy.hold_replies(true);
-    tokio::select! {
-        _ = lock.lock() => panic!("lock() returned while its reply was held back"),
-        () = until_owner(&server, lock.id()) => {}
-    }
+    let lock = dropped_with_its_grant_on_the_way(&server, &proxy).await;
     let retry = lock.try_acquire();
     let deliver = async {
         tokio::time::sleep(ms(100)).await;
