@@ -342,16 +342,11 @@ impl Cache {
         E: fmt::Display,
         F: FnOnce() -> Result<T, E> + Send + 'static,
     {
-        let guard = match self
+        let taken = self
             .lock(&keys)
-            .and_then(|lock| Arc::new(lock).try_lock_arc())
-        {
-            Ok(Some(guard)) => guard,
-            Ok(None) => return,
-            Err(e) => {
-                log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
-                return;
-            }
+            .and_then(|lock| Arc::new(lock).try_lock_arc());
+        let Some(guard) = refresher(taken, &keys) else {
+            return;
         };
         let cache = self.clone();
         let name = keys.name.clone();
@@ -418,6 +413,15 @@ impl fmt::Debug for Cache {
 /// has a good value, and the lock expires by itself.
 fn release(guard: LockGuard<'_>, keys: &Keys) {
     released(guard.unlock(), keys);
+}
+
+/// The guard of a background refresh, when this caller's try of the entry's lock took it; a
+/// failure is logged: the caller has a value to return either way.
+pub(crate) fn refresher<G>(taken: Result<Option<G>, Error>, keys: &Keys) -> Option<G> {
+    taken.unwrap_or_else(|e| {
+        log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
+        None
+    })
 }
 
 pub(crate) fn released(result: Result<(), Error>, keys: &Keys) {

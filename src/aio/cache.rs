@@ -234,13 +234,8 @@ impl Cache {
             Ok(lock) => lock.try_lock().await,
             Err(e) => Err(e),
         };
-        let guard = match taken {
-            Ok(Some(guard)) => guard,
-            Ok(None) => return,
-            Err(e) => {
-                log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
-                return;
-            }
+        let Some(guard) = cache::refresher(taken, &keys) else {
+            return;
         };
         let cache = self.clone();
         // The guard goes with the task: released when the refresh ends, however it ends.

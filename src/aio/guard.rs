@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::lock::release;
+use super::turn::{self, Turn, Turns};
 use super::Lock;
 use crate::driver::Inner;
 use crate::transport::aio::Async;
@@ -32,23 +33,40 @@ use crate::{Backend, Error};
 #[must_use = "if unused the lock is released at once"]
 pub struct LockGuard {
     inner: Arc<Inner<Async>>,
+    turns: Turns,
     epoch: u64,
     /// Whether dropping it releases; not once it has been released or handed to its handle.
     armed: bool,
+    /// The handle's turn, while the guard is on its way from the acquiring task to the caller.
+    turn: Option<Turn>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(inner: Arc<Inner<Async>>, epoch: u64) -> Self {
+    pub(crate) fn new(inner: Arc<Inner<Async>>, turns: Turns, epoch: u64, turn: Turn) -> Self {
         LockGuard {
             inner,
+            turns,
             epoch,
             armed: true,
+            turn: Some(turn),
         }
+    }
+
+    /// The guard, arrived: the handle's next call may start.
+    pub(crate) fn end_turn(mut self) -> Self {
+        self.turn = None;
+        self
     }
 
     /// Leaves the lock held by its handle, with no guard to release it.
     pub(crate) fn keep(mut self) {
         self.armed = false;
+    }
+
+    /// The turn to release in: the guard's own, or the handle's if no call has it now (the
+    /// release then comes before any later call of the handle).
+    fn release_turn(&mut self) -> Option<Turn> {
+        self.turn.take().or_else(|| self.turns.take_now())
     }
 
     /// The lock's name.
@@ -169,7 +187,8 @@ impl LockGuard {
     /// ```
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.armed = false;
-        release(&self.inner, Some(self.epoch)).await
+        let turn = self.release_turn();
+        release(&self.inner, &self.turns, turn, Some(self.epoch)).await
     }
 
     /// Runs `work` under this acquisition, dropping it if the lock is lost; then releases.
@@ -192,9 +211,15 @@ impl Drop for LockGuard {
             return;
         }
         let inner = Arc::clone(&self.inner);
-        let epoch = self.epoch;
+        let turn = self.release_turn();
+        let releasing = turn::release(
+            Arc::clone(&inner),
+            self.turns.clone(),
+            turn,
+            Some(self.epoch),
+        );
         super::spawn_or_run(async move {
-            match inner.release(Some(epoch)).await {
+            match releasing.await {
                 Ok(()) | Err(Error::NotAcquired { .. }) => {}
                 Err(e) => log::error!("lock {:?}: release on drop failed: {e}", inner.name()),
             }

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::turn::{self, Turn, Turns};
 use super::LockGuard;
 use crate::driver::Inner;
 use crate::protocol::lease::Wait;
@@ -34,6 +35,7 @@ use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 /// ```
 pub struct Lock {
     inner: Arc<Inner<Async>>,
+    turns: Turns,
 }
 
 impl Lock {
@@ -163,7 +165,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn release(&self) -> Result<(), Error> {
-        release(&self.inner, None).await
+        release(&self.inner, &self.turns, None, None).await
     }
 
     /// Gives the lock a new expiry: `expire`, or the handle's configured one when `None`; as
@@ -381,18 +383,36 @@ impl Lock {
     /// The acquire path, run on a task of its own so that a grant that lands after this
     /// future is dropped is still released: dropping it cancels the task's wait, and the
     /// task's guard, if it took the lock, is dropped with the task's output.
+    ///
+    /// It runs in the handle's turn, which goes with the guard until this future has it: a
+    /// guard dropped with the task's output releases before the handle's next call starts.
     async fn guard(&self, wait: Wait) -> Result<Option<LockGuard>, Error> {
         let runtime = super::runtime()?;
+        // A call that may not wait may still wait for one of its handle's calls that was
+        // dropped to finish giving back what it took: a round trip, normally.
+        let turn_by = match wait {
+            Wait::Never => Some(Instant::now() + self.inner.settings.grace()),
+            Wait::Until(deadline) => Some(deadline),
+            Wait::Forever => None,
+        };
+        let Some(turn) = self.turns.take(turn_by).await else {
+            return Ok(None);
+        };
         let cancel = CancelToken::new();
         let abandon = Abandon(cancel.clone());
         let inner = Arc::clone(&self.inner);
+        let turns = self.turns.clone();
         let acquiring = runtime.spawn(async move {
             let epoch = inner.acquire(wait, &cancel).await?;
-            Ok(epoch.map(|epoch| LockGuard::new(inner, epoch)))
+            Ok(epoch.map(|epoch| LockGuard::new(inner, turns, epoch, turn)))
         });
         let outcome = acquiring.await;
         drop(abandon);
-        outcome.unwrap_or_else(|e| Err(self.task_failed(&e)))
+        match outcome {
+            Ok(Ok(Some(guard))) => Ok(Some(guard.end_turn())),
+            Ok(other) => other,
+            Err(e) => Err(self.task_failed(&e)),
+        }
     }
 
     fn task_failed(&self, e: &tokio::task::JoinError) -> Error {
@@ -410,17 +430,20 @@ impl Drop for Abandon {
     }
 }
 
-/// Releases the lock on a task of its own, which a dropped future does not stop.
-pub(crate) async fn release(inner: &Arc<Inner<Async>>, epoch: Option<u64>) -> Result<(), Error> {
+/// Releases the lock in a turn (`held`, or the next), on a task of its own, which a dropped
+/// future does not stop.
+pub(crate) async fn release(
+    inner: &Arc<Inner<Async>>,
+    turns: &Turns,
+    held: Option<Turn>,
+    epoch: Option<u64>,
+) -> Result<(), Error> {
     let runtime = super::runtime()?;
-    let releasing = Arc::clone(inner);
-    runtime
-        .spawn(async move { releasing.release(epoch).await })
-        .await
-        .unwrap_or_else(|e| {
-            log::error!("lock {:?}: the releasing task failed: {e}", inner.name());
-            Err(inner.error(|name| Error::Cancelled { name }))
-        })
+    let releasing = turn::release(Arc::clone(inner), turns.clone(), held, epoch);
+    runtime.spawn(releasing).await.unwrap_or_else(|e| {
+        log::error!("lock {:?}: the releasing task failed: {e}", inner.name());
+        Err(inner.error(|name| Error::Cancelled { name }))
+    })
 }
 
 impl LockBuilder<Lock> {
@@ -440,6 +463,7 @@ impl LockBuilder<Lock> {
         let (settings, transport) = self.checked()?;
         Ok(Lock {
             inner: Arc::new(Inner::new(settings, Arc::new(Async(transport.to_async())))),
+            turns: Turns::default(),
         })
     }
 }

@@ -28,6 +28,7 @@ mod guard;
 mod io;
 mod lock;
 mod reset_all;
+mod turn;
 pub(crate) mod waits;
 
 pub use cache::Cache;

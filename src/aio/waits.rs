@@ -121,14 +121,13 @@ impl Ticket {
             .seats
             .entry(self.arrival)
             .or_insert_with(|| Arc::clone(&self.seat));
-        if !state.running {
+        if state.running {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             state.running = true;
             drop(state);
-            let queue = Arc::clone(&self.queue);
-            let transport = Arc::clone(&self.transport);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(run(queue, transport));
-            }
+            runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
         }
     }
 

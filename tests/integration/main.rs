@@ -4,6 +4,17 @@
 
 mod support;
 
+// The async API's suites.
+#[cfg(feature = "tokio")]
+mod aio_backends;
+#[cfg(feature = "tokio")]
+mod aio_cancel;
+#[cfg(feature = "tokio")]
+mod aio_faults;
+#[cfg(feature = "tokio")]
+mod aio_lock;
+#[cfg(feature = "tokio")]
+mod aio_waiting;
 mod bench_smoke;
 mod cache;
 #[cfg(feature = "cluster")]

@@ -2,10 +2,9 @@
 //! wait has a connection of its own, since a `BLPOP` holds up whatever is behind it.
 
 use std::sync::{Arc, LazyLock};
-
-use parking_lot::Mutex;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 
@@ -20,8 +19,7 @@ use crate::transport::{Admin, ConnId, Fault, Transport};
 pub(crate) struct Native {
     place: Arc<dyn Transport>,
     server: Arc<Server>,
-    /// The multiplexed connection and its id, once made; a connection whose request timed
-    /// out or failed is taken out, so the next request opens a new one.
+    /// The multiplexed connection and its id, once made; see [`retire`](Self::retire).
     short: tokio::sync::Mutex<Option<Short>>,
     waits: Waits,
 }
@@ -84,8 +82,8 @@ impl Native {
         Ok(made)
     }
 
-    /// Takes connection `id` out of use after a failure on it: its next reply could belong
-    /// to the request that failed.
+    /// Takes connection `id` out of use after a request on it failed or timed out: it may be
+    /// dead, and settling that request closes it at the server.
     async fn retire(&self, id: Option<ConnId>) {
         let mut short = self.short.lock().await;
         if short.as_ref().is_some_and(|s| s.id == id) {

@@ -2,6 +2,8 @@
 //! (`child`), a proxy that delays and drops replies on cue (`proxy`), Redis Cluster and
 //! Sentinel topologies (`cluster`, `sentinel`), and small helpers.
 
+#[cfg(feature = "tokio")]
+mod aio;
 mod child;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -15,6 +17,11 @@ mod server;
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "tokio")]
+pub use aio::{
+    assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
+    spawn_task_waiter, tries_run,
+};
 pub use child::{child_role, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
 pub use cluster::RedisCluster;

@@ -1,0 +1,56 @@
+//! A handle's turns: its acquires and releases run one at a time, so that a call never meets
+//! what one before it left in flight (a dropped acquire still giving its grant back, a dropped
+//! guard's release on its way) and takes it for its own lock (`AlreadyAcquired`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::driver::Inner;
+use crate::transport::aio::Async;
+use crate::Error;
+
+/// The turns of one handle, shared with its guards.
+#[derive(Clone, Default)]
+pub(crate) struct Turns(Arc<Mutex<()>>);
+
+/// A turn, held until dropped.
+pub(crate) type Turn = OwnedMutexGuard<()>;
+
+impl Turns {
+    /// The turn, once the calls before have ended, by `until` (`None`: however long it
+    /// takes); `None` if not by then.
+    pub(crate) async fn take(&self, until: Option<Instant>) -> Option<Turn> {
+        let taking = Arc::clone(&self.0).lock_owned();
+        match until {
+            None => Some(taking.await),
+            Some(until) => tokio::time::timeout_at(until.into(), taking).await.ok(),
+        }
+    }
+
+    /// The turn if no call has it now.
+    pub(crate) fn take_now(&self) -> Option<Turn> {
+        Arc::clone(&self.0).try_lock_owned().ok()
+    }
+}
+
+/// Releases acquisition `epoch` of `inner` (any, when `None`) in a turn: `held`, or the next
+/// one, waited for no longer than the I/O timeout (a release does not wait for good on an
+/// acquire of the same handle that waits for the lock: it is not held by the handle then).
+pub(crate) async fn release(
+    inner: Arc<Inner<Async>>,
+    turns: Turns,
+    held: Option<Turn>,
+    epoch: Option<u64>,
+) -> Result<(), Error> {
+    let _turn = match held {
+        Some(turn) => Some(turn),
+        None => {
+            turns
+                .take(Some(Instant::now() + inner.settings.io_timeout))
+                .await
+        }
+    };
+    inner.release(epoch).await
+}

@@ -1,0 +1,271 @@
+//! The async lock under real faults: a frozen server (SIGSTOP), replies held back or lost by
+//! a TCP proxy, and a server killed and restarted under waiting tasks. Deadlines hold, and
+//! no lock is ever left held by nobody, even by a call whose future was dropped.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{aio, Error};
+
+use crate::support::{
+    assert_task_woken_by, blocked_task_waiter, eventually, ms, secs, Proxy, RedisServer,
+};
+
+/// How long a test waits for its waiters to block before it gives up.
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+
+fn owner(server: &RedisServer) -> Option<String> {
+    server.conn().get("lock:l").unwrap()
+}
+
+/// How many connections `server` has accepted (this query's included).
+fn connections_received(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.get("total_connections_received").unwrap()
+}
+
+/// Returns once the server holds `lock:l` for `id`.
+async fn until_owner(server: &RedisServer, id: &str) {
+    let started = Instant::now();
+    while owner(server).as_deref() != Some(id) {
+        assert!(
+            started.elapsed() < secs(20),
+            "the server never granted the lock to {id}"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_waits_against_a_frozen_server_end_by_their_deadline() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = aio::Lock::new(&client, "l").unwrap();
+    holder.acquire().await.unwrap();
+    let waiter = aio::Lock::new(&client, "l").unwrap();
+    // Open connections, as a busy process has.
+    assert!(!waiter.try_acquire().await.unwrap());
+    server.pause();
+    let started = Instant::now();
+    let timed_out = waiter.acquire_timeout(ms(300)).await;
+    let first = started.elapsed();
+    let started = Instant::now();
+    let locked = waiter.try_lock_for(ms(300)).await.map(|g| g.is_some());
+    let second = started.elapsed();
+    server.resume();
+    for (call, result, took) in [
+        ("acquire_timeout", timed_out, first),
+        ("try_lock_for", locked, second),
+    ] {
+        assert!(
+            matches!(result, Err(_) | Ok(false)),
+            "{call} took a held lock on a frozen server"
+        );
+        // The deadline plus the grace (250 ms) for the round trip under way, and a noisy
+        // machine's scheduling.
+        assert!(took < ms(300 + 250 + 1000), "{call}(300 ms) took {took:?}");
+    }
+    assert_eq!(owner(&server).as_deref(), Some(holder.id()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_timeout_ends_by_the_io_timeout_against_a_frozen_server() {
+    let server = RedisServer::start();
+    let lock = aio::Lock::builder(&server.client(), "l")
+        .io_timeout(ms(400))
+        .build()
+        .unwrap();
+    assert!(!lock.locked().await.unwrap());
+    server.pause();
+    let started = Instant::now();
+    let result = lock.holder().await;
+    let took = started.elapsed();
+    server.resume();
+    assert!(result.is_err(), "{result:?}");
+    assert!(took < ms(400 + 1000), "holder() took {took:?}");
+}
+
+/// A lock call dropped while its try waits at a frozen server: the server grants it once it
+/// runs again, and the call's task gives the lock back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_while_the_server_is_frozen_leaves_no_lock_once_it_thaws() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = aio::Lock::new(&client, "l").unwrap();
+    assert!(!lock.locked().await.unwrap());
+    server.pause();
+    let dropped = tokio::time::timeout(ms(300), lock.lock()).await;
+    assert!(dropped.is_err(), "lock() returned from a frozen server");
+    server.resume();
+    let mut conn = server.conn();
+    eventually(
+        secs(10),
+        "the dropped call's grant to be given back",
+        || !conn.exists::<_, bool>("lock:l").unwrap(),
+    );
+    let other = aio::Lock::new(&client, "l").unwrap();
+    assert!(other.try_acquire().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_whose_reply_is_lost_leaves_no_lock_held_by_nobody() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
+    // A first round opens the connections and loads the release's script.
+    assert!(lock.try_acquire().await.unwrap());
+    lock.release().await.unwrap();
+    // The try's `SET lock:l <id> NX`.
+    proxy.drop_reply_to("\r\nNX\r\n");
+    let connected = connections_received(&server);
+    let result = lock.try_acquire().await;
+    // The test's own query makes one; the library reconnected after losing the reply.
+    assert!(
+        connections_received(&server) > connected + 1,
+        "the try's connection was never cut"
+    );
+    println!("a try whose reply was lost: {result:?}");
+    match result {
+        Ok(true) => assert_eq!(owner(&server).as_deref(), Some(lock.id())),
+        Ok(false) => assert_ne!(owner(&server).as_deref(), Some(lock.id())),
+        // Whether it ran is unknown to the caller; a release settles it.
+        Err(Error::OutcomeUnknown { .. }) => {}
+        Err(e) => panic!("a lost reply on a live server: {e}"),
+    }
+    // Whatever the caller was told, one release leaves the lock free.
+    let released = lock.release().await;
+    assert!(
+        matches!(released, Ok(()) | Err(Error::NotAcquired { .. })),
+        "{released:?}"
+    );
+    assert_eq!(owner(&server), None);
+    assert!(aio::Lock::new(&server.client(), "l")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap());
+}
+
+/// A handle on lock `l` through `proxy` whose `lock()` the server granted while the proxy
+/// held the reply back, dropped before the reply came (the proxy holds it still).
+async fn dropped_with_its_grant_on_the_way(server: &RedisServer, proxy: &Proxy) -> aio::Lock {
+    let lock = aio::Lock::new(&proxy.client(), "l").unwrap();
+    // Opens the connections the call will use.
+    assert!(lock.try_acquire().await.unwrap());
+    lock.release().await.unwrap();
+    proxy.hold_replies(true);
+    tokio::select! {
+        _ = lock.lock() => panic!("lock() returned while its reply was held back"),
+        () = until_owner(server, lock.id()) => {}
+    }
+    lock
+}
+
+/// A lock call through `proxy` granted at the server while the proxy holds its reply back;
+/// the call is dropped before the reply comes, and then the reply arrives late
+/// (`lose_reply` false) or its connection is cut (`lose_reply` true). The call's task must
+/// give the lock back, and that wakes a task waiting for it.
+async fn assert_a_grant_after_the_drop_is_given_back(lose_reply: bool) {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let lock = dropped_with_its_grant_on_the_way(&server, &proxy).await;
+    let waiter = blocked_task_waiter(&server, aio::Lock::new(&server.client(), "l").unwrap());
+    let deliver = async {
+        if lose_reply {
+            proxy.cut_all();
+        } else {
+            proxy.hold_replies(false);
+        }
+    };
+    assert_task_woken_by(deliver, waiter).await;
+    assert_ne!(owner(&server).as_deref(), Some(lock.id()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_comes_after_the_drop_is_given_back() {
+    assert_a_grant_after_the_drop_is_given_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_is_lost_after_the_drop_is_given_back() {
+    assert_a_grant_after_the_drop_is_given_back(true).await;
+}
+
+/// A caller's `lock()` times out on a slow link after the server granted it, and the caller
+/// tries again on the same handle while the late grant is still on its way: the dropped call
+/// gives its grant back, nobody else wants the lock, so the retry must take it (not answer
+/// `AlreadyAcquired`: the caller holds nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_the_handle_of_a_call_dropped_with_its_grant_on_the_way_takes_the_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let lock = dropped_with_its_grant_on_the_way(&server, &proxy).await;
+    let retry = lock.try_acquire();
+    let deliver = async {
+        tokio::time::sleep(ms(100)).await;
+        proxy.hold_replies(false);
+    };
+    let (retried, ()) = tokio::join!(retry, deliver);
+    match retried {
+        Ok(true) => assert_eq!(owner(&server).as_deref(), Some(lock.id())),
+        other => panic!("the retry on a free lock: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let holder = aio::Lock::builder(&client, "l")
+        .expire(secs(2))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    let guard = holder.lock().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = aio::Lock::builder(&client, "l")
+                .expire(secs(2))
+                .auto_renewal(true)
+                .build()
+                .unwrap();
+            let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+            tokio::spawn(async move {
+                let guard = lock.try_lock_for(secs(60)).await?.expect("no lock in 60 s");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(ms(100)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(!guard.lost());
+                guard.unlock().await
+            })
+        })
+        .collect();
+    server.until_blocked(1, BLOCK_LIMIT, || waiters.iter().any(|w| w.is_finished()));
+    server.restart_after(secs(1));
+    // The restarted server is empty: the holder's key is gone, and its renewal finds that.
+    tokio::time::timeout(secs(15), guard.when_lost())
+        .await
+        .expect("the holder never learned its key vanished in the restart");
+    for waiter in waiters {
+        tokio::time::timeout(secs(90), waiter)
+            .await
+            .expect("a waiter is stuck after the restart")
+            .unwrap()
+            .expect("a waiter failed");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two waiters overlapped");
+    assert!(matches!(
+        guard.unlock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    assert_eq!(owner(&server), None);
+}
