@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 use redis::Commands;
 use redis_blpop_lock::aio;
 
 use crate::quorum::{holding, quorum, servers};
-use crate::support::{
-    assert_task_woken_by, blocked_task_waiter, eventually, secs, spawn_task_waiter,
-};
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use crate::support::blocked_task_waiter;
+use crate::support::{assert_task_woken_by, eventually, secs, spawn_task_waiter};
 
 /// How long a test waits for its waiters to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
