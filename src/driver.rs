@@ -16,6 +16,7 @@ use redis::Value;
 
 use crate::protocol::keys::Keys;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
+use crate::protocol::redirect;
 use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
 use crate::settings::{millis, Settings};
 use crate::transport::{Admin, ConnId, Fault, Transport};
@@ -420,6 +421,91 @@ impl<T: Io + ?Sized> Inner<T> {
             Err(Fault::NotSent(e)) => Err(e.into()),
             Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait, cancel).await,
         }
+    }
+
+    /// What a wait's `BLPOP` + try came to: `replies` are all of `request`'s (the `BLPOP`'s
+    /// first), or the fault that cut them off, the try having been sent at `sent`.
+    pub(crate) async fn after_wait(
+        &self,
+        request: &Request,
+        sent: Instant,
+        replies: Result<Vec<Value>, Fault>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        let mut replies = match replies {
+            Ok(replies) => replies,
+            Err(Fault::NotSent(e)) => return Err(e.into()),
+            Err(Fault::Lost { conn, error }) => {
+                return self.settle_try(conn, error, wait, cancel).await
+            }
+        };
+        // The `BLPOP`'s own reply says only whether it was refused (the signal key is not a
+        // list) or turned away by a cluster or a changing primary, in which case it did not
+        // wait and the try says what to do.
+        let blpop = if replies.is_empty() {
+            Value::Nil
+        } else {
+            replies.remove(0)
+        };
+        let refused = match blpop {
+            Value::ServerError(e) if redirect::of(&e).is_none() => Some(e),
+            _ => None,
+        };
+        // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
+        if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
+            match self
+                .transport
+                .exchange(&retry, self.io_deadline(wait))
+                .await
+            {
+                Ok(retried) => request.patch(&mut replies, at, retried),
+                Err(Fault::NotSent(e)) => return Err(e.into()),
+                Err(Fault::Lost { conn, error }) => {
+                    return self.settle_try(conn, error, wait, cancel).await
+                }
+            }
+        }
+        // Turned away whole after the wait (the key moved, the primary is changing): the
+        // next try goes by the short path, which finds where the key lives now.
+        if requests::try_redirected(&replies) {
+            return Ok(Tried::Busy {
+                owner: None,
+                pttl: Pttl::Gone,
+                at: Instant::now(),
+            });
+        }
+        let acks = request.acks(&mut replies);
+        match (
+            self.tried(&replies, Attempting::new(sent, true), acks)?,
+            refused,
+        ) {
+            (Tried::Busy { .. }, Some(e)) => Err(self.refused(e)),
+            (tried, _) => Ok(tried),
+        }
+    }
+
+    /// The error of a wait whose `BLPOP` the server refused.
+    pub(crate) fn refused(&self, e: redis::ServerError) -> Error {
+        if e.code() == "WRONGTYPE" {
+            return Error::Corrupt {
+                key: self.keys.signal.clone(),
+                reason: "it holds a value that is not a list, so waiters cannot block on it".into(),
+            };
+        }
+        Error::Redis(e.into())
+    }
+
+    /// The lock as a try would find it, read again after pauses while the server is away:
+    /// for a waiter whose wait failed without a try of its own.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn look(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
+        let (observed, _) = self.settle(None, wait, cancel).await?;
+        Ok(Tried::Busy {
+            owner: observed.owner,
+            pttl: observed.pttl,
+            at: Instant::now(),
+        })
     }
 
     pub(crate) fn tried(

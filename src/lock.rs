@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::driver::{self, now, Exchange, Inner, Io, Renewing, Tried};
-use crate::protocol::lease::{Attempting, Wait};
-use crate::protocol::redirect;
-use crate::protocol::requests::{self, Pttl, Request};
+use crate::protocol::lease::Wait;
+use crate::protocol::requests::{self, Request};
 use crate::renew::Renewal;
 use crate::settings::Settings;
 use crate::timer;
@@ -427,38 +426,13 @@ fn wait_once<'t>(
         None => None,
     };
     let sent = Instant::now();
-    let attempt = Attempting::new(sent, true);
-    let outcome = exchange_wait(inner, conn.as_mut(), &request, until, wait);
+    let replies = exchange_wait(inner, conn.as_mut(), &request, until, wait);
     drop(registration);
-    match outcome {
-        // Turned away whole after the wait (the key moved, the primary is changing): the
-        // next try goes by the short path, which finds where the key lives now.
-        Ok((replies, _)) if requests::try_redirected(&replies) => Ok(Tried::Busy {
-            owner: None,
-            pttl: Pttl::Gone,
-            at: Instant::now(),
-        }),
-        Ok((mut replies, refused)) => {
-            let acks = request.acks(&mut replies);
-            match (inner.tried(&replies, attempt, acks)?, refused) {
-                (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-                    key: inner.keys.signal.clone(),
-                    reason: "it holds a value that is not a list, so waiters cannot block on it"
-                        .into(),
-                }),
-                (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
-                (tried, _) => Ok(tried),
-            }
-        }
-        Err(fault) => {
-            // The connection was closed on the failure; the next wait takes another.
-            *slot = None;
-            match fault {
-                Fault::NotSent(e) => Err(e.into()),
-                Fault::Lost { conn, error } => now(inner.settle_try(conn, error, wait, cancel)),
-            }
-        }
+    if replies.is_err() {
+        // The connection was closed on the failure; the next wait takes another.
+        *slot = None;
     }
+    now(inner.after_wait(&request, sent, replies, wait, cancel))
 }
 
 /// A connection for the waits, again after a pause while the server is away.
@@ -485,36 +459,24 @@ fn waiter_conn<'t>(
     }
 }
 
-/// Sends the `BLPOP` + try and reads the try's replies (the `BLPOP`'s own is not needed).
-/// The timer thread ends the `BLPOP` at `until`; the reads' deadline is only the backstop
-/// for a server that does not answer.
+/// Sends the `BLPOP` + try and reads all their replies. The timer thread ends the `BLPOP` at
+/// `until`; the reads' deadline is only the backstop for a server that does not answer.
 fn exchange_wait(
     inner: &Inner<dyn Transport>,
     conn: &mut dyn Waiter,
     request: &Request,
     until: Instant,
     wait: Wait,
-) -> Result<(Vec<Value>, Option<redis::ServerError>), Fault> {
+) -> Result<Vec<Value>, Fault> {
     conn.send(request, inner.io_deadline(wait))?;
     let alarm = conn.id().map(|id| timer::set(until, &inner.transport, id));
     let blpop = conn.recv(inner.io_deadline_after(until, wait));
     drop(alarm);
-    let blpop = blpop?;
-    let reply_deadline = inner.io_deadline(wait);
     let mut replies = Vec::with_capacity(request.cmds.len());
-    // A `BLPOP` refused (the signal key is not a list) still lets the try run. One turned
-    // away by a cluster or a changing primary did not wait: the try says what to do.
-    let refused = match blpop {
-        Value::ServerError(e) if redirect::of(&e).is_none() => Some(e),
-        _ => None,
-    };
+    replies.push(blpop?);
+    let reply_deadline = inner.io_deadline(wait);
     for _ in 1..request.cmds.len() {
         replies.push(conn.recv(reply_deadline)?);
     }
-    // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
-    if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
-        let retried = inner.transport.call(&retry, reply_deadline)?;
-        request.patch(&mut replies, at, retried);
-    }
-    Ok((replies, refused))
+    Ok(replies)
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::waits::{Ticket, Waits, Woken};
+use super::waits::{Ticket, Waited, Waits, Woken};
 use crate::driver::{self, Exchange, Inner, Io, Renewing, Tried};
 use crate::protocol::lease::Wait;
 use crate::protocol::requests::Request;
@@ -46,23 +46,35 @@ impl Io for Async {
         wait: Wait,
         cancel: &'a CancelToken,
     ) -> Result<Tried, Error> {
-        let ticket = slot.get_or_insert_with(|| {
-            Waits::join(&inner.transport.0, &inner.keys, inner.settings.io_timeout)
-        });
-        let refused = match ticket.wait(until, cancel).await {
-            Woken::Try => None,
-            Woken::Refused(e) => Some(e),
+        let ticket = slot
+            .get_or_insert_with(|| Waits::join(&inner.transport.0, &inner.keys, &inner.settings));
+        let tried = match ticket.wait(until, cancel).await {
+            Woken::Waited(waited) => {
+                let Waited {
+                    request,
+                    sent,
+                    replies,
+                } = *waited;
+                inner
+                    .after_wait(&request, sent, replies, wait, cancel)
+                    .await
+            }
+            Woken::Try => inner.try_short(wait, cancel).await,
+            Woken::Look => return inner.look(wait, cancel).await,
+            // Refused for the queue, the try goes alone: it may still find the lock free.
+            Woken::Refused(e) => match inner.try_short(wait, cancel).await {
+                Ok(Tried::Busy { .. }) => Err(inner.refused(e)),
+                tried => tried,
+            },
             Woken::Cancelled => return Err(inner.error(|name| Error::Cancelled { name })),
         };
-        // Woken by a signal or its own time, the task tries at once: the signal was sent by a
-        // release, so the lock is most likely free.
-        match (inner.try_short(wait, cancel).await?, refused) {
-            (Tried::Busy { .. }, Some(e)) if e.code() == "WRONGTYPE" => Err(Error::Corrupt {
-                key: inner.keys.signal.clone(),
-                reason: "it holds a value that is not a list, so waiters cannot block on it".into(),
-            }),
-            (Tried::Busy { .. }, Some(e)) => Err(Error::Redis(e.into())),
-            (tried, _) => Ok(tried),
+        match tried {
+            // The try never went out, the server being away: the waiter looks at the lock
+            // again after pauses until it is back, as a blocking waiter settling its wait does.
+            Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => {
+                inner.look(wait, cancel).await
+            }
+            tried => tried,
         }
     }
 

@@ -1,7 +1,8 @@
-//! Waiting shared by the tasks of one process: one connection blocked in
-//! `BLPOP lock-signal:<name>` per name, whoever many tasks wait on it, and a queue of those
-//! tasks in arrival order. A signal goes to the first task in the queue; one handed to a task
-//! that is gone goes to the next, or back to Redis when there is none.
+//! Waiting shared by the tasks of one process: per name, one connection blocked in
+//! `BLPOP lock-signal:<name>` for all the tasks that wait on it, and a queue of those tasks in
+//! arrival order. Behind the `BLPOP` goes the first task's try, as behind a blocking waiter's
+//! own, so Redis hands the lock over in the instant it wakes the queue; the try's replies go to
+//! that task, which settles them as a blocking waiter does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +14,11 @@ use redis::Value;
 use tokio::sync::Notify;
 
 use crate::protocol::keys::Keys;
-use crate::protocol::lease::MAX_BLOCK;
 use crate::protocol::redirect;
-use crate::protocol::requests;
+use crate::protocol::requests::{self, Request};
+use crate::settings::Settings;
 use crate::transport::aio::{Async, AsyncTransport, AsyncWaiter};
+use crate::transport::Fault;
 use crate::CancelToken;
 
 /// The first pause after a failed wait; it doubles up to [`MAX_PAUSE`].
@@ -29,296 +31,472 @@ pub(crate) struct Waits {
     queues: Mutex<HashMap<String, Arc<Queue>>>,
 }
 
-/// The tasks waiting on one name, and the state of the one `BLPOP` they share.
+/// The tasks waiting on one name, and the one `BLPOP` they share.
 struct Queue {
     keys: Keys,
     io_timeout: Duration,
     state: Mutex<State>,
-    /// Told when the last task leaves, so that the `BLPOP` under way ends at once.
-    emptied: Notify,
+    /// Told when a task sits down, leaves, or gives up its try in flight.
+    changed: Notify,
 }
 
 #[derive(Default)]
 struct State {
-    /// The waiting tasks' seats, by arrival.
+    /// The seated tasks, by arrival.
     seats: BTreeMap<u64, Arc<Seat>>,
     next: u64,
+    /// The tickets alive, seated or not: the queue lasts while any is.
+    tickets: usize,
     /// Whether a task runs the `BLPOP`.
     running: bool,
-    /// Why the server refused the `BLPOP` (the signal key is not a list, an ACL), for the
-    /// tasks woken to hear it.
+    /// Why the server refused the last `BLPOP` (the signal key is not a list, an ACL).
     refused: Option<redis::ServerError>,
 }
 
-/// One waiting task's place in a queue.
-#[derive(Default)]
+/// One waiting task's place in a queue, and what it tries as.
 struct Seat {
-    /// A wake-up signal was handed to this task and not yet taken.
-    signalled: AtomicBool,
-    /// The shared wait failed: this task tries by itself.
-    retry: AtomicBool,
+    arrival: u64,
+    tries_as: TriesAs,
+    /// When its wait ends: the holder's expiry, its deadline, or the longest block.
+    until: Mutex<Instant>,
+    /// Its try is behind the `BLPOP` now: its replies will come to it.
+    in_flight: AtomicBool,
+    /// It was cancelled with its try in flight: the `BLPOP` ends now.
+    leaving: AtomicBool,
+    /// Its ticket is gone: a try of its that took the lock is given back.
+    gone: AtomicBool,
+    /// The replies of its try, for it to take.
+    waited: Mutex<Option<Waited>>,
+    /// The shared wait failed: it looks at the lock by itself.
+    look: AtomicBool,
     woken: Notify,
+}
+
+/// What a seated task's try is sent as, and released as if nobody takes it.
+struct TriesAs {
+    id: String,
+    expire_ms: Option<u64>,
+    fencing: bool,
+    replicas: Option<(u32, u64)>,
+    signal_expire_ms: u64,
+}
+
+/// A `BLPOP` + try of a seated task, and what came of it.
+pub(crate) struct Waited {
+    pub(crate) request: Request,
+    /// When it was sent: a key it set expires no earlier than its expiry from then.
+    pub(crate) sent: Instant,
+    pub(crate) replies: Result<Vec<Value>, Fault>,
+}
+
+/// Why a wait ended.
+pub(crate) enum Woken {
+    /// The queue's `BLPOP` ended (a signal, or this task's time) and its try behind it came
+    /// back.
+    Waited(Box<Waited>),
+    /// This task's own time came while another task's try was behind the `BLPOP`: it tries
+    /// by itself.
+    Try,
+    /// The shared wait failed (the connection, the server): it looks at the lock by itself.
+    Look,
+    /// The server refused the `BLPOP`.
+    Refused(redis::ServerError),
+    Cancelled,
 }
 
 /// A task's place in the queue of one name, kept across its waits so that it keeps its turn.
 pub(crate) struct Ticket {
     transport: Arc<dyn AsyncTransport>,
     queue: Arc<Queue>,
-    arrival: u64,
     seat: Arc<Seat>,
 }
 
-/// Why a wait ended.
-pub(crate) enum Woken {
-    /// A release's signal, or the wait's own time: either way the task tries now.
-    Try,
-    /// The server refused the `BLPOP`.
-    Refused(redis::ServerError),
-    Cancelled,
-}
-
 impl Waits {
-    /// A place at the end of the queue of lock `keys`, starting its `BLPOP` if none runs.
+    /// A place at the end of the queue of lock `keys`, for a handle with `settings`; the
+    /// queue's `BLPOP` starts if none runs.
     pub(crate) fn join(
         transport: &Arc<dyn AsyncTransport>,
         keys: &Keys,
-        io_timeout: Duration,
+        settings: &Settings,
     ) -> Ticket {
-        let queue = {
-            let mut queues = transport.waits().queues.lock();
-            let queue = queues.entry(keys.signal.clone()).or_insert_with(|| {
-                Arc::new(Queue {
-                    keys: keys.clone(),
-                    io_timeout,
-                    state: Mutex::default(),
-                    emptied: Notify::new(),
-                })
-            });
-            Arc::clone(queue)
-        };
+        let mut queues = transport.waits().queues.lock();
+        let queue = queues.entry(keys.signal.clone()).or_insert_with(|| {
+            Arc::new(Queue {
+                keys: keys.clone(),
+                io_timeout: settings.io_timeout,
+                state: Mutex::default(),
+                changed: Notify::new(),
+            })
+        });
+        // Counted under the queues' lock: a queue is only retired from the map with no
+        // ticket alive, so no ticket is ever in a queue that is not the name's.
         let arrival = {
             let mut state = queue.state.lock();
             state.next += 1;
+            state.tickets += 1;
             state.next
         };
-        let ticket = Ticket {
-            transport: Arc::clone(transport),
-            queue,
+        let seat = Arc::new(Seat {
             arrival,
-            seat: Arc::default(),
-        };
-        ticket.sit();
-        ticket
+            tries_as: TriesAs {
+                id: settings.id.clone(),
+                expire_ms: settings.expire_ms,
+                fencing: settings.fencing,
+                replicas: settings.replicas,
+                signal_expire_ms: settings.signal_expire_ms,
+            },
+            until: Mutex::new(Instant::now()),
+            in_flight: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            waited: Mutex::new(None),
+            look: AtomicBool::new(false),
+            woken: Notify::new(),
+        });
+        Ticket {
+            transport: Arc::clone(transport),
+            queue: Arc::clone(queue),
+            seat,
+        }
     }
 }
 
 impl Ticket {
-    /// Takes this ticket's seat again if a signal took it out of the queue, in its first
-    /// place; starts the `BLPOP` if none runs.
-    fn sit(&self) {
-        let mut state = self.queue.state.lock();
-        state
-            .seats
-            .entry(self.arrival)
-            .or_insert_with(|| Arc::clone(&self.seat));
-        if state.running {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            state.running = true;
-            drop(state);
-            runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
-        }
-    }
-
-    /// Waits for a signal until `until` at the latest, or until `cancel`.
+    /// Waits for the lock until `until`, or until `cancel`. With its try in flight a cancel
+    /// ends the `BLPOP` and the wait still returns the try's replies, for the caller to give
+    /// back a lock it took.
     pub(crate) async fn wait(&self, until: Instant, cancel: &CancelToken) -> Woken {
+        *self.seat.until.lock() = until;
         self.sit();
-        let sleep = tokio::time::sleep_until(until.into());
-        tokio::pin!(sleep);
+        let alarm = tokio::time::sleep_until(until.into());
+        tokio::pin!(alarm);
+        let (mut rang, mut cancelled) = (false, false);
         loop {
             tokio::select! {
                 () = self.seat.woken.notified() => {
-                    if self.seat.signalled.swap(false, Ordering::SeqCst)
-                        || self.seat.retry.swap(false, Ordering::SeqCst)
-                    {
-                        return Woken::Try;
+                    if let Some(waited) = self.seat.waited.lock().take() {
+                        return Woken::Waited(Box::new(waited));
+                    }
+                    if self.seat.look.swap(false, Ordering::SeqCst) {
+                        return Woken::Look;
                     }
                     if let Some(refused) = self.queue.state.lock().refused.clone() {
                         return Woken::Refused(refused);
                     }
                 }
-                () = &mut sleep => return Woken::Try,
-                () = cancel.cancelled() => return Woken::Cancelled,
+                // In flight, the queue ends the `BLPOP` at this same time.
+                () = &mut alarm, if !rang => {
+                    rang = true;
+                    if self.stand_up() {
+                        return Woken::Try;
+                    }
+                }
+                () = cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    if self.stand_up() {
+                        return Woken::Cancelled;
+                    }
+                    self.seat.leaving.store(true, Ordering::SeqCst);
+                    self.queue.changed.notify_one();
+                }
             }
         }
+    }
+
+    /// Takes this task's seat, or takes it again in its first place; starts the `BLPOP` if
+    /// none runs.
+    fn sit(&self) {
+        let mut state = self.queue.state.lock();
+        state
+            .seats
+            .entry(self.seat.arrival)
+            .or_insert_with(|| Arc::clone(&self.seat));
+        self.seat.leaving.store(false, Ordering::SeqCst);
+        if !state.running {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                state.running = true;
+                drop(state);
+                runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
+                return;
+            }
+        }
+        drop(state);
+        self.queue.changed.notify_one();
+    }
+
+    /// Leaves the seat to try alone, unless its try is in flight already.
+    fn stand_up(&self) -> bool {
+        let mut state = self.queue.state.lock();
+        if self.seat.in_flight.load(Ordering::SeqCst) {
+            return false;
+        }
+        state.seats.remove(&self.seat.arrival);
+        true
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        // Under the queue's lock, as a hand-off marks a seat: a signal is either seen here or
-        // handed to the next seat.
-        let (empty, signalled) = {
+        let waited = {
             let mut state = self.queue.state.lock();
-            state.seats.remove(&self.arrival);
-            let signalled = self.seat.signalled.swap(false, Ordering::SeqCst);
-            (state.seats.is_empty(), signalled)
+            state.seats.remove(&self.seat.arrival);
+            state.tickets -= 1;
+            // Marked under the lock the queue delivers under: replies that come later are
+            // given back by the queue; ones already here, by this ticket.
+            self.seat.gone.store(true, Ordering::SeqCst);
+            self.seat.waited.lock().take()
         };
-        // A signal handed to this task and not taken is the next one's.
-        if signalled && !self.queue.hand_off() {
-            pass_on(&self.transport, &self.queue);
+        if let Some(waited) = waited {
+            give_back(&self.transport, &self.queue, &self.seat, &waited);
         }
-        if empty {
-            self.queue.emptied.notify_one();
-        }
+        self.queue.changed.notify_one();
     }
+}
+
+/// What the queue's task does next.
+enum Step {
+    /// Block for this seat, its try behind the `BLPOP`.
+    Wait(Arc<Seat>),
+    /// No task is seated, but some have tickets: they will sit again or leave.
+    Idle,
+    /// No ticket is left: the queue is retired.
+    Stop,
 }
 
 impl Queue {
-    /// Hands a signal to the first task in the queue, taking it out of the queue; false when
-    /// there is none.
-    fn hand_off(&self) -> bool {
+    /// The first seat, marked in flight; or what to do when there is none.
+    fn next_step(self: &Arc<Self>, transport: &Arc<dyn AsyncTransport>) -> Step {
+        let mut queues = transport.waits().queues.lock();
         let mut state = self.state.lock();
-        let Some((_, seat)) = state.seats.pop_first() else {
-            return false;
-        };
-        seat.signalled.store(true, Ordering::SeqCst);
-        drop(state);
-        seat.woken.notify_one();
-        true
-    }
-
-    /// Wakes every task, to hear that the server refused the wait (`refused`), or to try the
-    /// lock themselves when the wait was turned away (`None`).
-    fn wake_all(&self, refused: Option<redis::ServerError>) {
-        let mut state = self.state.lock();
-        let retry = refused.is_none();
-        state.refused = refused;
-        for seat in state.seats.values() {
-            seat.retry.store(retry, Ordering::SeqCst);
-            seat.woken.notify_one();
+        if let Some(seat) = state.seats.values().next() {
+            seat.in_flight.store(true, Ordering::SeqCst);
+            return Step::Wait(Arc::clone(seat));
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.state.lock().seats.is_empty()
-    }
-
-    /// Whether the `BLPOP` goes on: not once the last task has left.
-    fn goes_on(&self, transport: &Arc<dyn AsyncTransport>) -> bool {
-        let mut state = self.state.lock();
-        if !state.seats.is_empty() {
-            return true;
+        if state.tickets > 0 {
+            return Step::Idle;
         }
         state.running = false;
-        drop(state);
-        let mut queues = transport.waits().queues.lock();
         if queues
             .get(&self.keys.signal)
-            .is_some_and(|queue| std::ptr::eq(&**queue, self))
+            .is_some_and(|queue| Arc::ptr_eq(queue, self))
         {
             queues.remove(&self.keys.signal);
         }
-        false
+        Step::Stop
+    }
+
+    /// Hands `waited` to `seat` and takes it out of the queue (it sits again if it waits
+    /// again); gives back what it took if its ticket is gone.
+    fn deliver(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat, waited: Waited) {
+        let gone = {
+            let mut state = self.state.lock();
+            seat.in_flight.store(false, Ordering::SeqCst);
+            state.seats.remove(&seat.arrival);
+            let gone = seat.gone.load(Ordering::SeqCst);
+            if !gone {
+                *seat.waited.lock() = Some(waited);
+                drop(state);
+                seat.woken.notify_one();
+                return;
+            }
+            waited
+        };
+        give_back(transport, self, seat, &gone);
+    }
+
+    /// Wakes every seated task: to hear that the server refused the wait (`refused`), or to
+    /// look at the lock by itself because the wait failed (`None`).
+    fn wake_all(&self, refused: Option<redis::ServerError>) {
+        let mut state = self.state.lock();
+        let look = refused.is_none();
+        state.refused = refused;
+        for seat in state.seats.values() {
+            seat.look.store(look, Ordering::SeqCst);
+            seat.woken.notify_one();
+        }
     }
 }
 
-/// Puts a signal nobody here will use back in Redis, for another process's waiter.
-fn pass_on(transport: &Arc<dyn AsyncTransport>, queue: &Arc<Queue>) {
-    let transport = Arc::clone(transport);
-    let keys = queue.keys.clone();
+/// A try behind the `BLPOP` whose task is gone may have taken the lock: it is released,
+/// owner-checked (which wakes the next waiter). A handle's next call waits for its turn until
+/// the task is done, so no later acquisition of that id is there to be released.
+fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, waited: &Waited) {
+    // A try whose reply was lost may yet run: its connection is closed first.
+    let lost_on = match &waited.replies {
+        Ok(replies) => {
+            let taken = requests::parse_try(&queue.keys, replies.get(1..).unwrap_or_default());
+            if !matches!(taken, Ok(requests::Attempt::Acquired { .. })) {
+                return;
+            }
+            None
+        }
+        Err(Fault::NotSent(_)) => return,
+        Err(Fault::Lost { conn, .. }) => *conn,
+    };
+    let unlock = requests::unlock(
+        &queue.keys,
+        seat.tries_as.id.as_bytes(),
+        seat.tries_as.signal_expire_ms,
+    );
+    let transport = Async(Arc::clone(transport));
     let deadline = Instant::now() + queue.io_timeout;
-    let passing = async move {
-        let request = requests::pass_on(&keys);
-        let sent = crate::driver::send_repeatable(&Async(transport), &request, deadline).await;
-        if let Err(e) = sent {
+    let name = queue.keys.lock.clone();
+    super::spawn_or_run(async move {
+        if let Some(conn) = lost_on {
+            let _ = transport.0.kill(conn, deadline).await;
+        }
+        if let Err(e) = crate::driver::send_repeatable(&transport, &unlock, deadline).await {
             log::error!(
-                "a wake-up signal of {:?} could not be passed on: {e}",
-                keys.signal
+                "{name:?}: a lock taken for a task that is gone stays until it expires: {e}"
             );
         }
-    };
-    super::spawn_or_run(passing);
+    });
 }
 
-/// The shared `BLPOP` of one name: blocks while tasks wait, hands each signal to the first.
+/// The shared `BLPOP` of one name: blocks for the first seated task, its try behind.
 async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
     let mut conn: Option<Box<dyn AsyncWaiter>> = None;
     let mut pause = MIN_PAUSE;
-    while queue.goes_on(&transport) {
-        let waited = wait_once(&queue, &transport, &mut conn).await;
-        if matches!(waited, Ok(ref reply) if !matches!(reply, Value::ServerError(_))) {
-            queue.state.lock().refused = None;
-        }
-        let failed = match waited {
-            Ok(Value::Nil) => false,
-            Ok(Value::ServerError(e)) if redirect::of(&e).is_some() => {
-                // The key lives elsewhere now: a task's try finds where, the next wait
-                // takes a connection there.
-                conn = None;
-                queue.wake_all(None);
-                true
+    loop {
+        let changed = queue.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let seat = match queue.next_step(&transport) {
+            Step::Wait(seat) => seat,
+            Step::Idle => {
+                changed.await;
+                continue;
             }
-            Ok(Value::ServerError(e)) => {
-                queue.wake_all(Some(e));
-                true
-            }
-            Ok(_) => {
-                if !queue.hand_off() {
-                    pass_on(&transport, &queue);
+            Step::Stop => break,
+        };
+        let waited = wait_once(&queue, &transport, &mut conn, &seat).await;
+        // What the other seated tasks are to hear; the first hears it from its own replies.
+        let others: Option<Option<redis::ServerError>> = match &waited.replies {
+            Ok(replies) => match replies.first() {
+                Some(Value::ServerError(e)) if redirect::of(e).is_some() => {
+                    // The key lives elsewhere now: the next wait takes a connection there.
+                    conn = None;
+                    Some(None)
                 }
-                false
-            }
-            Err(e) => {
-                log::warn!("the shared wait on {:?} failed: {e}", queue.keys.signal);
+                Some(Value::ServerError(e)) => Some(Some(e.clone())),
+                _ => {
+                    queue.state.lock().refused = None;
+                    None
+                }
+            },
+            Err(fault) => {
+                log::warn!(
+                    "the shared wait on {:?} failed: {fault:?}",
+                    queue.keys.signal
+                );
                 conn = None;
-                true
+                Some(None)
             }
         };
-        if !failed {
+        queue.deliver(&transport, &seat, waited);
+        let Some(refused) = others else {
             pause = MIN_PAUSE;
             continue;
-        }
+        };
+        queue.wake_all(refused);
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            () = queue.emptied.notified() => {}
+            () = queue.changed.notified() => {}
         }
         pause = (pause * 2).min(MAX_PAUSE);
     }
+    if let Some(conn) = conn {
+        transport.rest(conn);
+    }
 }
 
-/// One `BLPOP` of at most [`MAX_BLOCK`]; ended early with `CLIENT UNBLOCK` when the last
-/// task leaves, since its connection is closed then (a signal it took meanwhile is passed
-/// on by the caller).
+/// One `BLPOP` with `seat`'s try behind it. The `BLPOP` ends at the seat's time, or at once
+/// when it leaves, with `CLIENT UNBLOCK`: the try then runs, as after a wake-up.
 async fn wait_once(
     queue: &Queue,
     transport: &Arc<dyn AsyncTransport>,
     conn: &mut Option<Box<dyn AsyncWaiter>>,
-) -> Result<Value, redis::RedisError> {
+    seat: &Seat,
+) -> Waited {
+    let until = *seat.until.lock();
+    let tries_as = &seat.tries_as;
+    let block = until.saturating_duration_since(Instant::now());
+    let request = requests::wait_then_try(
+        &queue.keys,
+        &tries_as.id,
+        tries_as.expire_ms,
+        tries_as.fencing,
+        Some(block),
+    )
+    .replicated(tries_as.replicas);
+    let replicas = tries_as
+        .replicas
+        .map_or(Duration::ZERO, |(_, ms)| Duration::from_millis(ms));
     let deadline = Instant::now() + queue.io_timeout;
     let waiter = match conn {
         Some(waiter) => waiter,
-        None => conn.insert(
-            transport
-                .waiter(queue.keys.slot, deadline)
-                .await
-                .map_err(|f| f.into_error())?,
-        ),
+        None => match transport.waiter(queue.keys.slot, deadline).await {
+            Ok(waiter) => conn.insert(waiter),
+            Err(fault) => return not_sent(request, fault),
+        },
     };
-    waiter.ready(deadline).await.map_err(|f| f.into_error())?;
+    if let Err(fault) = waiter.ready(deadline).await {
+        *conn = None;
+        return not_sent(request, fault);
+    }
     let id = waiter.id();
-    let request = requests::wait(&queue.keys, MAX_BLOCK);
-    let waiting = waiter.wait(&request, Instant::now() + MAX_BLOCK + queue.io_timeout);
-    tokio::pin!(waiting);
-    loop {
-        tokio::select! {
-            reply = &mut waiting => return reply.map_err(|f| f.into_error()),
-            () = queue.emptied.notified() => {
-                if let (true, Some(id)) = (queue.is_empty(), id) {
-                    let _ = transport.unblock(id, Instant::now() + queue.io_timeout).await;
+    let sent = Instant::now();
+    let replies = {
+        let waiting = waiter.wait(&request, until + queue.io_timeout + replicas);
+        tokio::pin!(waiting);
+        let alarm = tokio::time::sleep_until(until.into());
+        tokio::pin!(alarm);
+        let mut unblocked = false;
+        loop {
+            tokio::select! {
+                replies = &mut waiting => break replies,
+                () = &mut alarm, if !unblocked => {
+                    unblocked = true;
+                    unblock(transport, queue, id).await;
+                }
+                () = queue.changed.notified(), if !unblocked => {
+                    if seat.leaving.load(Ordering::SeqCst) || seat.gone.load(Ordering::SeqCst) {
+                        unblocked = true;
+                        unblock(transport, queue, id).await;
+                    }
                 }
             }
         }
+    };
+    if replies.is_err() {
+        *conn = None;
+    }
+    Waited {
+        request,
+        sent,
+        replies,
+    }
+}
+
+/// A wait that never went out: its try did not run.
+fn not_sent(request: Request, fault: Fault) -> Waited {
+    Waited {
+        request,
+        sent: Instant::now(),
+        replies: Err(Fault::NotSent(fault.into_error())),
+    }
+}
+
+/// Ends the `BLPOP` of connection `id` as if it had timed out. Without the right to (an ACL),
+/// it ends at the server's own timer, a little later.
+async fn unblock(
+    transport: &Arc<dyn AsyncTransport>,
+    queue: &Queue,
+    id: Option<crate::transport::ConnId>,
+) {
+    if let Some(id) = id {
+        let _ = transport
+            .unblock(id, Instant::now() + queue.io_timeout)
+            .await;
     }
 }

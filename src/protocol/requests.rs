@@ -275,7 +275,12 @@ pub(crate) fn wait_then_try(
     };
     let mut cmds = Vec::with_capacity(4);
     if let Some(block) = block {
-        cmds.push(blpop(keys, block));
+        let ms = block.as_millis().max(1);
+        let mut blpop = redis::cmd("BLPOP");
+        blpop
+            .arg(&keys.signal)
+            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+        cmds.push(blpop);
     }
     if fencing {
         let expire = num(expire_ms.unwrap_or(0));
@@ -354,23 +359,6 @@ pub(crate) fn give_back(keys: &Keys, id: &[u8], signal: bool) -> Request {
             &[id, signal_arg, &num(GIVE_BACK_SIGNAL_EXPIRE_MS)],
         )
         .on_slot(keys.slot)
-}
-
-/// `BLPOP` on the lock's signal for at most `block` (whole milliseconds, at least one).
-fn blpop(keys: &Keys, block: Duration) -> Cmd {
-    let ms = block.as_millis().max(1);
-    let mut blpop = redis::cmd("BLPOP");
-    blpop
-        .arg(&keys.signal)
-        .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-    blpop
-}
-
-/// A wait alone, for a process that shares one wait among its waiting tasks: blocks until a
-/// wake-up signal comes, or `block` passes. It consumes a signal, so it is not repeatable.
-#[cfg(feature = "tokio")]
-pub(crate) fn wait(keys: &Keys, block: Duration) -> Request {
-    Request::new(vec![blpop(keys, block)], false).on_slot(keys.slot)
 }
 
 /// Passes a wake-up signal on: a wait that consumed one but could not use it puts it back.

@@ -368,16 +368,9 @@ impl Waiter for QuorumWaiter<'_> {
                 log::debug!("the wait's server failed ({fault:?}); trying on all");
                 self.conn = None;
                 self.node = (self.node + 1) % self.quorum.servers.len().max(1);
-                if rest.cmds.is_empty() {
-                    return Err(fault);
-                }
                 Value::Nil
             }
         };
-        // A wait alone (the async API's shared wait) has no try behind it.
-        if rest.cmds.is_empty() {
-            return Ok(blpop);
-        }
         // The try's own round, whatever the wait took out of the deadline.
         let try_deadline = deadline.max(Instant::now() + self.quorum.server_timeout);
         match self.quorum.call(&rest, try_deadline) {

@@ -51,6 +51,11 @@ pub(crate) trait AsyncTransport: Send + Sync + 'static {
         deadline: Instant,
     ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>>;
 
+    /// Takes back a waiter whose waits are over and went well, to lend again.
+    fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
+        drop(waiter);
+    }
+
     /// The process's shared waits at this place.
     fn waits(&self) -> &Waits;
 }
@@ -65,10 +70,11 @@ pub(crate) trait AsyncWaiter: Send {
     /// new one where its key lives now).
     fn ready(&mut self, deadline: Instant) -> BoxFuture<'_, Result<(), Fault>>;
 
-    /// Sends a one-command `request` (a `BLPOP`) and returns its reply, by `deadline`.
+    /// Sends `request` (a `BLPOP` and the try behind it) and returns its replies, by
+    /// `deadline`.
     fn wait<'a>(
         &'a mut self,
         request: &'a Request,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, Fault>>;
+    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>>;
 }

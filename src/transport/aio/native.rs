@@ -2,7 +2,7 @@
 //! wait has a connection of its own, since a `BLPOP` holds up whatever is behind it.
 
 use std::sync::{Arc, LazyLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
@@ -21,8 +21,19 @@ pub(crate) struct Native {
     server: Arc<Server>,
     /// The multiplexed connection and its id, once made; see [`retire`](Self::retire).
     short: tokio::sync::Mutex<Option<Short>>,
+    /// Waiters whose waits are over, and since when, to lend again rather than connect anew.
+    idle: Arc<Mutex<Vec<Idle>>>,
     waits: Waits,
 }
+
+/// How many idle waiters a server keeps, and for how long: enough for names whose queues
+/// empty and fill again in turn, few and brief enough that the connections stay near one per
+/// name being waited on.
+const IDLE_WAITERS: usize = 4;
+const IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// A waiter at rest, and since when.
+type Idle = (Instant, Box<dyn AsyncWaiter>);
 
 #[derive(Clone)]
 struct Short {
@@ -44,6 +55,7 @@ impl Native {
             place,
             server,
             short: tokio::sync::Mutex::new(None),
+            idle: Arc::default(),
             waits: Waits::default(),
         });
         all.push(Arc::clone(&native));
@@ -183,9 +195,28 @@ impl AsyncTransport for Native {
         deadline: Instant,
     ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
         Box::pin(async move {
+            if let Some((_, idle)) = self.idle.lock().pop() {
+                return Ok(idle);
+            }
             let short = self.connect(deadline).await.map_err(Fault::NotSent)?;
             Ok(Box::new(Waiting(short)) as Box<dyn AsyncWaiter>)
         })
+    }
+
+    fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut idle = self.idle.lock();
+        if idle.len() >= IDLE_WAITERS {
+            return;
+        }
+        idle.push((Instant::now(), waiter));
+        let idle = Arc::clone(&self.idle);
+        runtime.spawn(async move {
+            tokio::time::sleep(IDLE_FOR).await;
+            idle.lock().retain(|(since, _)| since.elapsed() < IDLE_FOR);
+        });
     }
 
     fn waits(&self) -> &Waits {
@@ -209,13 +240,12 @@ impl AsyncWaiter for Waiting {
         &'a mut self,
         request: &'a Request,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, Fault>> {
+    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
         Box::pin(async move {
             let Short { con, id } = &mut self.0;
-            match pipelined(con, request, deadline).await {
-                Ok(replies) => Ok(replies.into_iter().next().unwrap_or(Value::Nil)),
-                Err(error) => Err(Fault::Lost { conn: *id, error }),
-            }
+            pipelined(con, request, deadline)
+                .await
+                .map_err(|error| Fault::Lost { conn: *id, error })
         })
     }
 }

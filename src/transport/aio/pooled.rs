@@ -119,7 +119,7 @@ impl AsyncTransport for Pooled {
 /// What a shared wait asks of its connection's thread.
 enum Job {
     Ready(Instant, oneshot::Sender<Result<Option<ConnId>, Fault>>),
-    Wait(Request, Instant, oneshot::Sender<Result<Value, Fault>>),
+    Wait(Request, Instant, oneshot::Sender<Result<Vec<Value>, Fault>>),
 }
 
 /// A blocking waiter's thread: takes the connection, then runs the jobs sent to it until
@@ -147,10 +147,12 @@ fn serve(
                 let _ = done.send(waiter.ready(deadline).map(|()| waiter.id()));
             }
             Job::Wait(request, deadline, done) => {
-                let reply = waiter
-                    .send(&request, deadline)
-                    .and_then(|()| waiter.recv(deadline));
-                let _ = done.send(reply);
+                let replies = waiter.send(&request, deadline).and_then(|()| {
+                    (0..request.cmds.len())
+                        .map(|_| waiter.recv(deadline))
+                        .collect()
+                });
+                let _ = done.send(replies);
             }
         }
     }
@@ -196,7 +198,7 @@ impl AsyncWaiter for ThreadWaiter {
         &'a mut self,
         request: &'a Request,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, Fault>> {
+    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
         let request = request.clone();
         Box::pin(self.ask(move |done| Job::Wait(request, deadline, done)))
     }
