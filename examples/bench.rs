@@ -511,11 +511,37 @@ impl Place {
         redis::Client::open(self.node_for(name)?).map_err(|e| e.to_string())
     }
 
-    /// A connection for a contender's `PING`s (see `node_for`).
-    fn pinger(&self, name: &str) -> Result<redis::Connection, String> {
+    /// A connection for a thread's `PING`s (see `node_for`).
+    fn pinger(&self, name: &str) -> Result<Pinger, String> {
         self.node_client(name)?
             .get_connection()
+            .map(Pinger::Blocking)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// Where a contender times its round trips. A thread: a plain connection. A task: a
+/// multiplexed connection, awaited, so that its round trip goes through the client stack its
+/// requests go through (tokio's I/O, the multiplexer's task), as a blocking `PING` does for a
+/// thread.
+enum Pinger {
+    Blocking(redis::Connection),
+    #[cfg(feature = "tokio")]
+    Async(redis::aio::MultiplexedConnection),
+}
+
+impl Pinger {
+    /// Microseconds for one `PING`.
+    async fn ping(&mut self) -> redis::RedisResult<u64> {
+        match self {
+            Pinger::Blocking(conn) => ping(conn),
+            #[cfg(feature = "tokio")]
+            Pinger::Async(conn) => {
+                let sent = Instant::now();
+                let _: String = redis::cmd("PING").query_async(conn).await?;
+                Ok(sent.elapsed().as_micros() as u64)
+            }
+        }
     }
 }
 
@@ -867,7 +893,7 @@ struct Turns {
 /// not taken to be.
 async fn measure<G, A, R>(
     turns: Turns,
-    mut pinger: Option<redis::Connection>,
+    mut pinger: Option<Pinger>,
     mut acquire: impl FnMut() -> A,
     mut release: impl FnMut(G) -> R,
 ) -> Result<ThreadStats, String>
@@ -910,11 +936,9 @@ where
             .as_mut()
             .filter(|_| stats.acquisitions % PING_EVERY == 0)
         {
-            // A blocking PING for every impl, so that all cells divide by the same figure;
-            // in a task, block_in_place moves the worker's other tasks to another thread
-            // meanwhile (outside a runtime it just runs the closure).
-            let rtt = tokio::task::block_in_place(|| ping(pinger));
-            stats.pings.push(rtt.map_err(|e| e.to_string())?);
+            stats
+                .pings
+                .push(pinger.ping().await.map_err(|e| e.to_string())?);
         }
     }
     Ok(stats)
@@ -948,7 +972,7 @@ fn run_polling(client: &redis::Client, name: &str, turns: Turns) -> Result<Threa
     let id = format!("{:?}-{}", thread::current().id(), std::process::id());
     let release_script = redis::Script::new(POLLING_RELEASE);
     let conn = std::cell::RefCell::new(client.get_connection().map_err(|e| e.to_string())?);
-    let pinger = client.get_connection().map_err(|e| e.to_string())?;
+    let pinger = Pinger::Blocking(client.get_connection().map_err(|e| e.to_string())?);
     let take = || loop {
         let taken: Option<String> = redis::cmd("SET")
             .arg(&key)
@@ -994,7 +1018,9 @@ fn run_redlock_polling(urls: &[String], name: &str, turns: Turns) -> Result<Thre
     };
     let mut stats = run_blocking(measure(
         turns,
-        Some(pinged.get_connection().map_err(|e| e.to_string())?),
+        Some(Pinger::Blocking(
+            pinged.get_connection().map_err(|e| e.to_string())?,
+        )),
         || ready(take()),
         |()| {
             redlock.borrow_mut().unlock();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use redis_blpop_lock::aio;
 
 use super::{
-    join_all, measure, opt, opt_f, percentile, ping, rtt_multiple, Impl, Line, Options, Place,
-    ThreadStats, Turns, LOCK_EXPIRE,
+    join_all, measure, opt, opt_f, percentile, ping, rtt_multiple, Impl, Line, Options, Pinger,
+    Place, ThreadStats, Turns, LOCK_EXPIRE,
 };
 
 /// The tokio runtime of the async cells: one for the whole run, as a service has, with one
@@ -49,7 +49,7 @@ fn aio_lock(place: &Place, name: &str) -> Result<aio::Lock, String> {
 async fn contend_ours_async(
     lock: aio::Lock,
     turns: Turns,
-    pinger: Option<redis::Connection>,
+    pinger: Option<Pinger>,
 ) -> Result<ThreadStats, String> {
     let lock = Arc::new(lock);
     measure(
@@ -76,7 +76,7 @@ pub fn run_tasks(
 ) -> Result<Vec<ThreadStats>, String> {
     let tasks = (0..concurrency)
         .map(|_| {
-            let (turns, pinger) = (turns.clone(), Some(place.pinger(name)?));
+            let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
             Ok(match imp {
                 Impl::OursAsync => {
                     runtime().spawn(contend_ours_async(aio_lock(place, name)?, turns, pinger))
@@ -111,6 +111,15 @@ pub fn run_tasks(
         })
         .collect::<Result<Vec<_>, String>>()?;
     join_tasks(tasks)
+}
+
+/// A task's `PING`s: a multiplexed connection to the server of `name`'s key.
+fn async_pinger(place: &Place, name: &str) -> Result<Pinger, String> {
+    let client = place.node_client(name)?;
+    runtime()
+        .block_on(client.get_multiplexed_async_connection())
+        .map(Pinger::Async)
+        .map_err(|e| e.to_string())
 }
 
 /// How often the `scale` cell looks at the server and the process while its tasks run.

@@ -430,20 +430,46 @@ impl Drop for Abandon {
     }
 }
 
-/// Releases the lock in a turn (`held`, or the next), on a task of its own, which a dropped
-/// future does not stop.
+/// Releases the lock in a turn (`held`, or the next). It runs here, to spare a hand-over to a
+/// task; dropped before its end it is finished on a task, since releasing twice does no more
+/// than once.
 pub(crate) async fn release(
     inner: &Arc<Inner<Async>>,
     turns: &Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
 ) -> Result<(), Error> {
-    let runtime = super::runtime()?;
-    let releasing = turn::release(Arc::clone(inner), turns.clone(), held, epoch);
-    runtime.spawn(releasing).await.unwrap_or_else(|e| {
-        log::error!("lock {:?}: the releasing task failed: {e}", inner.name());
-        Err(inner.error(|name| Error::Cancelled { name }))
-    })
+    let mut unfinished = Unfinished {
+        inner: Some(Arc::clone(inner)),
+        turns: turns.clone(),
+        epoch,
+    };
+    let outcome = turn::release(Arc::clone(inner), turns.clone(), held, epoch).await;
+    unfinished.inner = None;
+    outcome
+}
+
+/// A release whose future was dropped before its end: it is sent again from a task.
+struct Unfinished {
+    /// `None` once the release has ended.
+    inner: Option<Arc<Inner<Async>>>,
+    turns: Turns,
+    epoch: Option<u64>,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        let turn = self.turns.take_now();
+        let releasing = turn::release(inner, self.turns.clone(), turn, self.epoch);
+        super::spawn_or_run(async move {
+            if let Err(e) = releasing.await {
+                log::debug!("a dropped release, finished on a task: {e}");
+            }
+        });
+    }
 }
 
 impl LockBuilder<Lock> {
