@@ -416,8 +416,8 @@
 //!
 //! | call | dropped at any `.await` |
 //! |---|---|
-//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a grant that lands after the drop is released (waking the next waiter); a wake-up handed to the dropped waiter goes to the next waiting task in the process, or back to Redis |
-//! | `release`, `LockGuard::unlock` | the release still happens: it runs on a task of its own |
+//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a grant that lands after the drop is released, which wakes the next waiter (a try waiting behind the shared `BLPOP` is sent at once, its `BLPOP` ended with `CLIENT UNBLOCK`) |
+//! | `release`, `LockGuard::unlock` | the release still happens: it is sent again from a task of its own (releasing twice does no more than once) |
 //! | `extend`, `LockGuard::extend` | the extension may or may not have happened; the handle keeps believing the old expiry, so `lost()` is never late |
 //! | `reset` | it may or may not have reset; either way it deleted only the owner it read |
 //! | `holder`, `locked`, `owner_id`, `LockGuard::when_lost` | nothing to leave: they only read |
@@ -435,14 +435,23 @@
 //! only a weak reference, run every two thirds of the expiry: it stops once the handle and its
 //! guards are gone.
 //!
+//! **One handle's calls take turns.** The acquires and releases of one [`aio::Lock`] run one
+//! at a time: a call starts once the call before it on that handle has finished, dropped or not,
+//! so it never finds that call's grant still on its way back and takes it for its own. A timed
+//! call waits for its turn no longer than its timeout (`try_acquire` and `try_lock` at most
+//! 250 ms) and is then `false` or `None`; a release waits at most the I/O timeout. Handles are
+//! cheap: tasks that should not wait on each other's calls each build their own.
+//!
 //! **Shared waiting.** In one process, all tasks waiting on the same name on the same server
 //! share one connection blocked in `BLPOP lock-signal:<name>`; the tasks queue in arrival
-//! order, and a signal goes to the first, which then tries (and keeps its place if the try
-//! fails). Each task also wakes by itself at the holder's expiry, at its own deadline or after
-//! 5 s, and tries once, as a blocking waiter does. On a [`redis::Client`], tries, releases and
-//! reads go over one multiplexed connection per server. So a process holds one multiplexed
-//! connection plus one connection per name that tasks are waiting on (closed when the name's
-//! queue empties), however many tasks wait. What it costs: the repository's `docs/performance.md`.
+//! order, and the first one's try goes behind the `BLPOP` in the same pipeline, as a blocking
+//! waiter's does, so Redis hands the lock over in the instant it wakes the queue (a task whose
+//! try finds the lock taken keeps its place). Each other task also wakes by itself at the
+//! holder's expiry, at its own deadline or after 5 s, and tries once, as a blocking waiter
+//! does. On a [`redis::Client`], tries, releases and reads go over one multiplexed connection
+//! per server. So a process holds one multiplexed connection plus one connection per name that
+//! tasks are waiting on (up to 4 of them kept idle for a second after their waits, to be lent
+//! again), however many tasks wait. What it costs: the repository's `docs/performance.md`.
 //!
 //! **Fairness.** Within a process, waiting tasks get the lock in arrival order, except that a
 //! task's first try, made before it queues, can take a lock just released ahead of the queue,

@@ -177,10 +177,13 @@ impl Ticket {
                     if let Some(waited) = self.seat.waited.lock().take() {
                         return Woken::Waited(Box::new(waited));
                     }
-                    if self.seat.look.swap(false, Ordering::SeqCst) {
+                    // Out of the queue first, as for a try alone: not while the queue sends
+                    // a try of this task's own.
+                    if self.seat.look.swap(false, Ordering::SeqCst) && self.stand_up() {
                         return Woken::Look;
                     }
-                    if let Some(refused) = self.queue.state.lock().refused.clone() {
+                    let refused = self.queue.state.lock().refused.clone();
+                    if let Some(refused) = refused.filter(|_| self.stand_up()) {
                         return Woken::Refused(refused);
                     }
                 }
