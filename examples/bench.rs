@@ -96,9 +96,10 @@
 //! `acquire(key, 10 s).await` → hold → `guard.release().await`, with rslock's defaults
 //! (`acquire` calls `lock()` until it wins; a `lock()` makes 3 tries with a random pause of
 //! 0–200 ms between them). A task's `PING`s are awaited on a multiplexed connection, so that
-//! its figures are multiples of a round trip through the client stack its requests take. Both run on one server
-//! (`rslock` only there; `ours-async` also on `--cluster` and `--quorum`) and in the `loop`
-//! cells only. A build without the feature refuses the impl and says how to rebuild.
+//! its figures are multiples of a round trip through the client stack its requests take. Both
+//! run on one server (`rslock` only there; `ours-async` also on `--cluster` and `--quorum`) and
+//! in the `loop` cells only. A build without the feature refuses the impl and says how to
+//! rebuild.
 //!
 //! To reproduce the async figures next to the blocking ones, and the rslock comparison:
 //!
