@@ -83,9 +83,10 @@ impl Native {
         })
     }
 
-    /// The multiplexed connection, made if there is none.
+    /// The multiplexed connection, made if there is none. Waiting for another call that is
+    /// making it counts against this call's deadline too.
     async fn short(&self, deadline: Instant) -> Result<Short, RedisError> {
-        let mut short = self.short.lock().await;
+        let mut short = by(deadline, self.short.lock()).await?;
         if let Some(short) = &*short {
             return Ok(short.clone());
         }
@@ -95,9 +96,12 @@ impl Native {
     }
 
     /// Takes connection `id` out of use after a request on it failed or timed out: it may be
-    /// dead, and settling that request closes it at the server.
-    async fn retire(&self, id: Option<ConnId>) {
-        let mut short = self.short.lock().await;
+    /// dead, and settling that request closes it at the server. Not past the call's
+    /// `deadline`: if it cannot be done by then, the next failure on the connection does it.
+    async fn retire(&self, id: Option<ConnId>, deadline: Instant) {
+        let Ok(mut short) = by(deadline, self.short.lock()).await else {
+            return;
+        };
         if short.as_ref().is_some_and(|s| s.id == id) {
             *short = None;
         }
@@ -112,7 +116,7 @@ impl Native {
         match pipelined(&mut con, request, deadline).await {
             Ok(replies) => Ok(replies),
             Err(error) => {
-                self.retire(id).await;
+                self.retire(id, deadline).await;
                 Err(Fault::Lost { conn: id, error })
             }
         }
