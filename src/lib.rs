@@ -696,8 +696,10 @@
 //! `CancelToken` was cancelled during a wait), `OutcomeUnknown { name, operation }` (a reply was
 //! lost and the outcome could not be settled by reading Redis before the deadline) and
 //! `Corrupt { key, reason }` (a key of the lock holds something no lock writes, such as a
-//! non-integer fencing counter or a list at `lock:<name>`). No call panics on any input or any
-//! reply. Log lines go through the `log` crate and name the lock.
+//! non-integer fencing counter or a list at `lock:<name>`); with the `tokio` feature,
+//! `Lost { name }` (the async `with_lock` dropped its work because the lock was lost while it
+//! ran). No call panics on any input or any reply. Log lines go through the `log` crate and
+//! name the lock.
 //!
 //! # Keys
 //!
