@@ -269,3 +269,45 @@ async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
     ));
     assert_eq!(owner(&server), None);
 }
+
+/// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.
+fn kills(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.get::<String>("cmdstat_client|kill")
+        .and_then(|stats| {
+            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            calls.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_runtime_after_another_opens_its_own_connections_rather_than_settling_the_closed_ones() {
+    let server = RedisServer::start();
+    let client = server.client();
+    for _ in 0..2 {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let holder = aio::Lock::new(&client, "l").unwrap();
+            let guard = holder.lock().await.unwrap();
+            let waiter = aio::Lock::new(&client, "l").unwrap();
+            let waiting = tokio::spawn(async move { waiter.lock().await?.unlock().await });
+            server.until_blocked(1, secs(20), || waiting.is_finished());
+            guard.unlock().await.unwrap();
+            waiting.await.unwrap().unwrap();
+        });
+    }
+    assert_eq!(
+        kills(&server),
+        0,
+        "a request on the first runtime's closed connections was settled as a lost reply"
+    );
+    assert_eq!(owner(&server), None);
+}

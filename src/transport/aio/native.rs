@@ -32,13 +32,30 @@ pub(crate) struct Native {
 const IDLE_WAITERS: usize = 4;
 const IDLE_FOR: Duration = Duration::from_secs(1);
 
-/// A waiter at rest, and since when.
-type Idle = (Instant, Box<dyn AsyncWaiter>);
+/// A waiter at rest, since when, and the runtime its connection lives on.
+type Idle = (Instant, tokio::runtime::Id, Box<dyn AsyncWaiter>);
 
+/// A connection, its id at the server, and the runtime it lives on: a multiplexed
+/// connection's reading and writing is a task of that runtime, and ends with it. A process
+/// may run one runtime after another (a test each, a `block_on` each), with the connections of
+/// the first one closed.
 #[derive(Clone)]
 struct Short {
     con: MultiplexedConnection,
     id: Option<ConnId>,
+    runtime: tokio::runtime::Id,
+}
+
+/// The runtime this runs on.
+fn runtime() -> Result<tokio::runtime::Id, RedisError> {
+    tokio::runtime::Handle::try_current()
+        .map(|runtime| runtime.id())
+        .map_err(|_| {
+            RedisError::from((
+                redis::ErrorKind::Client,
+                "the async API runs on a tokio runtime, and none is running",
+            ))
+        })
 }
 
 impl Native {
@@ -80,6 +97,7 @@ impl Native {
         Ok(Short {
             id: server::client_id(id)?,
             con,
+            runtime: runtime()?,
         })
     }
 
@@ -87,12 +105,20 @@ impl Native {
     /// making it counts against this call's deadline too.
     async fn short(&self, deadline: Instant) -> Result<Short, RedisError> {
         let mut short = by(deadline, self.short.lock()).await?;
-        if let Some(short) = &*short {
+        if let Some(short) = short.as_ref().filter(|s| Ok(s.runtime) == runtime()) {
             return Ok(short.clone());
         }
         let made = self.connect(deadline).await?;
         *short = Some(made.clone());
         Ok(made)
+    }
+
+    /// A waiter at rest on this runtime, if there is one; those of other runtimes are closed.
+    fn take_idle(&self) -> Result<Option<Box<dyn AsyncWaiter>>, Fault> {
+        let here = runtime().map_err(Fault::NotSent)?;
+        let mut idle = self.idle.lock();
+        idle.retain(|(_, runtime, _)| *runtime == here);
+        Ok(idle.pop().map(|(_, _, waiter)| waiter))
     }
 
     /// Takes connection `id` out of use after a request on it failed or timed out: it may be
@@ -112,7 +138,7 @@ impl Native {
         request: &Request,
         deadline: Instant,
     ) -> Result<Vec<Value>, Fault> {
-        let Short { mut con, id } = self.short(deadline).await.map_err(Fault::NotSent)?;
+        let Short { mut con, id, .. } = self.short(deadline).await.map_err(Fault::NotSent)?;
         match pipelined(&mut con, request, deadline).await {
             Ok(replies) => Ok(replies),
             Err(error) => {
@@ -151,12 +177,7 @@ async fn pipelined(
 /// `future`'s output, or a timeout error at `deadline`. The timer is tokio's: polled outside
 /// a runtime, this is an error rather than tokio's panic.
 async fn by<F: std::future::Future>(deadline: Instant, future: F) -> Result<F::Output, RedisError> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Err(RedisError::from((
-            redis::ErrorKind::Client,
-            "the async API runs on a tokio runtime, and none is running",
-        )));
-    }
+    runtime()?;
     tokio::time::timeout_at(deadline.into(), future)
         .await
         .map_err(|_| server::timed_out())
@@ -199,8 +220,8 @@ impl AsyncTransport for Native {
         deadline: Instant,
     ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
         Box::pin(async move {
-            if let Some((_, idle)) = self.idle.lock().pop() {
-                return Ok(idle);
+            if let Some(waiter) = self.take_idle()? {
+                return Ok(waiter);
             }
             let short = self.connect(deadline).await.map_err(Fault::NotSent)?;
             Ok(Box::new(Waiting(short)) as Box<dyn AsyncWaiter>)
@@ -215,11 +236,12 @@ impl AsyncTransport for Native {
         if idle.len() >= IDLE_WAITERS {
             return;
         }
-        idle.push((Instant::now(), waiter));
+        idle.push((Instant::now(), runtime.id(), waiter));
         let idle = Arc::clone(&self.idle);
         runtime.spawn(async move {
             tokio::time::sleep(IDLE_FOR).await;
-            idle.lock().retain(|(since, _)| since.elapsed() < IDLE_FOR);
+            idle.lock()
+                .retain(|(since, _, _)| since.elapsed() < IDLE_FOR);
         });
     }
 
@@ -246,7 +268,7 @@ impl AsyncWaiter for Waiting {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
         Box::pin(async move {
-            let Short { con, id } = &mut self.0;
+            let Short { con, id, .. } = &mut self.0;
             pipelined(con, request, deadline)
                 .await
                 .map_err(|error| Fault::Lost { conn: *id, error })
