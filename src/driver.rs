@@ -497,15 +497,29 @@ impl<T: Io + ?Sized> Inner<T> {
     }
 
     /// The lock as a try would find it, read again after pauses while the server is away:
-    /// for a waiter whose wait failed without a try of its own.
+    /// for a waiter whose wait failed, a try of its own perhaps among what failed.
     #[cfg(feature = "tokio")]
     pub(crate) async fn look(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
-        let (observed, _) = self.settle(None, wait, cancel).await?;
-        Ok(Tried::Busy {
+        let (observed, sent) = self.settle(None, wait, cancel).await?;
+        Ok(self.found(observed, sent))
+    }
+
+    /// What a read sent at `sent` found, as a try's outcome: the lock is ours if it holds our
+    /// id (a try whose reply was lost took it), valid from the read's send.
+    fn found(&self, observed: Observed, sent: Instant) -> Tried {
+        if self.is_ours(observed.owner.as_deref()) {
+            return Tried::Acquired {
+                valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
+                token: observed.fence,
+                attempt: Attempting::new(sent, false),
+                acks: Ok(None),
+            };
+        }
+        Tried::Busy {
             owner: observed.owner,
             pttl: observed.pttl,
             at: Instant::now(),
-        })
+        }
     }
 
     pub(crate) fn tried(
@@ -544,19 +558,7 @@ impl<T: Io + ?Sized> Inner<T> {
             self.name()
         );
         match self.settle(conn, wait, cancel).await {
-            Ok((observed, sent)) if self.is_ours(observed.owner.as_deref()) => {
-                Ok(Tried::Acquired {
-                    valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
-                    token: observed.fence,
-                    attempt: Attempting::new(sent, false),
-                    acks: Ok(None),
-                })
-            }
-            Ok((observed, _)) => Ok(Tried::Busy {
-                owner: observed.owner,
-                pttl: observed.pttl,
-                at: Instant::now(),
-            }),
+            Ok((observed, sent)) => Ok(self.found(observed, sent)),
             Err(settling) => {
                 self.state.lock().belief = Belief::Unsure(Unsure {
                     conn,

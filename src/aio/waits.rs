@@ -358,6 +358,7 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
 
 /// The shared `BLPOP` of one name: blocks for the first seated task, its try behind.
 async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
+    let _running = Running(Arc::clone(&queue));
     let mut conn: Option<Box<dyn AsyncWaiter>> = None;
     let mut pause = MIN_PAUSE;
     loop {
@@ -410,6 +411,24 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
     }
     if let Some(conn) = conn {
         transport.rest(conn);
+    }
+}
+
+/// A queue's `BLPOP` task, which its runtime may drop at any `.await` when it shuts down (tasks
+/// of other runtimes may be queued too): the tasks seated then look at the lock by themselves
+/// (a try in flight may have taken it for them), and the next to sit starts the `BLPOP` again
+/// on its own runtime.
+struct Running(Arc<Queue>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock();
+        state.running = false;
+        for seat in state.seats.values() {
+            seat.in_flight.store(false, Ordering::SeqCst);
+            seat.look.store(true, Ordering::SeqCst);
+            seat.woken.notify_one();
+        }
     }
 }
 

@@ -311,3 +311,34 @@ fn a_runtime_after_another_opens_its_own_connections_rather_than_settling_the_cl
     );
     assert_eq!(owner(&server), None);
 }
+
+#[test]
+fn waiters_of_a_runtime_started_after_one_that_ended_mid_wait_are_woken_by_a_release() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = redis_blpop_lock::Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let first = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiter = aio::Lock::new(&client, "l").unwrap();
+    let waiting = first.spawn(async move { waiter.lock().await.map(drop) });
+    server.until_blocked(1, secs(20), || waiting.is_finished());
+    // The runtime ends with its task blocked: the shared wait of `l` ends with it.
+    first.shutdown_timeout(secs(5));
+    let second = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let waiter = aio::Lock::new(&client, "l").unwrap();
+        let waiting = tokio::spawn(async move { waiter.acquire_timeout(secs(60)).await });
+        eventually(secs(20), "the second runtime's waiter to block", || {
+            server.blocked_clients() == 1 && !waiting.is_finished()
+        });
+        assert_task_woken_by(async { holder.release().unwrap() }, waiting).await;
+    });
+}
