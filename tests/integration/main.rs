@@ -14,6 +14,8 @@ mod aio_faults;
 #[cfg(feature = "tokio")]
 mod aio_lock;
 #[cfg(feature = "tokio")]
+mod aio_review;
+#[cfg(feature = "tokio")]
 mod aio_waiting;
 mod bench_smoke;
 mod cache;
