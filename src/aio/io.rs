@@ -48,7 +48,8 @@ impl Io for Async {
     ) -> Result<Tried, Error> {
         let ticket = slot
             .get_or_insert_with(|| Waits::join(&inner.transport.0, &inner.keys, &inner.settings));
-        let tried = match ticket.wait(until, cancel).await {
+        let reply_by = inner.io_deadline_after(until, wait);
+        let tried = match ticket.wait(until, reply_by, cancel).await {
             Woken::Waited(waited) => {
                 let Waited {
                     request,

@@ -18,7 +18,7 @@ use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
 use crate::settings::Settings;
 use crate::transport::aio::{Async, AsyncTransport, AsyncWaiter};
-use crate::transport::Fault;
+use crate::transport::{Admin, Fault};
 use crate::CancelToken;
 
 /// The first pause after a failed wait; it doubles up to [`MAX_PAUSE`].
@@ -57,10 +57,14 @@ struct State {
 struct Seat {
     arrival: u64,
     tries_as: TriesAs,
-    /// When its wait ends: the holder's expiry, its deadline, or the longest block.
-    until: Mutex<Instant>,
+    /// When its wait ends (the holder's expiry, its deadline, or the longest block), and by
+    /// when the replies of its try must be in (the blocking waiter's bound for its own).
+    until: Mutex<(Instant, Instant)>,
     /// Its try is behind the `BLPOP` now: its replies will come to it.
     in_flight: AtomicBool,
+    /// Its replies came and it has not sat again yet: the queue waits for it, its place
+    /// being first.
+    answered: AtomicBool,
     /// It was cancelled with its try in flight: the `BLPOP` ends now.
     leaving: AtomicBool,
     /// Its ticket is gone: a try of its that took the lock is given back.
@@ -145,8 +149,9 @@ impl Waits {
                 replicas: settings.replicas,
                 signal_expire_ms: settings.signal_expire_ms,
             },
-            until: Mutex::new(Instant::now()),
+            until: Mutex::new((Instant::now(), Instant::now())),
             in_flight: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             waited: Mutex::new(None),
@@ -162,21 +167,27 @@ impl Waits {
 }
 
 impl Ticket {
-    /// Waits for the lock until `until`, or until `cancel`. With its try in flight a cancel
-    /// ends the `BLPOP` and the wait still returns the try's replies, for the caller to give
-    /// back a lock it took.
-    pub(crate) async fn wait(&self, until: Instant, cancel: &CancelToken) -> Woken {
-        *self.seat.until.lock() = until;
+    /// Waits for the lock until `until`, or until `cancel`; the replies of a try behind the
+    /// `BLPOP` are due by `reply_by`. With its try in flight a cancel ends the `BLPOP` and the
+    /// wait still returns the try's replies, for the caller to give back a lock it took.
+    pub(crate) async fn wait(
+        &self,
+        until: Instant,
+        reply_by: Instant,
+        cancel: &CancelToken,
+    ) -> Woken {
+        *self.seat.until.lock() = (until, reply_by);
         self.sit();
         let alarm = tokio::time::sleep_until(until.into());
         tokio::pin!(alarm);
         let (mut rang, mut cancelled) = (false, false);
         loop {
+            // Replies that came are taken first, whatever else woke the task at the same time.
+            if let Some(waited) = self.seat.waited.lock().take() {
+                return Woken::Waited(Box::new(waited));
+            }
             tokio::select! {
                 () = self.seat.woken.notified() => {
-                    if let Some(waited) = self.seat.waited.lock().take() {
-                        return Woken::Waited(Box::new(waited));
-                    }
                     // Out of the queue first, as for a try alone: not while the queue sends
                     // a try of this task's own.
                     if self.seat.look.swap(false, Ordering::SeqCst) && self.stand_up() {
@@ -215,6 +226,8 @@ impl Ticket {
             .entry(self.seat.arrival)
             .or_insert_with(|| Arc::clone(&self.seat));
         self.seat.leaving.store(false, Ordering::SeqCst);
+        self.seat.answered.store(false, Ordering::SeqCst);
+        self.seat.look.store(false, Ordering::SeqCst);
         if !state.running {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 state.running = true;
@@ -227,10 +240,11 @@ impl Ticket {
         self.queue.changed.notify_one();
     }
 
-    /// Leaves the seat to try alone, unless its try is in flight already.
+    /// Leaves the seat to try alone, unless its try is in flight already or its replies have
+    /// come.
     fn stand_up(&self) -> bool {
         let mut state = self.queue.state.lock();
-        if self.seat.in_flight.load(Ordering::SeqCst) {
+        if self.seat.in_flight.load(Ordering::SeqCst) || self.seat.waited.lock().is_some() {
             return false;
         }
         state.seats.remove(&self.seat.arrival);
@@ -260,7 +274,8 @@ impl Drop for Ticket {
 enum Step {
     /// Block for this seat, its try behind the `BLPOP`.
     Wait(Arc<Seat>),
-    /// No task is seated, but some have tickets: they will sit again or leave.
+    /// No task is seated, or the first is settling its replies; the tasks with tickets will
+    /// sit again or leave.
     Idle,
     /// No ticket is left: the queue is retired.
     Stop,
@@ -272,6 +287,9 @@ impl Queue {
         let mut queues = transport.waits().queues.lock();
         let mut state = self.state.lock();
         if let Some(seat) = state.seats.values().next() {
+            if seat.answered.load(Ordering::SeqCst) {
+                return Step::Idle;
+            }
             seat.in_flight.store(true, Ordering::SeqCst);
             return Step::Wait(Arc::clone(seat));
         }
@@ -288,13 +306,13 @@ impl Queue {
         Step::Stop
     }
 
-    /// Hands `waited` to `seat` and takes it out of the queue (it sits again if it waits
-    /// again); gives back what it took if its ticket is gone.
+    /// Hands `waited` to `seat`, which keeps its place until it sits again or leaves; gives
+    /// back what it took if its ticket is gone.
     fn deliver(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat, waited: Waited) {
         let gone = {
-            let mut state = self.state.lock();
+            let state = self.state.lock();
             seat.in_flight.store(false, Ordering::SeqCst);
-            state.seats.remove(&seat.arrival);
+            seat.answered.store(true, Ordering::SeqCst);
             let gone = seat.gone.load(Ordering::SeqCst);
             if !gone {
                 *seat.waited.lock() = Some(waited);
@@ -327,7 +345,9 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
     // A try whose reply was lost may yet run: its connection is closed first.
     let lost_on = match &waited.replies {
         Ok(replies) => {
-            let taken = requests::parse_try(&queue.keys, replies.get(1..).unwrap_or_default());
+            let mut tried = replies.get(1..).unwrap_or_default().to_vec();
+            let _ = waited.request.acks(&mut tried);
+            let taken = requests::parse_try(&queue.keys, &tried);
             if !matches!(taken, Ok(requests::Attempt::Acquired { .. })) {
                 return;
             }
@@ -362,16 +382,20 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
     let mut conn: Option<Box<dyn AsyncWaiter>> = None;
     let mut pause = MIN_PAUSE;
     loop {
-        let changed = queue.changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let seat = match queue.next_step(&transport) {
-            Step::Wait(seat) => seat,
-            Step::Idle => {
-                changed.await;
-                continue;
+        let seat = {
+            // Registered before the queue is looked at, so that no change in between is
+            // missed; and only then, or it would take the notices meant for the wait below.
+            let changed = queue.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match queue.next_step(&transport) {
+                Step::Wait(seat) => seat,
+                Step::Idle => {
+                    changed.await;
+                    continue;
+                }
+                Step::Stop => break,
             }
-            Step::Stop => break,
         };
         let waited = wait_once(&queue, &transport, &mut conn, &seat).await;
         // What the other seated tasks are to hear; the first hears it from its own replies.
@@ -440,7 +464,7 @@ async fn wait_once(
     conn: &mut Option<Box<dyn AsyncWaiter>>,
     seat: &Seat,
 ) -> Waited {
-    let until = *seat.until.lock();
+    let (until, reply_by) = *seat.until.lock();
     let tries_as = &seat.tries_as;
     let block = until.saturating_duration_since(Instant::now());
     let request = requests::wait_then_try(
@@ -451,10 +475,7 @@ async fn wait_once(
         Some(block),
     )
     .replicated(tries_as.replicas);
-    let replicas = tries_as
-        .replicas
-        .map_or(Duration::ZERO, |(_, ms)| Duration::from_millis(ms));
-    let deadline = Instant::now() + queue.io_timeout;
+    let deadline = (Instant::now() + queue.io_timeout).min(reply_by);
     let waiter = match conn {
         Some(waiter) => waiter,
         None => match transport.waiter(queue.keys.slot, deadline).await {
@@ -469,22 +490,24 @@ async fn wait_once(
     let id = waiter.id();
     let sent = Instant::now();
     let replies = {
-        let waiting = waiter.wait(&request, until + queue.io_timeout + replicas);
+        let waiting = waiter.wait(&request, reply_by);
         tokio::pin!(waiting);
         let alarm = tokio::time::sleep_until(until.into());
         tokio::pin!(alarm);
-        let mut unblocked = false;
+        let mut ended = false;
         loop {
+            // The wait is polled first: it goes out before anything may end it.
             tokio::select! {
+                biased;
                 replies = &mut waiting => break replies,
-                () = &mut alarm, if !unblocked => {
-                    unblocked = true;
-                    unblock(transport, queue, id).await;
+                () = &mut alarm, if !ended => {
+                    ended = true;
+                    end(transport, id, reply_by, false).await;
                 }
-                () = queue.changed.notified(), if !unblocked => {
+                () = queue.changed.notified(), if !ended => {
                     if seat.leaving.load(Ordering::SeqCst) || seat.gone.load(Ordering::SeqCst) {
-                        unblocked = true;
-                        unblock(transport, queue, id).await;
+                        ended = true;
+                        end(transport, id, reply_by, true).await;
                     }
                 }
             }
@@ -509,16 +532,20 @@ fn not_sent(request: Request, fault: Fault) -> Waited {
     }
 }
 
-/// Ends the `BLPOP` of connection `id` as if it had timed out. Without the right to (an ACL),
-/// it ends at the server's own timer, a little later.
-async fn unblock(
+/// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`; the try behind
+/// it then runs. Without the right to (an ACL) it ends at the server's own timer, a little
+/// later. For a task that left (`at_once`), a `BLPOP` not blocked yet (the `UNBLOCK` overtook
+/// it on its way) is cut off by closing the connection instead: its try then never runs.
+async fn end(
     transport: &Arc<dyn AsyncTransport>,
-    queue: &Queue,
     id: Option<crate::transport::ConnId>,
+    deadline: Instant,
+    at_once: bool,
 ) {
-    if let Some(id) = id {
-        let _ = transport
-            .unblock(id, Instant::now() + queue.io_timeout)
-            .await;
+    let Some(id) = id else { return };
+    if let Ok(Admin::Nothing) = transport.unblock(id, deadline).await {
+        if at_once {
+            let _ = transport.kill(id, deadline).await;
+        }
     }
 }

@@ -14,7 +14,7 @@ mod aio_faults;
 #[cfg(feature = "tokio")]
 mod aio_lock;
 #[cfg(feature = "tokio")]
-mod aio_review;
+mod aio_shared;
 #[cfg(feature = "tokio")]
 mod aio_waiting;
 mod bench_smoke;
