@@ -2,7 +2,7 @@
 //! connections: a network that delays or fails, under the test's control.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +33,7 @@ struct Link {
 impl Proxy {
     /// Starts forwarding a free loopback port to the server on `target_port`.
     pub fn start(target_port: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let listener = super::server::fresh_listener();
         let port = listener.local_addr().expect("proxy address").port();
         let state = Arc::new(ProxyState::default());
         let accepting = Arc::clone(&state);

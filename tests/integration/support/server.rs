@@ -222,10 +222,25 @@ impl<W: fmt::Display> fmt::Display for Failure<'_, W> {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, and that no server or proxy of this run had.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
+    fresh_listener().local_addr().expect("local address").port()
+}
+
+/// A listener on a loopback port no server or proxy of this run had before. The library keeps
+/// its connections per address for the whole process: a test whose server took over an
+/// earlier test's port would meet the earlier server's connections, closed, and see their
+/// requests' replies lost.
+pub fn fresh_listener() -> TcpListener {
+    static TAKEN: OnceLock<Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local address").port();
+        let taken = TAKEN.get_or_init(Default::default);
+        if taken.lock().unwrap().insert(port) {
+            return listener;
+        }
+    }
 }
 
 /// A log file name no other server of this run uses.
