@@ -432,7 +432,7 @@ pub(crate) fn released(result: Result<(), Error>, keys: &Keys) {
 
 /// `SET key value` with a value of zero or several arguments would be a syntax error or,
 /// worse, a different command.
-pub(crate) fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
+fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
     match value.num_of_args() {
         1 => Ok(()),
         n => Err(Error::invalid(format!(
@@ -536,7 +536,7 @@ pub(crate) fn last_reply<T: FromRedisValue>(mut replies: Vec<Value>) -> Result<T
     T::from_redis_value(last).map_err(|e| Error::UnexpectedReply(e.to_string()))
 }
 
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -43,7 +43,7 @@ use crate::Error;
 /// The runtime the async API spawns its tasks on: the caller's.
 fn runtime() -> Result<tokio::runtime::Handle, Error> {
     tokio::runtime::Handle::try_current()
-        .map_err(|_| Error::invalid("the async API runs on a tokio runtime, and none is running"))
+        .map_err(|_| Error::invalid(crate::transport::aio::NO_RUNTIME))
 }
 
 /// Runs `work` on a task of the current runtime, or, with none (a guard dropped after its

@@ -19,6 +19,9 @@ use super::{Admin, ConnId, Fault, Transport};
 use crate::aio::waits::Waits;
 use crate::protocol::requests::Request;
 
+/// Why an async call could not be made: the async API's timers and tasks are tokio's.
+pub(crate) const NO_RUNTIME: &str = "the async API runs on a tokio runtime, and none is running";
+
 /// An async transport as the driver holds it.
 pub(crate) struct Async(pub(crate) Arc<dyn AsyncTransport>);
 

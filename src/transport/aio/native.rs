@@ -50,12 +50,7 @@ struct Short {
 fn runtime() -> Result<tokio::runtime::Id, RedisError> {
     tokio::runtime::Handle::try_current()
         .map(|runtime| runtime.id())
-        .map_err(|_| {
-            RedisError::from((
-                redis::ErrorKind::Client,
-                "the async API runs on a tokio runtime, and none is running",
-            ))
-        })
+        .map_err(|_| RedisError::from((redis::ErrorKind::Client, super::NO_RUNTIME)))
 }
 
 impl Native {
