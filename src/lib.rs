@@ -439,7 +439,7 @@
 //! at a time: a call starts once the call before it on that handle has finished, dropped or not,
 //! so it never finds that call's grant still on its way back and takes it for its own. A timed
 //! call waits for its turn no longer than its timeout (`try_acquire` and `try_lock` at most
-//! 250 ms) and is then `false` or `None`; a release waits at most the I/O timeout. Handles are
+//! 250 ms) and is then `false` or `None`; a release waits for it at most 250 ms too. Handles are
 //! cheap: tasks that should not wait on each other's calls each build their own.
 //!
 //! **Shared waiting.** In one process, all tasks waiting on the same name on the same server

@@ -36,8 +36,9 @@ impl Turns {
 }
 
 /// Releases acquisition `epoch` of `inner` (any, when `None`) in a turn: `held`, or the next
-/// one, waited for no longer than the I/O timeout (a release does not wait for good on an
-/// acquire of the same handle that waits for the lock: it is not held by the handle then).
+/// one, waited for no longer than the grace (at most 250 ms), so that the release still ends
+/// about by its I/O timeout; and a release does not wait for good on an acquire of the same
+/// handle that waits for the lock (it is not held by the handle then).
 pub(crate) async fn release(
     inner: Arc<Inner<Async>>,
     turns: Turns,
@@ -48,7 +49,7 @@ pub(crate) async fn release(
         Some(turn) => Some(turn),
         None => {
             turns
-                .take(Some(Instant::now() + inner.settings.io_timeout))
+                .take(Some(Instant::now() + inner.settings.grace()))
                 .await
         }
     };
