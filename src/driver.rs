@@ -148,6 +148,16 @@ impl Answered {
     }
 }
 
+/// The first pause of the backoff while a server is away (a restart, a failover); each
+/// failure doubles it, up to [`MAX_PAUSE`]. Never a way of waiting for the lock.
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// The pause after `pause`, in the backoff while a server is away.
+pub(crate) fn longer(pause: Duration) -> Duration {
+    (pause * 2).min(MAX_PAUSE)
+}
+
 /// Logs a refusal of `CLIENT KILL` once per process.
 static KILL_REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -583,7 +593,7 @@ impl<T: Io + ?Sized> Inner<T> {
         cancel: &CancelToken,
     ) -> Result<(Observed, Instant), Error> {
         let give_up = self.give_up(wait);
-        let mut pause = Duration::from_millis(10);
+        let mut pause = FIRST_PAUSE;
         loop {
             let deadline = (Instant::now() + self.settings.io_timeout).min(give_up);
             let settled = async {
@@ -637,7 +647,7 @@ impl<T: Io + ?Sized> Inner<T> {
         if self.transport.pause(*pause, cancel).await {
             return Some(Err(self.error(|name| Error::Cancelled { name })));
         }
-        *pause = (*pause * 2).min(Duration::from_millis(500));
+        *pause = longer(*pause);
         None
     }
 

@@ -421,7 +421,7 @@ impl std::fmt::Debug for ArcLockGuard {
 
 /// How long the lock of [`with_lock`] lives without a renewal: a crashed process frees it
 /// after this long, while the renewal thread keeps it for a live one.
-const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
+pub(crate) const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
 
 /// Runs `work` while holding the lock `name`, and returns its value: the lock has a 30 s
 /// expiry kept alive by a renewal thread (so a crashed process frees it), and the wait is as

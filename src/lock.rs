@@ -442,7 +442,7 @@ fn waiter_conn<'t>(
     cancel: &CancelToken,
 ) -> Result<Box<dyn Waiter + 't>, Error> {
     let give_up = inner.give_up(wait);
-    let mut pause = Duration::from_millis(10);
+    let mut pause = driver::FIRST_PAUSE;
     loop {
         let deadline = (Instant::now() + inner.settings.io_timeout).min(give_up);
         let conn = inner

@@ -236,10 +236,6 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
-/// How long the lock of [`with_lock`] lives without a renewal: a crashed process frees it
-/// after this long, while the renewal task keeps it for a live one.
-const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
-
 /// Runs `work` while holding the lock `name`, and returns its output: the async
 /// [`crate::with_lock`], with the same safe defaults (a 30 s expiry kept alive by a renewal
 /// task, a wait as long as it takes). If the lock is lost while `work` runs, `work` is dropped
@@ -259,7 +255,7 @@ pub async fn with_lock<F: Future>(
     work: F,
 ) -> Result<F::Output, Error> {
     let lock = Lock::builder(backend, name)
-        .expire(WITH_LOCK_EXPIRE)
+        .expire(crate::guard::WITH_LOCK_EXPIRE)
         .auto_renewal(true)
         .build()?;
     lock.with_lock(work).await

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::Notify;
 
+use crate::driver::{longer, FIRST_PAUSE};
 use crate::protocol::keys::Keys;
 use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
@@ -20,10 +21,6 @@ use crate::settings::Settings;
 use crate::transport::aio::{Async, AsyncTransport, AsyncWaiter};
 use crate::transport::{Admin, Fault};
 use crate::CancelToken;
-
-/// The first pause after a failed wait; it doubles up to [`MAX_PAUSE`].
-const MIN_PAUSE: Duration = Duration::from_millis(10);
-const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// The shared waits at one place, by signal key.
 #[derive(Default)]
@@ -380,7 +377,7 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
 async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
     let _running = Running(Arc::clone(&queue));
     let mut conn: Option<Box<dyn AsyncWaiter>> = None;
-    let mut pause = MIN_PAUSE;
+    let mut pause = FIRST_PAUSE;
     loop {
         let seat = {
             // Registered before the queue is looked at, so that no change in between is
@@ -423,7 +420,7 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
         };
         queue.deliver(&transport, &seat, waited);
         let Some(refused) = others else {
-            pause = MIN_PAUSE;
+            pause = FIRST_PAUSE;
             continue;
         };
         queue.wake_all(refused);
@@ -431,7 +428,7 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
             () = tokio::time::sleep(pause) => {}
             () = queue.changed.notified() => {}
         }
-        pause = (pause * 2).min(MAX_PAUSE);
+        pause = longer(pause);
     }
     if let Some(conn) = conn {
         transport.rest(conn);
