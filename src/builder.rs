@@ -119,8 +119,10 @@ impl<K> LockBuilder<K> {
         self
     }
 
-    /// Keeps an expiring lock alive while it is held: a thread extends it every two thirds of
-    /// the expiry until it is released or the handle is dropped. Needs [`expire`](Self::expire).
+    /// Keeps an expiring lock alive while it is held: a thread extends it whenever a third of
+    /// the expiry is left (by what the handle knows of it: two thirds of the way through, and
+    /// sooner after a long wait), until it is released or the handle is dropped. Needs
+    /// [`expire`](Self::expire).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {

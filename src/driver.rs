@@ -352,7 +352,11 @@ impl<T: Io + ?Sized> Inner<T> {
                         self.settings.replicas.is_some() && matches!(acks, Ok(None));
                     let confirming = self.settings.expire_ms.filter(|_| {
                         unacknowledged
-                            || attempt.needs_confirming(Instant::now(), self.settings.expire())
+                            || attempt.needs_confirming(
+                                Instant::now(),
+                                self.settings.expire(),
+                                self.settings.auto_renewal,
+                            )
                     });
                     if let Some(ms) = confirming {
                         match self.confirm(wait, ms).await {
@@ -736,7 +740,7 @@ impl<T: Io + ?Sized> Inner<T> {
             .expire()
             .filter(|_| self.settings.auto_renewal)
         {
-            Some(expire) => match T::renewal(self, expire * 2 / 3) {
+            Some(expire) => match T::renewal(self, self.renewal_due(valid_until, expire)) {
                 Ok(renewal) => Some(renewal),
                 Err(e) => {
                     // Without its renewal the lock would expire under the holder: give it back.
@@ -898,14 +902,34 @@ impl<T: Io + ?Sized> Inner<T> {
         Ok(true)
     }
 
+    /// When the renewal of a lease valid until `valid_until` is due, from now: scheduled
+    /// from the expiry the handle believes, not from when it got the lock, since a lease
+    /// that followed a wait is counted from the wait's start.
+    fn renewal_due(&self, valid_until: Option<Instant>, expire: Duration) -> Duration {
+        valid_until.map_or(expire * 2 / 3, |until| {
+            lease::renewal_due(Instant::now(), until, expire)
+        })
+    }
+
     /// One renewal: the wait before the next, or `None` to stop.
     pub(crate) async fn renew(&self) -> Option<Duration> {
         let expire = self.settings.expire()?;
         let interval = expire * 2 / 3;
         match self.extend_ms(self.settings.expire_ms?).await {
             Ok(Extended::Yes) => {
+                let lease = match self.state.lock().belief {
+                    Belief::Held(lease) => lease,
+                    // Released meanwhile: the release stops this renewal.
+                    Belief::Free | Belief::Unsure(_) => return None,
+                };
+                if lease.is_lost(Instant::now()) {
+                    // Renewed only after the expiry passed: someone else may have held it
+                    // meanwhile, and a lost lease stays lost.
+                    log::error!("lock {:?}: lost (renewed too late)", self.name());
+                    return None;
+                }
                 log::debug!("lock {:?}: renewed", self.name());
-                Some(interval)
+                Some(self.renewal_due(lease.valid_until, expire))
             }
             Ok(Extended::NotOurs) => {
                 self.mark_lost();

@@ -124,8 +124,8 @@
 //! ## Expiry, auto-renewal and `lost()`
 //!
 //! Without an expiry a lock held by a crashed process stays until an operator resets it. With one,
-//! it frees itself; auto-renewal keeps it alive while the holder works (a thread extends it every
-//! two thirds of the expiry).
+//! it frees itself; auto-renewal keeps it alive while the holder works (a thread extends it when a
+//! third of the expiry is left, by what the handle knows: two thirds of the way through).
 //!
 //! An expiring lock can be **lost** without its holder doing anything wrong: a pause (GC, swap, a
 //! stopped VM) or a network stall outlasts the expiry, or the server restarts without the key.
@@ -432,8 +432,8 @@
 //! the lock; as in the blocking API, it releases only its own acquisition. `when_lost().await`
 //! resolves once the acquisition is lost (a renewal found another id or failed until the
 //! expiry, or the expiry passed), to `select!` the work against. The renewal is a task holding
-//! only a weak reference, run every two thirds of the expiry: it stops once the handle and its
-//! guards are gone.
+//! only a weak reference, run when a third of the expiry is left: it stops once the handle and
+//! its guards are gone.
 //!
 //! **One handle's calls take turns.** The acquires and releases of one [`aio::Lock`] run one
 //! at a time: a call starts once the call before it on that handle has finished, dropped or not,

@@ -97,6 +97,21 @@ fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
     Next::Block(block)
 }
 
+/// The share of the expiry (one part in this many) that a woken grant of a holder that does
+/// not renew may lose to its wait before the grant is confirmed: a 10 s lock is confirmed after
+/// a wait of more than 500 ms.
+const LOOSE: u32 = 20;
+
+/// When the next renewal of a lease valid until `valid_until` is due, as a wait from `now`:
+/// when a third of `expire` is left by what the handle believes, so that a lease counted
+/// conservatively (from a wait's start) is renewed before it would be taken for lost, and
+/// one counted from a recent extend is renewed two thirds of the way through.
+pub(crate) fn renewal_due(now: Instant, valid_until: Instant, expire: Duration) -> Duration {
+    valid_until
+        .checked_sub(expire / 3)
+        .map_or(Duration::ZERO, |due| due.saturating_duration_since(now))
+}
+
 /// One acquisition in progress: when the request that may take the lock was sent, and whether
 /// it followed a wait.
 #[derive(Clone, Copy, Debug)]
@@ -117,14 +132,24 @@ impl Attempting {
         expire.and_then(|e| self.sent.checked_add(e))
     }
 
-    /// After a wait the count from the send may be near its end, though the key was most
-    /// likely set just now (or long ago, if the reply was held up): with less than half the
-    /// expiry left at `now`, one extend must say which before the lock is handed over.
-    pub(crate) fn needs_confirming(&self, now: Instant, expire: Option<Duration>) -> bool {
-        match (self.woken, self.valid_until(expire), expire) {
-            (true, Some(until), Some(expire)) => until.saturating_duration_since(now) < expire / 2,
-            _ => false,
-        }
+    /// After a wait the count from the send has used up the time waited, though the key was
+    /// most likely set just now (or long ago, if the reply was held up): only an extend can
+    /// say which. It is sent before the lock is handed over when less than half the expiry is
+    /// left at `now` (a renewal could not be scheduled in time), and, for a holder that will
+    /// not renew (`renewing` false), whenever the wait used more than [`LOOSE`] of it: such a
+    /// holder's `lost()` would turn true that much before the key could really expire.
+    pub(crate) fn needs_confirming(
+        &self,
+        now: Instant,
+        expire: Option<Duration>,
+        renewing: bool,
+    ) -> bool {
+        let (true, Some(until), Some(expire)) = (self.woken, self.valid_until(expire), expire)
+        else {
+            return false;
+        };
+        let left = until.saturating_duration_since(now);
+        left < expire / 2 || (!renewing && expire.saturating_sub(left) > expire / LOOSE)
     }
 }
 
@@ -285,11 +310,31 @@ mod tests {
     fn a_woken_try_with_most_of_its_expiry_gone_must_be_confirmed() {
         let sent = Instant::now();
         let woken = Attempting::new(sent, true);
-        assert!(!woken.needs_confirming(sent + ms(40), Some(ms(100))));
-        assert!(woken.needs_confirming(sent + ms(60), Some(ms(100))));
+        assert!(!woken.needs_confirming(sent + ms(400), Some(ms(1000)), true));
+        assert!(woken.needs_confirming(sent + ms(600), Some(ms(1000)), true));
         let straight = Attempting::new(sent, false);
-        assert!(!straight.needs_confirming(sent + ms(60), Some(ms(100))));
-        assert!(!woken.needs_confirming(sent + ms(60), None));
+        assert!(!straight.needs_confirming(sent + ms(600), Some(ms(1000)), true));
+        assert!(!woken.needs_confirming(sent + ms(600), None, true));
+    }
+
+    #[test]
+    fn a_woken_try_of_a_holder_that_will_not_renew_is_confirmed_after_a_short_wait() {
+        let sent = Instant::now();
+        let woken = Attempting::new(sent, true);
+        assert!(!woken.needs_confirming(sent + ms(40), Some(ms(1000)), false));
+        assert!(woken.needs_confirming(sent + ms(60), Some(ms(1000)), false));
+        assert!(!woken.needs_confirming(sent + ms(60), Some(ms(1000)), true));
+    }
+
+    #[test]
+    fn a_renewal_is_due_when_a_third_of_the_believed_expiry_is_left() {
+        let now = Instant::now();
+        // Just taken: two thirds of the way through.
+        assert_eq!(renewal_due(now, now + ms(3000), ms(3000)), ms(2000));
+        // Counted from a wait that began 1.5 s ago: due in half a second, not in 2 s.
+        assert_eq!(renewal_due(now, now + ms(1500), ms(3000)), ms(500));
+        // Already past the point: at once.
+        assert_eq!(renewal_due(now, now + ms(500), ms(3000)), Duration::ZERO);
     }
 
     #[test]

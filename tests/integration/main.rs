@@ -28,6 +28,7 @@ mod fault_injection;
 mod faults;
 mod hostile_input;
 mod interop;
+mod lease;
 mod lock;
 mod outcomes;
 mod quorum;
