@@ -94,8 +94,14 @@ pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: ConnId) -> 
 
 impl Drop for Alarm {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot {
-            CLOCK.state.lock().alarms.remove(&slot);
+        let Some(slot) = self.slot else { return };
+        let mut state = CLOCK.state.lock();
+        let earliest = state.alarms.keys().next() == Some(&slot);
+        state.alarms.remove(&slot);
+        // The thread sleeps until the earliest alarm: told it is gone, it counts its idle
+        // time from now, not from an alarm that will never fire (up to a lock's expiry away).
+        if earliest {
+            CLOCK.changed.notify_one();
         }
     }
 }
@@ -132,5 +138,40 @@ fn keep_time() {
             Err(fault) => log::debug!("unblock failed: {fault:?}"),
         }
         state = CLOCK.state.lock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the timer thread is up.
+    fn running() -> bool {
+        CLOCK.state.lock().running
+    }
+
+    #[test]
+    fn the_thread_ends_its_idle_time_after_the_last_alarm_is_dropped_not_after_its_time() {
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let server = crate::transport::server::Server::shared(&client).unwrap();
+        let transport: Arc<dyn Transport> = server.clone();
+        // Never fires: dropped long before its time, as a wait woken by a release drops it.
+        let alarm = set(
+            Instant::now() + Duration::from_secs(3600),
+            &transport,
+            ConnId { node: 0, id: 1 },
+        );
+        assert!(running());
+        drop(alarm);
+        let dropped = Instant::now();
+        while running() {
+            assert!(
+                dropped.elapsed() < IDLE * 3,
+                "the timer thread is still up {:?} after its last alarm was dropped",
+                dropped.elapsed()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(dropped.elapsed() >= IDLE, "it ended before its idle time");
     }
 }
