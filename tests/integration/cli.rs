@@ -658,3 +658,49 @@ fn urls_split_around_the_subcommand_are_a_usage_error() {
     assert_one_line_error(&output);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// Whether process `pid` is gone: exited, or a zombie nobody has reaped yet (in a container
+/// whose first process does not reap, an orphan stays one).
+fn gone(pid: &str) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_command_dies_with_a_sigkilled_run_before_its_lock_could_expire() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let pid_file = scratch.file("pid");
+    let mut run = redis_lock(&server)
+        .args(["run", "l", "--expire", "5", "--", "sh", "-c"])
+        .arg(r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 30"#)
+        .arg("sh")
+        .arg(&pid_file)
+        // A surviving `sleep` must not keep the test's pipes open.
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the command to start", || pid_file.exists());
+    let pid = read(&pid_file).trim().to_string();
+    assert!(!gone(&pid));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    eventually(
+        Duration::from_secs(1),
+        "the command to die with redis-lock",
+        || gone(&pid),
+    );
+    // Its lock (5 s) had not yet expired: nobody else could have started the job.
+    assert!(
+        held(&server, "l"),
+        "the lock expired before the command died"
+    );
+    let _ = Command::new("kill").arg(&pid).status();
+}

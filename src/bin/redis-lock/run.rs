@@ -187,7 +187,11 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
         release_quietly(lock);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
-    let mut child = match Command::new(program).args(program_args).spawn() {
+    let own_group = !std::io::stdin().is_terminal();
+    let mut command = Command::new(program);
+    command.args(program_args);
+    dies_with_us(&mut command, own_group);
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             release_quietly(lock);
@@ -203,8 +207,8 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
         match received.recv_timeout(WATCH_INTERVAL) {
             // On the terminal, Ctrl-C and friends reach the whole foreground process group,
             // the command included; sending them again would count as a second Ctrl-C.
-            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel => {}
-            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal),
+            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel && !own_group => {}
+            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal, own_group),
             Ok(Event::Acquired(_)) | Err(RecvTimeoutError::Timeout) => {}
             // Unreachable while the signal thread lives; watching goes on without it.
             Err(RecvTimeoutError::Disconnected) => thread::sleep(WATCH_INTERVAL),
@@ -227,7 +231,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
                  sending SIGTERM to the command",
                 args.name
             );
-            signal_child(&child, SIGTERM);
+            signal_child(&child, SIGTERM, own_group);
         }
     };
     let code = exit_code(status);
@@ -264,19 +268,61 @@ fn release_quietly(lock: &Lock) {
     }
 }
 
-fn signal_child(child: &Child, signal: c_int) {
+/// Sends `signal` to the command, or to its whole process group when it has one of its own
+/// (a shell pipeline, a script's children), as a terminal would.
+fn signal_child(child: &Child, signal: c_int, own_group: bool) {
     let Ok(pid) = libc::pid_t::try_from(child.id()) else {
         return;
     };
+    let pid = if own_group { -pid } else { pid };
     log::debug!("sending signal {signal} to the command (pid {pid})");
     // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is still our
     // child's: it is only reaped by `try_wait`, which has not yet seen it exit, so no other
-    // process can have been given the same pid.
+    // process (or group) can have been given the same id.
     if unsafe { libc::kill(pid, signal) } != 0 {
         log::debug!(
             "kill({pid}, {signal}) failed: {}",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+/// Makes the command die with redis-lock. The lock lives only as long as redis-lock renews
+/// it: once redis-lock is gone (SIGKILL, a crash, the OOM killer), the lock expires and
+/// another host may start the same job, so the command must not go on. SIGKILL, not SIGTERM:
+/// a command that handles SIGTERM could run on for as long as it likes, overlapping the next
+/// holder, and nobody is left to escalate.
+///
+/// Off a terminal the command also gets a process group of its own, so redis-lock's signals
+/// reach the whole of it (a pipeline, a script's children). On a terminal it stays in
+/// redis-lock's foreground group, so it can still read the terminal and Ctrl-C reaches it
+/// directly.
+fn dies_with_us(command: &mut Command, own_group: bool) {
+    use std::os::unix::process::CommandExt;
+    if own_group {
+        command.process_group(0);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the child between fork and exec, and calls only
+        // prctl(2) and getppid(2), which are async-signal-safe, and builds an io::Error
+        // from an errno (no allocation for a raw OS error).
+        unsafe {
+            command.pre_exec(move || {
+                // The signal is tied to the thread that forks: this is the main thread,
+                // which lives until redis-lock exits.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // redis-lock may have died between fork and prctl, before anyone was
+                // there to signal: then the child has a new parent, and must not start.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
     }
 }
 
