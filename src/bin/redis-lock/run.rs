@@ -9,13 +9,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_blpop_lock::{Backend, CancelToken, Error, Lock};
+use redis_blpop_lock::{CancelToken, Error, Lock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 
 use crate::admin;
+use crate::place::Place;
 use crate::{exit, Failure, Outcome, RunArgs};
 
 /// How often the command is checked for having exited and the lock for having been lost.
@@ -38,21 +39,26 @@ enum Taken {
     Interrupted(c_int),
 }
 
-pub(crate) fn run(backend: &dyn Backend, args: RunArgs) -> Outcome {
+pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
     let cancel = CancelToken::new();
-    let mut builder = Lock::builder(backend, &args.name)
+    let id = match &args.id {
+        Some(id) => id.clone(),
+        None => default_id(place, &args.name)?,
+    };
+    let lock = place
+        .lock(&args.name)
         .expire(args.expire)
         .auto_renewal(true)
-        .cancel_token(cancel.clone());
-    if let Some(id) = &args.id {
-        builder = builder.id(id.as_str());
-    }
-    let lock = Arc::new(builder.build().map_err(Failure::lock)?);
+        .cancel_token(cancel.clone())
+        .id(id)
+        .build()
+        .map_err(|e| place.failure(e))?;
+    let lock = Arc::new(lock);
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    match take(&lock, &cancel, &args, &events, &received)? {
+    match take(place, &lock, &cancel, &args, &events, &received)? {
         Taken::Yes => {}
         Taken::Busy => {
             let holder = match lock.holder() {
@@ -77,6 +83,31 @@ pub(crate) fn run(backend: &dyn Backend, args: RunArgs) -> Outcome {
     supervise(&lock, &args, &received)
 }
 
+/// `HOST:PID:RANDOM`: an operator who sees it in `status` or `list` knows which host and
+/// process hold the lock; the random part (the library's own id, 24 characters from the OS)
+/// keeps it unique per run. python-redis-lock accepts any id.
+fn default_id(place: &Place, name: &str) -> Result<String, Failure> {
+    let random = place.lock(name).build().map_err(|e| place.failure(e))?;
+    Ok(format!(
+        "{}:{}:{}",
+        hostname(),
+        std::process::id(),
+        random.id()
+    ))
+}
+
+/// This host's name, or "localhost" when the system will not say.
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `buf.len()` bytes into `buf`, which we own.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if ok && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
+    }
+}
+
 /// Sends every forwarded signal that reaches redis-lock to `events`, from a thread of its own.
 fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
     let os = |e: std::io::Error| Failure::new(exit::OS, format!("cannot handle signals: {e}"));
@@ -97,6 +128,7 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
 /// on a thread, which a signal ends through the lock's cancel token.
 fn take(
+    place: &Place,
     lock: &Arc<Lock>,
     cancel: &CancelToken,
     args: &RunArgs,
@@ -104,7 +136,7 @@ fn take(
     received: &Receiver<Event>,
 ) -> Result<Taken, Failure> {
     let started = Instant::now();
-    if acquired(lock.try_acquire())? {
+    if acquired(place, lock.try_acquire())? {
         return Ok(Taken::Yes);
     }
     let timeout = if args.no_wait {
@@ -155,16 +187,16 @@ fn take(
         }
         return Ok(Taken::Interrupted(signal));
     }
-    acquired(taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
+    acquired(place, taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
 }
 
 /// Whether the lock was taken; held under our id elsewhere (`--id` shared with another
 /// holder) is busy, not an error.
-fn acquired(result: Result<bool, Error>) -> Result<bool, Failure> {
+fn acquired(place: &Place, result: Result<bool, Error>) -> Result<bool, Failure> {
     match result {
         Ok(taken) => Ok(taken),
         Err(Error::AlreadyAcquired { .. }) => Ok(false),
-        Err(e) => Err(Failure::lock(e)),
+        Err(e) => Err(place.failure(e)),
     }
 }
 
@@ -264,7 +296,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
 fn release_quietly(lock: &Lock) {
     match lock.release() {
         Ok(()) | Err(Error::NotAcquired { .. }) => {}
-        Err(e) => log::warn!("lock {:?}: release failed: {e}", lock.name()),
+        Err(e) => err!("redis-lock: could not release lock {:?}: {e}", lock.name()),
     }
 }
 
