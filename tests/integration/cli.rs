@@ -268,10 +268,21 @@ fn a_run_interrupted_as_the_lock_frees_leaves_no_lock_and_passes_the_wakeup_on()
 
 /// A `redis-lock run l --expire SECS` whose command, `sleep 60`, has started; with its pid.
 fn run_sleeping(server: &RedisServer, scratch: &Scratch, expire: &str) -> (Child, String) {
+    let script = r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#;
+    run_noting_pid(server, scratch, expire, script)
+}
+
+/// A `redis-lock run l --expire SECS -- sh -c SCRIPT`, once SCRIPT has written a pid to the
+/// file `$1`; with that pid.
+fn run_noting_pid(
+    server: &RedisServer,
+    scratch: &Scratch,
+    expire: &str,
+    script: &str,
+) -> (Child, String) {
     let pid_file = scratch.file("pid");
     let run = redis_lock(server)
-        .args(["run", "l", "--expire", expire, "--", "sh", "-c"])
-        .arg(r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#)
+        .args(["run", "l", "--expire", expire, "--", "sh", "-c", script])
         .arg("sh")
         .arg(&pid_file)
         // An orphaned `sleep` must not keep the test's pipes open.
@@ -1106,4 +1117,21 @@ fn a_lock_lost_before_the_command_ended_exits_75_even_unnoticed_until_the_releas
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn off_a_terminal_a_signal_to_run_reaches_the_commands_whole_process_group() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A script whose child runs in the background: without a group of its own, SIGTERM
+    // to the script alone would leave the child running.
+    let script = r#"sleep 60 & echo $! > "$1.tmp"; mv "$1.tmp" "$1"; wait"#;
+    let (run, child) = run_noting_pid(&server, &scratch, "30", script);
+    send_signal(run.id(), "TERM");
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(128 + 15));
+    eventually(HUNG, "the command's own child to get the SIGTERM", || {
+        gone(&child)
+    });
+    assert!(!held(&server, "l"));
 }

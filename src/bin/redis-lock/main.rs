@@ -115,7 +115,8 @@ struct Cli {
     /// The service (master name) the sentinels monitor.
     #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
     service: Option<String>,
-    /// Seconds one round trip with Redis may take before it counts as failed.
+    /// Seconds one round trip with Redis may take before it counts as failed (reset-all:
+    /// always 5).
     #[arg(
         long,
         global = true,
@@ -141,6 +142,8 @@ enum Command {
     /// already reaches both, and is not sent twice); the lock is released once the command
     /// has exited. If the lock is lost while the command runs (reset, or not renewed before
     /// its expiry), the command gets SIGTERM, and redis-lock exits 75 once it has exited.
+    /// On Linux, if redis-lock itself is killed, the command is killed with it (SIGKILL):
+    /// without redis-lock the lock expires, and the job may start elsewhere.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Show whether the lock is held, by whom, and for how much longer; exits 0 when it is
