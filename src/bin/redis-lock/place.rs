@@ -75,7 +75,7 @@ impl Place {
             }
             At::Sentinel(..) => "the primary that the sentinels name".to_string(),
             At::Quorum(_, clients) => {
-                format!("each server of the quorum: {}", self.servers(clients))
+                format!("each server of the quorum: {}", addresses(clients))
             }
         }
     }
@@ -86,16 +86,8 @@ impl Place {
             At::Server(client) => client.get_connection_info().addr().to_string(),
             At::Cluster(_, seed) => format!("the cluster at {seed}"),
             At::Sentinel(_, service) => format!("the primary of {service:?} or its sentinels"),
-            At::Quorum(_, clients) => format!("the quorum ({})", self.servers(clients)),
+            At::Quorum(_, clients) => format!("the quorum ({})", addresses(clients)),
         }
-    }
-
-    fn servers(&self, clients: &[redis::Client]) -> String {
-        let names: Vec<String> = clients
-            .iter()
-            .map(|client| server_name(client.get_connection_info()))
-            .collect();
-        names.join(", ")
     }
 
     /// How long one round trip may take (`--io-timeout`).
@@ -243,6 +235,15 @@ pub(crate) fn masked(url: &str) -> String {
         Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
         None => url.to_string(),
     }
+}
+
+/// The servers of a quorum, as `host:port/db, ...`.
+fn addresses(clients: &[redis::Client]) -> String {
+    let names: Vec<String> = clients
+        .iter()
+        .map(|client| server_name(client.get_connection_info()))
+        .collect();
+    names.join(", ")
 }
 
 /// A server as `host:port/db`: its address and database, never its URL (it may hold a

@@ -80,7 +80,7 @@ pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
             return Ok(signal_exit_code(signal));
         }
     }
-    supervise(&lock, &args, &received)
+    supervise(place, &lock, &args, &received)
 }
 
 /// `HOST:PID:RANDOM`: an operator who sees it in `status` or `list` knows which host and
@@ -183,7 +183,7 @@ fn take(
     if let Some(signal) = interrupted {
         // The lock was taken before the cancel reached the wait: give it back.
         if matches!(taken, Ok(true)) {
-            release_quietly(lock);
+            release_quietly(place, lock);
         }
         return Ok(Taken::Interrupted(signal));
     }
@@ -202,11 +202,11 @@ fn acquired(place: &Place, result: Result<bool, Error>) -> Result<bool, Failure>
 
 /// Runs the command while the lock is held, passing signals on and watching for the lock
 /// being lost; releases the lock once the command has exited.
-fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
+fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
     // A signal that came with the lock still counts as one during the wait.
     while let Ok(event) = received.try_recv() {
         if let Event::Signal(origin) = event {
-            release_quietly(lock);
+            release_quietly(place, lock);
             err!(
                 "redis-lock: interrupted before running the command; released lock {:?}",
                 args.name
@@ -216,7 +216,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
     }
     // `required = true` makes clap refuse an empty command.
     let Some((program, program_args)) = args.command.split_first() else {
-        release_quietly(lock);
+        release_quietly(place, lock);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
     let own_group = !std::io::stdin().is_terminal();
@@ -226,7 +226,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            release_quietly(lock);
+            release_quietly(place, lock);
             let code = match e.kind() {
                 ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
@@ -249,7 +249,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                release_quietly(lock);
+                release_quietly(place, lock);
                 return Err(Failure::new(
                     exit::OS,
                     format!("lost track of the command: {e}"),
@@ -282,8 +282,9 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
         }
         Err(e) => {
             err!(
-                "redis-lock: could not release lock {:?}: {e}; it frees itself within {:?}",
+                "redis-lock: could not release lock {:?}: {}; it frees itself within {:?}",
                 args.name,
+                place.failure(e).message,
                 args.expire
             );
             Ok(if lost { exit::LOST } else { code })
@@ -293,10 +294,14 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
 
 /// Gives the lock back if it is ours. Only used on the way out, where a failure changes
 /// nothing: a lock left behind frees itself at its expiry, and its renewal dies with us.
-fn release_quietly(lock: &Lock) {
+fn release_quietly(place: &Place, lock: &Lock) {
     match lock.release() {
         Ok(()) | Err(Error::NotAcquired { .. }) => {}
-        Err(e) => err!("redis-lock: could not release lock {:?}: {e}", lock.name()),
+        Err(e) => err!(
+            "redis-lock: could not release lock {:?}: {}",
+            lock.name(),
+            place.failure(e).message
+        ),
     }
 }
 
