@@ -1,5 +1,4 @@
 -- Release the lock if ARGV[1] owns it and wake one waiter (python-redis-lock's UNLOCK_SCRIPT).
--- Also the operator's reset, with the owner it read: it never deletes a lock taken since.
 -- KEYS[1] lock key, KEYS[2] signal list; ARGV[1] owner id, ARGV[2] signal expiry in ms
 -- Returns 0 when released, 1 when the lock is not ours.
 if redis.call("get", KEYS[1]) ~= ARGV[1] then

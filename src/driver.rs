@@ -893,11 +893,11 @@ impl<T: Io + ?Sized> Inner<T> {
         if self.is_ours(Some(&owner)) {
             self.forget();
         }
-        let request = requests::unlock(&self.keys, &owner, self.settings.signal_expire_ms);
+        let request = requests::reset(&self.keys, &owner, self.settings.signal_expire_ms, false);
         let answered = self.call_again(&request, deadline).await?;
         // Deleted now, or released by its owner in between: either way that owner's lock is
         // gone, and no later one was touched.
-        requests::parse_unlock(&self.keys, answered.first())?;
+        requests::parse_reset(&self.keys, answered.first())?;
         log::info!("lock {:?} reset", self.name());
         Ok(true)
     }

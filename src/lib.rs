@@ -241,11 +241,28 @@
 //! # }
 //! ```
 //!
-//! `reset` deletes only the owner it read, so it never deletes a lock someone took after it
-//! looked. `reset_all` finds `lock:*` keys with `SCAN` from the client, a batch of 1000 at a time,
+//! `reset` deletes only the owner it read (`scripts/reset.lua`), so it never deletes a lock
+//! someone took after it looked. `reset_all` finds `lock:*` keys with `SCAN` from the client, a batch of 1000 at a time,
 //! and resets each batch in one script call, so a big keyspace never blocks the server
 //! (python-redis-lock's version runs `KEYS` inside a script). Keys under `lock:*` that are not
 //! strings are not locks and are left alone.
+//!
+//! The [`inspect`] module is the operator's wider view: [`inspect::holders`] lists every held
+//! lock (name, owner id, remaining expiry) on every primary, found with `SCAN` as `reset_all`
+//! finds them; [`inspect::clear_corrupt`] deletes a key at a lock's name that is not a lock,
+//! which every other call reports as [`Error::Corrupt`] and leaves alone:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use std::time::Duration;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! for held in redis_blpop_lock::inspect::holders(&client, Duration::from_secs(5))? {
+//!     println!("{}: held by {} for {:?}", held.name, held.id, held.ttl);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! ## Deadlines
 //!
@@ -645,7 +662,8 @@
 //! ```
 //!
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
-//!   reply); `+scan +mget` are for [`reset_all`].
+//!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
+//!   is for `reset_all` and `reset` (`scripts/reset.lua`).
 //! - `+client|id +client|unblock +client|kill` let the client end its own `BLPOP` on time, let a
 //!   [`CancelToken`] end a wait, and close a connection whose reply was lost (see
 //!   [Deadlines](#deadlines) and [Outcome rules](#outcome-rules)). Without them the lock still
@@ -734,6 +752,7 @@ mod driver;
 mod error;
 mod guard;
 mod id;
+pub mod inspect;
 mod lock;
 mod protocol;
 mod quorum;

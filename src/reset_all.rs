@@ -1,19 +1,16 @@
 //! `reset_all`: the operator's way to free every lock at once.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use redis::Value;
 
 use crate::backend::{transport_of, Backend};
+use crate::inspect;
 use crate::protocol::keys;
 use crate::protocol::requests::{self, Request};
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
-
-/// How many keys one `SCAN` step asks for, and so the most one script call resets.
-const SCAN_BATCH: usize = 1000;
 
 /// Deletes every lock (every string key `lock:*`) and wakes a waiter on each; returns how many
 /// lock keys it deleted. On a cluster it scans every primary; on a [`Quorum`](crate::Quorum)
@@ -41,29 +38,11 @@ pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
 pub(crate) fn on(transport: &dyn Transport) -> Result<usize, Error> {
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     let mut reset = 0;
-    let tags = transport.hash_tags();
-    transport.each_primary(
-        Instant::now() + DEFAULT_IO_TIMEOUT,
-        &mut |primary, keys_to| {
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, found) =
-                    requests::parse_scan(&one(primary, &requests::scan(cursor, SCAN_BATCH))?)?;
-                let mut by_slot: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
-                for key in found {
-                    let slot = if tags { keys::slot(&key) } else { 0 };
-                    by_slot.entry(slot).or_default().push(key);
-                }
-                for batch in by_slot.into_values() {
-                    reset += reset_batch(keys_to, batch, signal_expire_ms)?;
-                }
-                cursor = next;
-                if cursor == 0 {
-                    return Ok(());
-                }
-            }
-        },
-    )?;
+    let deadline = || Instant::now() + DEFAULT_IO_TIMEOUT;
+    inspect::each_batch(transport, &deadline, &mut |keys_to, batch, _| {
+        reset += reset_batch(keys_to, batch, signal_expire_ms)?;
+        Ok(())
+    })?;
     log::info!("reset {reset} locks");
     Ok(reset)
 }

@@ -9,7 +9,7 @@ use redis::{Cmd, Value};
 
 use super::keys::Keys;
 use super::redirect;
-use super::scripts::{Script, ACQUIRE, EXTEND, GIVE_BACK, RESET_ALL, UNLOCK};
+use super::scripts::{Script, ACQUIRE, EXTEND, GIVE_BACK, RESET, RESET_ALL, UNLOCK};
 use crate::Error;
 
 /// What a request does to the lock, which a backend over independent servers (a quorum)
@@ -538,9 +538,9 @@ pub(crate) fn parse_observe(keys: &Keys, replies: &[Value]) -> Result<Observed, 
     })
 }
 
-/// Releases the lock held by `owner` and wakes one waiter (python-redis-lock's unlock). Also
-/// the operator's reset, with the owner it read. Owner-checked, so repeatable: a second run
-/// finds the key gone or someone else's, and changes nothing.
+/// Releases the lock held by `owner` and wakes one waiter (python-redis-lock's unlock).
+/// Owner-checked, so repeatable: a second run finds the key gone or someone else's, and
+/// changes nothing.
 pub(crate) fn unlock(keys: &Keys, owner: &[u8], signal_expire_ms: u64) -> Request {
     Request::new(Vec::new(), true)
         .with_script(
@@ -675,6 +675,98 @@ pub(crate) fn parse_count(reply: &Value) -> Result<usize, Error> {
         Value::Int(n) => usize::try_from(*n).map_err(|_| Error::unexpected(reply)),
         other => Err(reply_error(other)),
     }
+}
+
+/// The operator's reset of the lock held by `owner` (the owner it read): deletes it only if
+/// that owner still holds it, and wakes one waiter. With `force`, a key at the lock's name
+/// that is not a lock is deleted instead of reported; a lock is still never deleted unless it
+/// holds `owner`. Owner-checked, so repeatable. Voted on as an unlock: without `force` it
+/// answers as `unlock.lua` does.
+pub(crate) fn reset(keys: &Keys, owner: &[u8], signal_expire_ms: u64, force: bool) -> Request {
+    let force_arg: &[u8] = if force { b"1" } else { b"0" };
+    let kind = if force {
+        Kind::Other
+    } else {
+        Kind::Unlock { keys: keys.clone() }
+    };
+    Request::new(Vec::new(), true)
+        .with_script(
+            &RESET,
+            &[keys.lock.as_bytes(), keys.signal.as_bytes()],
+            &[owner, &num(signal_expire_ms), force_arg],
+        )
+        .on_slot(keys.slot)
+        .of_kind(kind)
+}
+
+/// How a reset came out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// The lock held the owner read, and is gone.
+    Deleted,
+    /// The lock no longer held that owner: released, expired or taken since.
+    NotThatOwner,
+    /// The key was not a lock, and `force` deleted it.
+    NotALockDeleted,
+}
+
+pub(crate) fn parse_reset(keys: &Keys, reply: &Value) -> Result<Reset, Error> {
+    match reply {
+        Value::Int(0) => Ok(Reset::Deleted),
+        Value::Int(1) => Ok(Reset::NotThatOwner),
+        Value::Int(2) => Ok(Reset::NotALockDeleted),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
+        other => Err(reply_error(other)),
+    }
+}
+
+/// The owner and TTL of each of `lock_keys` (found by a scan, sharing a hash slot), read in
+/// one `MULTI` so each TTL belongs to the owner read with it: `GET` and `PTTL` per key. A
+/// read, so repeatable. A key that is not a string answers its `GET` with an error.
+pub(crate) fn holders(lock_keys: &[Vec<u8>]) -> Request {
+    let mut cmds = vec![redis::cmd("MULTI")];
+    for key in lock_keys {
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let mut pttl = redis::cmd("PTTL");
+        pttl.arg(key);
+        cmds.extend([get, pttl]);
+    }
+    cmds.push(redis::cmd("EXEC"));
+    Request::new(cmds, true).on_slot(first_slot(lock_keys.iter().map(Vec::as_slice)))
+}
+
+/// A lock key's owner id and what is left of its expiry.
+pub(crate) type OwnerTtl = (Vec<u8>, Pttl);
+
+/// For each key of a [`holders`] request, in order: its owner and TTL, or `None` when the
+/// key is gone or is not a lock.
+pub(crate) fn parse_holders(replies: &[Value], n: usize) -> Result<Vec<Option<OwnerTtl>>, Error> {
+    if let Some(refused) = replies[..replies.len().saturating_sub(1)]
+        .iter()
+        .find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(reply_error(refused));
+    }
+    let exec = replies.last().ok_or_else(|| Error::unexpected(&replies))?;
+    let Value::Array(items) = exec else {
+        return Err(reply_error(exec));
+    };
+    if items.len() != 2 * n {
+        return Err(Error::unexpected(exec));
+    }
+    items
+        .chunks_exact(2)
+        .map(|pair| match pair {
+            [Value::BulkString(id), pttl] => match Pttl::parse(pttl)? {
+                Pttl::Gone => Ok(None),
+                pttl => Ok(Some((id.clone(), pttl))),
+            },
+            // Gone, or not a string (WRONGTYPE): no lock to list.
+            [Value::Nil | Value::ServerError(_), _] => Ok(None),
+            _ => Err(Error::unexpected(exec)),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -50,5 +50,7 @@ pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/extend.lua")));
 pub(crate) static GIVE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/give_back.lua")));
+pub(crate) static RESET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/reset.lua")));
 pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));

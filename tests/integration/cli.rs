@@ -266,30 +266,46 @@ fn a_run_interrupted_as_the_lock_frees_leaves_no_lock_and_passes_the_wakeup_on()
     }
 }
 
-#[test]
-fn a_sigkilled_holders_lock_frees_after_its_expiry_for_the_next_run() {
-    let server = RedisServer::start();
-    let scratch = Scratch::new();
+/// A `redis-lock run l --expire SECS` whose command, `sleep 60`, has started; with its pid.
+fn run_sleeping(server: &RedisServer, scratch: &Scratch, expire: &str) -> (Child, String) {
+    let script = r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#;
+    run_noting_pid(server, scratch, expire, script)
+}
+
+/// A `redis-lock run l --expire SECS -- sh -c SCRIPT`, once SCRIPT has written a pid to the
+/// file `$1`; with that pid.
+fn run_noting_pid(
+    server: &RedisServer,
+    scratch: &Scratch,
+    expire: &str,
+    script: &str,
+) -> (Child, String) {
     let pid_file = scratch.file("pid");
-    let mut holder = redis_lock(&server)
-        .args(["run", "l", "--expire", "1", "--", "sh", "-c"])
-        .arg(r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#)
+    let run = redis_lock(server)
+        .args(["run", "l", "--expire", expire, "--", "sh", "-c", script])
         .arg("sh")
         .arg(&pid_file)
-        // The orphaned `sleep` must not keep the test's pipes open.
+        // An orphaned `sleep` must not keep the test's pipes open.
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     eventually(HUNG, "the command to start", || pid_file.exists());
+    (run, read(&pid_file).trim().to_string())
+}
+
+#[test]
+fn a_sigkilled_holders_lock_frees_after_its_expiry_for_the_next_run() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (mut holder, command) = run_sleeping(&server, &scratch, "1");
     holder.kill().unwrap();
     holder.wait().unwrap();
     let output = redis_lock(&server)
         .args(["run", "l", "--timeout", "30", "--", "true"])
         .output()
         .unwrap();
-    let orphan = read(&pid_file);
-    let _ = Command::new("kill").arg(orphan.trim()).status();
+    let _ = Command::new("kill").arg(command).status();
     assert!(output.status.success(), "{}", stderr(&output));
 }
 
@@ -383,7 +399,7 @@ fn status_json_shows_the_holder_and_its_ttl() {
 fn status_of_a_free_lock_says_free() {
     let server = RedisServer::start();
     let output = redis_lock(&server).args(["status", "l"]).output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("free"));
     let output = redis_lock(&server)
         .args(["status", "l", "--json"])
@@ -546,9 +562,10 @@ fn with_sentinel_the_run_takes_the_lock_on_the_named_primary() {
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let owner = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        owner.trim().len(),
-        24,
+    assert!(
+        owner
+            .trim()
+            .ends_with(&format!(":{}", owner_suffix(&owner))),
         "the lock's id was on the primary: {owner:?}"
     );
 }
@@ -657,4 +674,464 @@ fn urls_split_around_the_subcommand_are_a_usage_error() {
         .unwrap();
     assert_one_line_error(&output);
     assert_eq!(output.status.code(), Some(2));
+}
+
+/// Whether process `pid` is gone: exited, or a zombie nobody has reaped yet (in a container
+/// whose first process does not reap, an orphan stays one).
+fn gone(pid: &str) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_command_dies_with_a_sigkilled_run_before_its_lock_could_expire() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (mut run, pid) = run_sleeping(&server, &scratch, "5");
+    assert!(!gone(&pid));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    eventually(
+        Duration::from_secs(1),
+        "the command to die with redis-lock",
+        || gone(&pid),
+    );
+    // Its lock (5 s) had not yet expired: nobody else could have started the job.
+    assert!(
+        held(&server, "l"),
+        "the lock expired before the command died"
+    );
+    let _ = Command::new("kill").arg(&pid).status();
+}
+
+/// The random part of a default owner id, `HOST:PID:RANDOM`.
+fn owner_suffix(owner: &str) -> String {
+    owner
+        .trim()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A `redis-lock run` holding lock `name` until it is killed.
+fn run_holding(server: &RedisServer, name: &str) -> Child {
+    let run = redis_lock(server)
+        .args(["run", name, "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the run to take the lock", || held(server, name));
+    run
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `list --json` at `cmd`'s place, parsed.
+fn list_json(mut cmd: Command) -> serde_json::Value {
+    let output = cmd.args(["list", "--json"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn an_unreachable_server_is_named_and_what_happened_said_in_words() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let output = redis_lock_at(&["--url", &format!("redis://127.0.0.1:{port}/")])
+        .args(["status", "l"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(69));
+    let text = stderr(&output);
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.contains("refused the connection"), "{text}");
+}
+
+#[test]
+fn io_timeout_bounds_a_frozen_server_and_the_error_says_so() {
+    let server = RedisServer::start();
+    server.pause();
+    for args in [&["status", "l"][..], &["list"], &["run", "l", "--", "true"]] {
+        let started = Instant::now();
+        let output = redis_lock(&server)
+            .args(["--io-timeout", "0.5"])
+            .args(args)
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        assert_one_line_error(&output);
+        assert_eq!(output.status.code(), Some(69), "{args:?}");
+        let expected = format!("no reply from 127.0.0.1:{} in 0.5 s", server.port);
+        assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+        // The default is 5 s: well under it, the option took effect.
+        assert!(took < Duration::from_secs(4), "{args:?} took {took:?}");
+    }
+    server.resume();
+}
+
+#[test]
+fn a_bad_url_is_echoed_with_its_password_masked() {
+    let output = redis_lock_at(&["--url", "redis://app:s3cret@127.0.0.1:notaport/"])
+        .args(["status", "l"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(
+        text.contains("\"redis://app:***@127.0.0.1:notaport/\""),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+}
+
+#[test]
+fn without_verbose_a_lost_lock_is_told_once_in_redis_locks_voice() {
+    let server = RedisServer::start();
+    for (verbose, lines) in [(&[][..], 1), (&["-v"][..], 2)] {
+        let run = redis_lock(&server)
+            .args(verbose)
+            .args(["run", "l", "--expire", "1", "--", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        eventually(HUNG, "the run to take the lock", || held(&server, "l"));
+        assert!(Lock::new(&server.client(), "l").unwrap().reset().unwrap());
+        let output = finish(run);
+        assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+        let text = stderr(&output);
+        let theirs = text
+            .lines()
+            .filter(|l| !l.starts_with("redis-lock: "))
+            .count();
+        if verbose.is_empty() {
+            assert_eq!(text.lines().count(), lines, "{text}");
+            assert_eq!(theirs, 0, "the library spoke: {text}");
+        } else {
+            assert!(theirs >= 1, "-v shows the library's lines: {text}");
+        }
+    }
+}
+
+#[test]
+fn status_exits_0_when_held_and_1_when_free() {
+    let server = RedisServer::start();
+    let free = redis_lock(&server).args(["status", "l"]).output().unwrap();
+    assert_eq!(free.status.code(), Some(1), "{}", stderr(&free));
+    let holder = Lock::new(&server.client(), "l").unwrap();
+    holder.acquire().unwrap();
+    for json in [&[][..], &["--json"]] {
+        let output = redis_lock(&server)
+            .args(["status", "l"])
+            .args(json)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn list_shows_every_held_lock_with_its_owner_and_ttl() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let expiring = Lock::builder(&client, "a")
+        .id("one")
+        .expire(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    expiring.acquire().unwrap();
+    let forever = Lock::builder(&client, "b").id("two").build().unwrap();
+    forever.acquire().unwrap();
+    // Not a lock: left out.
+    let _: () = server.conn().rpush("lock:c", 1).unwrap();
+    let list = list_json(redis_lock(&server));
+    let ttl = list[0]["ttl_ms"].as_u64().expect("a TTL");
+    assert!(ttl > 0 && ttl <= 30_000, "ttl {ttl}");
+    assert_eq!(
+        list,
+        serde_json::json!([
+            {"name": "a", "owner": "one", "ttl_ms": ttl},
+            {"name": "b", "owner": "two", "ttl_ms": null},
+        ])
+    );
+    let output = redis_lock(&server).arg("list").output().unwrap();
+    let text = stdout(&output);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("lock \"a\": held by \"one\", expires in"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lock \"b\": held by \"two\", with no expiry"),
+        "{text}"
+    );
+}
+
+#[test]
+fn list_on_a_cluster_finds_the_locks_of_every_primary() {
+    let cluster = crate::support::RedisCluster::shared();
+    let client = redis::cluster::ClusterClient::new(vec![cluster.seed_url()]).unwrap();
+    // Names whose slots lie on different primaries.
+    let names: Vec<String> = (0..30).map(|i| format!("cli-list-{i}")).collect();
+    let locks: Vec<Lock> = names
+        .iter()
+        .map(|name| {
+            let lock = Lock::builder(&client, name.as_str())
+                .id("cluster-holder")
+                .expire(Duration::from_secs(60))
+                .build()
+                .unwrap();
+            lock.acquire().unwrap();
+            lock
+        })
+        .collect();
+    let primaries: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|n| cluster.primary_for(&format!("lock:{{{n}}}")).port)
+        .collect();
+    assert!(primaries.len() > 1, "the names span the primaries");
+    let seed = cluster.seed_url();
+    let list = list_json(redis_lock_at(&["--cluster", "--url", &seed]));
+    for lock in &locks {
+        lock.release().unwrap();
+    }
+    let listed: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["owner"] == "cluster-holder")
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+}
+
+#[test]
+fn list_on_a_quorum_shows_what_a_majority_holds() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // "q" on a majority, "minority" on one server only.
+    for server in &servers[..2] {
+        let _: () = server.conn().set("lock:q", "holder").unwrap();
+    }
+    let _: () = servers[2].conn().set("lock:q", "other").unwrap();
+    let _: () = servers[0].conn().set("lock:minority", "stray").unwrap();
+    let list = list_json(redis_lock_over(&servers));
+    assert_eq!(
+        list,
+        serde_json::json!([{"name": "q", "owner": "holder", "ttl_ms": null}])
+    );
+}
+
+#[test]
+fn list_behind_sentinel_reads_the_named_primary() {
+    let set = crate::support::SentinelSet::start();
+    let _: () = set.primary().conn().set("lock:s", "holder").unwrap();
+    let mut args = vec![];
+    let urls = set.sentinel_urls();
+    for url in &urls {
+        args.extend(["--sentinel", url.as_str()]);
+    }
+    args.extend(["--service", set.service()]);
+    let list = list_json(redis_lock_at(&args));
+    assert_eq!(
+        list,
+        serde_json::json!([{"name": "s", "owner": "holder", "ttl_ms": null}])
+    );
+}
+
+#[test]
+fn the_default_owner_id_names_the_host_and_the_pid_and_differs_per_run() {
+    let server = RedisServer::start();
+    let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout).unwrap();
+    let mut suffixes = vec![];
+    for name in ["a", "b"] {
+        let mut run = run_holding(&server, name);
+        let owner: String = server.conn().get(format!("lock:{name}")).unwrap();
+        assert!(
+            owner.starts_with(&format!("{}:{}:", host.trim(), run.id())),
+            "{owner:?}"
+        );
+        suffixes.push(owner_suffix(&owner));
+        run.kill().unwrap();
+        run.wait().unwrap();
+    }
+    assert!(suffixes[0].len() >= 16, "{suffixes:?}");
+    assert_ne!(suffixes[0], suffixes[1]);
+}
+
+#[test]
+fn a_key_that_is_not_a_lock_exits_65_and_reset_force_deletes_it() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let ran = scratch.file("ran");
+    let _: () = server.conn().rpush("lock:l", 1).unwrap();
+    let run = redis_lock(&server)
+        .args(["run", "l", "--", "touch"])
+        .arg(&ran)
+        .output()
+        .unwrap();
+    let status = redis_lock(&server).args(["status", "l"]).output().unwrap();
+    let reset = redis_lock(&server).args(["reset", "l"]).output().unwrap();
+    for output in [&run, &status, &reset] {
+        assert_one_line_error(output);
+        assert_eq!(output.status.code(), Some(65), "{}", stderr(output));
+        assert!(
+            stderr(output).contains("reset --force"),
+            "{}",
+            stderr(output)
+        );
+    }
+    assert!(!ran.exists(), "the command ran");
+    let kind: String = redis::cmd("TYPE")
+        .arg("lock:l")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(kind, "list", "a reset without --force changed it");
+    let forced = redis_lock(&server)
+        .args(["reset", "l", "--force"])
+        .output()
+        .unwrap();
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert!(
+        stdout(&forced).contains("not a lock; deleted it"),
+        "{}",
+        stdout(&forced)
+    );
+    assert!(!held(&server, "l"));
+    let run = redis_lock(&server)
+        .args(["run", "l", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+}
+
+#[test]
+fn reset_force_never_deletes_a_valid_lock_it_did_not_read() {
+    let server = RedisServer::start();
+    let holder = Lock::builder(&server.client(), "l")
+        .id("holder")
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    // A forced clear of a key that is a lock deletes nothing.
+    assert!(!redis_blpop_lock::inspect::clear_corrupt(
+        &server.client(),
+        "l",
+        Duration::from_secs(5)
+    )
+    .unwrap());
+    assert_eq!(holder.owner_id().unwrap().as_deref(), Some("holder"));
+    // `reset --force` on a lock is a reset: owner-checked.
+    let output = redis_lock(&server)
+        .args(["reset", "l", "--force"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("was held"), "{}", stdout(&output));
+    assert!(!held(&server, "l"));
+}
+
+#[test]
+fn reset_does_not_claim_to_have_woken_a_waiter() {
+    let server = RedisServer::start();
+    let holder = Lock::new(&server.client(), "l").unwrap();
+    holder.acquire().unwrap();
+    let output = redis_lock(&server).args(["reset", "l"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("was held; released it"), "{text}");
+    assert!(!text.contains("woke"), "nobody waited: {text}");
+}
+
+#[test]
+fn negative_numbers_get_a_clear_error() {
+    let server = RedisServer::start();
+    for (option, value) in [
+        ("--timeout", "-1"),
+        ("--expire", "-2.5"),
+        ("--io-timeout", "-1"),
+        ("--conflict-exit-code", "-1"),
+    ] {
+        let output = redis_lock(&server)
+            .args(["run", "l", option, value, "--", "true"])
+            .output()
+            .unwrap();
+        assert_one_line_error(&output);
+        assert_eq!(output.status.code(), Some(2));
+        let text = stderr(&output);
+        assert!(text.contains(option), "{text}");
+        assert!(!text.contains("-- -1"), "told to write `-- -1`: {text}");
+    }
+    assert!(!held(&server, "l"));
+}
+
+#[test]
+fn a_command_that_cannot_be_started_exits_126() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let script = scratch.file("not-executable");
+    fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+    let output = redis_lock(&server)
+        .args(["run", "l", "--"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(126));
+    assert!(!held(&server, "l"));
+}
+
+/// Exit 75 also when the loss is found only as the command ends: reset while it ran, before
+/// any renewal noticed. Its work may have overlapped another holder's, so its own code (0)
+/// would mislead.
+#[test]
+fn a_lock_lost_before_the_command_ended_exits_75_even_unnoticed_until_the_release() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let go = scratch.file("go");
+    let run = redis_lock(&server)
+        .args(["run", "l", "--expire", "60", "--", "sh", "-c"])
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.05; done"#)
+        .arg("sh")
+        .arg(&go)
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the run to take the lock", || held(&server, "l"));
+    assert!(Lock::new(&server.client(), "l").unwrap().reset().unwrap());
+    fs::write(&go, "").unwrap();
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("was lost before the command ended"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn off_a_terminal_a_signal_to_run_reaches_the_commands_whole_process_group() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A script whose child runs in the background: without a group of its own, SIGTERM
+    // to the script alone would leave the child running.
+    let script = r#"sleep 60 & echo $! > "$1.tmp"; mv "$1.tmp" "$1"; wait"#;
+    let (run, child) = run_noting_pid(&server, &scratch, "30", script);
+    send_signal(run.id(), "TERM");
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(128 + 15));
+    eventually(HUNG, "the command's own child to get the SIGTERM", || {
+        gone(&child)
+    });
+    assert!(!held(&server, "l"));
 }

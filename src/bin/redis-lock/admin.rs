@@ -1,6 +1,6 @@
-//! The operator's commands: `status`, `reset` and `reset-all`.
+//! The operator's commands: `status`, `list`, `reset` and `reset-all`.
 
-use redis_blpop_lock::{Backend, Holder, Lock};
+use redis_blpop_lock::{inspect, Error, Holder, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -8,6 +8,9 @@ use std::time::Duration;
 use crate::peek::{self, Seen};
 use crate::place::Place;
 use crate::{exit, Failure, Outcome};
+
+/// Each round trip of the library's `reset_all` (which takes no timeout) may take this long.
+const RESET_ALL_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
 /// reach the terminal).
@@ -28,15 +31,17 @@ fn held_by(id: &str, ttl: Option<Duration>) -> String {
 }
 
 /// A handle on lock `name` for looking at it or resetting it.
-fn handle(backend: &dyn Backend, name: &str) -> Result<Lock, Failure> {
-    Lock::new(backend, name).map_err(Failure::lock)
+fn handle(place: &Place, name: &str) -> Result<Lock, Failure> {
+    place.lock(name).build().map_err(|e| place.failure(e))
 }
 
 /// The lock's holder; on a quorum (the majority's answer), followed by each server's view.
+/// Exits 0 when the lock is held, 1 when it is free.
 pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
-    let holder = handle(place.backend(), name)?
+    let holder = handle(place, name)?
         .holder()
-        .map_err(Failure::lock)?;
+        .map_err(|e| place.failure(e))?;
+    let code = if holder.is_some() { 0 } else { exit::FREE };
     let servers = place.quorum_servers();
     let seen = peek::each(servers, name);
     if json {
@@ -67,6 +72,31 @@ pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
                 Err(e) => format!("unreachable: {}", e.escape_debug()),
             };
             out!("  {server}: {state}");
+        }
+    }
+    Ok(code)
+}
+
+/// Every held lock, a line (or a JSON object) each.
+pub(crate) fn list(place: &Place, json: bool) -> Outcome {
+    let held =
+        inspect::holders(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))?;
+    if json {
+        let entries: Vec<String> = held
+            .iter()
+            .map(|h| {
+                format!(
+                    "{{\"name\":{},\"owner\":{},\"ttl_ms\":{}}}",
+                    json_string(&h.name),
+                    json_string(&h.id),
+                    json_ttl(h.ttl)
+                )
+            })
+            .collect();
+        out!("[{}]", entries.join(","));
+    } else {
+        for h in &held {
+            out!("lock {:?}: {}", h.name, held_by(&h.id, h.ttl));
         }
     }
     Ok(0)
@@ -101,10 +131,24 @@ fn json_ttl(ttl: Option<Duration>) -> String {
     ttl.map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string())
 }
 
-pub(crate) fn reset(backend: &dyn Backend, name: &str) -> Outcome {
-    let lock = handle(backend, name)?;
-    if lock.reset().map_err(Failure::lock)? {
-        out!("lock {name:?}: was held; released it and woke one waiter");
+/// Frees lock `name` whoever holds it; with `force`, also a key there that is not a lock.
+pub(crate) fn reset(place: &Place, name: &str, force: bool) -> Outcome {
+    let lock = handle(place, name)?;
+    let reset = match lock.reset() {
+        Err(Error::Corrupt { .. }) if force => {
+            let cleared = inspect::clear_corrupt(place.backend(), name, place.io_timeout());
+            if cleared.map_err(|e| place.failure(e))? {
+                out!("lock {name:?}: its key held something that was not a lock; deleted it");
+                return Ok(0);
+            }
+            // Gone, or made a lock again, since: reset as a lock.
+            lock.reset()
+        }
+        reset => reset,
+    };
+    if reset.map_err(|e| place.failure(e))? {
+        // A release's signal: whether anyone was waiting cannot be known.
+        out!("lock {name:?}: was held; released it (the first waiter, if any, takes it)");
     } else {
         out!("lock {name:?}: was not held; nothing to release");
     }
@@ -135,7 +179,8 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
             return Ok(exit::DECLINED);
         }
     }
-    let count = redis_blpop_lock::reset_all(place.backend()).map_err(Failure::lock)?;
+    let count = redis_blpop_lock::reset_all(place.backend())
+        .map_err(|e| place.failure_within(e, RESET_ALL_IO_TIMEOUT))?;
     let plural = if count == 1 { "" } else { "s" };
     out!("reset {count} lock{plural}");
     Ok(0)

@@ -33,13 +33,18 @@ use clap::{Args, Parser, Subcommand};
 mod exit {
     /// The lock was busy (`--no-wait`, or `--timeout` passed), unless `--conflict-exit-code`.
     pub const CONFLICT: u8 = 1;
+    /// `status`: the lock is free (0: held), so that `if redis-lock status NAME` reads true.
+    pub const FREE: u8 = 1;
     /// Bad usage, or `reset-all` without `--yes` where nobody can be asked.
     pub const USAGE: u8 = 2;
     /// An operator answered no at the `reset-all` prompt.
     pub const DECLINED: u8 = 1;
+    /// A key where the lock should be holds something that is not a lock (sysexits'
+    /// EX_DATAERR): no retry will help, and `reset --force` clears it.
+    pub const CORRUPT: u8 = 65;
     /// Redis could not be reached or answered with an error (sysexits' EX_UNAVAILABLE).
     pub const REDIS: u8 = 69;
-    /// The lock was lost while the command ran (sysexits' EX_TEMPFAIL: worth another try).
+    /// The lock was lost before the command ended (sysexits' EX_TEMPFAIL: worth another try).
     pub const LOST: u8 = 75;
     /// The system refused a thread or a signal handler (sysexits' EX_OSERR).
     pub const OS: u8 = 71;
@@ -57,14 +62,18 @@ Exit codes of `run`:
   1      the lock was busy (--no-wait, or --timeout passed) and nothing ran;
          --conflict-exit-code changes it
   2      bad usage (unknown option, missing `-- COMMAND`, bad URL, ...)
+  65     the lock's key holds something that is not a lock, and nothing ran
+         (`redis-lock reset --force NAME` deletes it)
   69     Redis could not be reached or failed, and nothing ran
   71     the system refused redis-lock a thread or a signal handler
-  75     the lock was lost while the command ran (reset by someone else, or not
-         renewed before its expiry); the command was sent SIGTERM
+  75     the lock was lost before the command ended (reset by someone else, or not
+         renewed before its expiry), so its work may have overlapped another
+         holder's; a command still running was sent SIGTERM
   126    the command could not be started
   127    the command was not found
-Other commands exit 0 on success, 2 on bad usage, 69 when Redis fails; `reset-all`
-exits 1 when the operator answers no.
+Other commands exit 0 on success, 2 on bad usage, 65 for a key that is not a
+lock, 69 when Redis fails; `status` exits 0 when the lock is held and 1 when it is
+free; `reset-all` exits 1 when the operator answers no.
 
 The connection comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379/.
 With --cluster that URL is any node of a Redis Cluster (lock keys are then
@@ -74,7 +83,8 @@ lock:{NAME}); with --sentinel and --service, the sentinels name the primary, and
 servers (Redlock): a lock is held when a majority of them hold it, and `status`
 shows each server too. Twice is bad usage, and so is more than once with
 --cluster or --sentinel; give every --url on the same side of the subcommand.
-RUST_LOG=debug shows what the lock does (default: warnings only).";
+-v shows the library's own log lines too (-vv, -vvv: more; RUST_LOG, with -v,
+picks them); without -v, redis-lock's own one-line messages are all there is.";
 
 /// A distributed lock on Redis, compatible with python-redis-lock: run a command under a
 /// lock shared by many hosts, look at a lock, or free one.
@@ -105,6 +115,20 @@ struct Cli {
     /// The service (master name) the sentinels monitor.
     #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
     service: Option<String>,
+    /// Seconds one round trip with Redis may take before it counts as failed (reset-all:
+    /// always 5).
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECS",
+        default_value = "5",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
+    io_timeout: Duration,
+    /// Also show the library's log lines on stderr (-vv, -vvv: more detail).
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -118,9 +142,12 @@ enum Command {
     /// already reaches both, and is not sent twice); the lock is released once the command
     /// has exited. If the lock is lost while the command runs (reset, or not renewed before
     /// its expiry), the command gets SIGTERM, and redis-lock exits 75 once it has exited.
+    /// On Linux, if redis-lock itself is killed, the command is killed with it (SIGKILL):
+    /// without redis-lock the lock expires, and the job may start elsewhere.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
-    /// Show whether the lock is held, by whom, and for how much longer.
+    /// Show whether the lock is held, by whom, and for how much longer; exits 0 when it is
+    /// held, 1 when it is free.
     Status {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
@@ -131,11 +158,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Forcibly release a lock, whoever holds it, and wake one waiter.
+    /// Every held lock: its name, owner and remaining expiry.
+    List {
+        /// Print one JSON array: [{"name":..,"owner":..,"ttl_ms":..|null},...].
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forcibly release a lock, whoever holds it; the first waiter, if any, takes it.
     Reset {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
+        /// Also delete the key if it holds something that is not a lock (exit code 65).
+        #[arg(long)]
+        force: bool,
     },
     /// Forcibly release every lock (every lock:* key) and wake their waiters.
     ResetAll {
@@ -152,19 +188,39 @@ struct RunArgs {
     name: String,
     /// Seconds the lock lives without renewal; it is renewed every 2/3 of this while
     /// COMMAND runs, so a crashed host's lock frees itself after at most this long.
-    #[arg(long, short = 'e', value_name = "SECS", default_value = "30", value_parser = positive_seconds)]
+    #[arg(
+        long,
+        short = 'e',
+        value_name = "SECS",
+        default_value = "30",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
     expire: Duration,
     /// Wait at most this many seconds for the lock (fractions allowed; 0: one try).
-    #[arg(long, short = 't', value_name = "SECS", value_parser = seconds)]
+    #[arg(
+        long,
+        short = 't',
+        value_name = "SECS",
+        value_parser = seconds,
+        allow_negative_numbers = true
+    )]
     timeout: Option<Duration>,
     /// Do not wait: if the lock is busy, run nothing and exit 1.
     #[arg(long, short = 'n', conflicts_with = "timeout")]
     no_wait: bool,
-    /// The owner id stored in the lock while it is held (default: random).
+    /// The owner id stored in the lock while it is held (default: HOST:PID:RANDOM).
     #[arg(long, value_parser = NonEmptyStringValueParser::new())]
     id: Option<String>,
     /// Exit with N instead of 1 when the lock is busy.
-    #[arg(long, short = 'E', value_name = "N", default_value_t = exit::CONFLICT)]
+    #[arg(
+        long,
+        short = 'E',
+        value_name = "N",
+        default_value_t = exit::CONFLICT,
+        value_parser = exit_code,
+        allow_negative_numbers = true
+    )]
     conflict_exit_code: u8,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -184,15 +240,6 @@ impl Failure {
             message: message.into(),
         }
     }
-
-    /// A lock operation failed: a bad argument is the user's, anything else is Redis's.
-    fn lock(e: redis_blpop_lock::Error) -> Self {
-        let code = match e {
-            redis_blpop_lock::Error::InvalidArgument(_) => exit::USAGE,
-            _ => exit::REDIS,
-        };
-        Failure::new(code, e.to_string())
-    }
 }
 
 type Outcome = Result<u8, Failure>;
@@ -202,15 +249,26 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // One voice on stderr: redis-lock's own lines, and the library's only when asked for.
+    if cli.verbose > 0 {
+        let level = ["info", "debug", "trace"][usize::from(cli.verbose.min(3) - 1)];
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    }
     let outcome = check_not_split(&cli)
         .and_then(|()| {
-            place::Place::from_options(&cli.url, cli.cluster, &cli.sentinel, cli.service.as_deref())
+            place::Place::from_options(
+                &cli.url,
+                cli.cluster,
+                &cli.sentinel,
+                cli.service.as_deref(),
+                cli.io_timeout,
+            )
         })
         .and_then(|place| match cli.command {
-            Command::Run(args) => run::run(place.backend(), args),
+            Command::Run(args) => run::run(&place, args),
             Command::Status { name, json } => admin::status(&place, &name, json),
-            Command::Reset { name } => admin::reset(place.backend(), &name),
+            Command::List { json } => admin::list(&place, json),
+            Command::Reset { name, force } => admin::reset(&place, &name, force),
             Command::ResetAll { yes } => admin::reset_all(&place, yes),
         });
     match outcome {
@@ -301,7 +359,16 @@ fn seconds(s: &str) -> Result<Duration, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if secs < 0.0 {
+        return Err(format!("{s:?} is negative: give a number of seconds ≥ 0"));
+    }
     Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a number of seconds ≥ 0"))
+}
+
+fn exit_code(s: &str) -> Result<u8, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not an exit code (0 to 255)"))
 }
 
 fn positive_seconds(s: &str) -> Result<Duration, String> {

@@ -9,13 +9,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_blpop_lock::{Backend, CancelToken, Error, Lock};
+use redis_blpop_lock::{CancelToken, Error, Lock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 
 use crate::admin;
+use crate::place::Place;
 use crate::{exit, Failure, Outcome, RunArgs};
 
 /// How often the command is checked for having exited and the lock for having been lost.
@@ -38,21 +39,26 @@ enum Taken {
     Interrupted(c_int),
 }
 
-pub(crate) fn run(backend: &dyn Backend, args: RunArgs) -> Outcome {
+pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
     let cancel = CancelToken::new();
-    let mut builder = Lock::builder(backend, &args.name)
+    let id = match &args.id {
+        Some(id) => id.clone(),
+        None => default_id(place, &args.name)?,
+    };
+    let lock = place
+        .lock(&args.name)
         .expire(args.expire)
         .auto_renewal(true)
-        .cancel_token(cancel.clone());
-    if let Some(id) = &args.id {
-        builder = builder.id(id.as_str());
-    }
-    let lock = Arc::new(builder.build().map_err(Failure::lock)?);
+        .cancel_token(cancel.clone())
+        .id(id)
+        .build()
+        .map_err(|e| place.failure(e))?;
+    let lock = Arc::new(lock);
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    match take(&lock, &cancel, &args, &events, &received)? {
+    match take(place, &lock, &cancel, &args, &events, &received)? {
         Taken::Yes => {}
         Taken::Busy => {
             let holder = match lock.holder() {
@@ -74,7 +80,32 @@ pub(crate) fn run(backend: &dyn Backend, args: RunArgs) -> Outcome {
             return Ok(signal_exit_code(signal));
         }
     }
-    supervise(&lock, &args, &received)
+    supervise(place, &lock, &args, &received)
+}
+
+/// `HOST:PID:RANDOM`: an operator who sees it in `status` or `list` knows which host and
+/// process hold the lock; the random part (the library's own id, 24 characters from the OS)
+/// keeps it unique per run. python-redis-lock accepts any id.
+fn default_id(place: &Place, name: &str) -> Result<String, Failure> {
+    let random = place.lock(name).build().map_err(|e| place.failure(e))?;
+    Ok(format!(
+        "{}:{}:{}",
+        hostname(),
+        std::process::id(),
+        random.id()
+    ))
+}
+
+/// This host's name, or "localhost" when the system will not say.
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `buf.len()` bytes into `buf`, which we own.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if ok && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
+    }
 }
 
 /// Sends every forwarded signal that reaches redis-lock to `events`, from a thread of its own.
@@ -97,6 +128,7 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
 /// on a thread, which a signal ends through the lock's cancel token.
 fn take(
+    place: &Place,
     lock: &Arc<Lock>,
     cancel: &CancelToken,
     args: &RunArgs,
@@ -104,7 +136,7 @@ fn take(
     received: &Receiver<Event>,
 ) -> Result<Taken, Failure> {
     let started = Instant::now();
-    if acquired(lock.try_acquire())? {
+    if acquired(place, lock.try_acquire())? {
         return Ok(Taken::Yes);
     }
     let timeout = if args.no_wait {
@@ -151,30 +183,30 @@ fn take(
     if let Some(signal) = interrupted {
         // The lock was taken before the cancel reached the wait: give it back.
         if matches!(taken, Ok(true)) {
-            release_quietly(lock);
+            release_quietly(place, lock);
         }
         return Ok(Taken::Interrupted(signal));
     }
-    acquired(taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
+    acquired(place, taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
 }
 
 /// Whether the lock was taken; held under our id elsewhere (`--id` shared with another
 /// holder) is busy, not an error.
-fn acquired(result: Result<bool, Error>) -> Result<bool, Failure> {
+fn acquired(place: &Place, result: Result<bool, Error>) -> Result<bool, Failure> {
     match result {
         Ok(taken) => Ok(taken),
         Err(Error::AlreadyAcquired { .. }) => Ok(false),
-        Err(e) => Err(Failure::lock(e)),
+        Err(e) => Err(place.failure(e)),
     }
 }
 
 /// Runs the command while the lock is held, passing signals on and watching for the lock
 /// being lost; releases the lock once the command has exited.
-fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
+fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
     // A signal that came with the lock still counts as one during the wait.
     while let Ok(event) = received.try_recv() {
         if let Event::Signal(origin) = event {
-            release_quietly(lock);
+            release_quietly(place, lock);
             err!(
                 "redis-lock: interrupted before running the command; released lock {:?}",
                 args.name
@@ -184,13 +216,17 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
     }
     // `required = true` makes clap refuse an empty command.
     let Some((program, program_args)) = args.command.split_first() else {
-        release_quietly(lock);
+        release_quietly(place, lock);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
-    let mut child = match Command::new(program).args(program_args).spawn() {
+    let own_group = !std::io::stdin().is_terminal();
+    let mut command = Command::new(program);
+    command.args(program_args);
+    dies_with_us(&mut command, own_group);
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            release_quietly(lock);
+            release_quietly(place, lock);
             let code = match e.kind() {
                 ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
@@ -203,8 +239,8 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
         match received.recv_timeout(WATCH_INTERVAL) {
             // On the terminal, Ctrl-C and friends reach the whole foreground process group,
             // the command included; sending them again would count as a second Ctrl-C.
-            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel => {}
-            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal),
+            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel && !own_group => {}
+            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal, own_group),
             Ok(Event::Acquired(_)) | Err(RecvTimeoutError::Timeout) => {}
             // Unreachable while the signal thread lives; watching goes on without it.
             Err(RecvTimeoutError::Disconnected) => thread::sleep(WATCH_INTERVAL),
@@ -213,7 +249,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                release_quietly(lock);
+                release_quietly(place, lock);
                 return Err(Failure::new(
                     exit::OS,
                     format!("lost track of the command: {e}"),
@@ -227,7 +263,7 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
                  sending SIGTERM to the command",
                 args.name
             );
-            signal_child(&child, SIGTERM);
+            signal_child(&child, SIGTERM, own_group);
         }
     };
     let code = exit_code(status);
@@ -246,8 +282,9 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
         }
         Err(e) => {
             err!(
-                "redis-lock: could not release lock {:?}: {e}; it frees itself within {:?}",
+                "redis-lock: could not release lock {:?}: {}; it frees itself within {:?}",
                 args.name,
+                place.failure(e).message,
                 args.expire
             );
             Ok(if lost { exit::LOST } else { code })
@@ -257,26 +294,72 @@ fn supervise(lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome
 
 /// Gives the lock back if it is ours. Only used on the way out, where a failure changes
 /// nothing: a lock left behind frees itself at its expiry, and its renewal dies with us.
-fn release_quietly(lock: &Lock) {
+fn release_quietly(place: &Place, lock: &Lock) {
     match lock.release() {
         Ok(()) | Err(Error::NotAcquired { .. }) => {}
-        Err(e) => log::warn!("lock {:?}: release failed: {e}", lock.name()),
+        Err(e) => err!(
+            "redis-lock: could not release lock {:?}: {}",
+            lock.name(),
+            place.failure(e).message
+        ),
     }
 }
 
-fn signal_child(child: &Child, signal: c_int) {
+/// Sends `signal` to the command, or to its whole process group when it has one of its own
+/// (a shell pipeline, a script's children), as a terminal would.
+fn signal_child(child: &Child, signal: c_int, own_group: bool) {
     let Ok(pid) = libc::pid_t::try_from(child.id()) else {
         return;
     };
+    let pid = if own_group { -pid } else { pid };
     log::debug!("sending signal {signal} to the command (pid {pid})");
     // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is still our
     // child's: it is only reaped by `try_wait`, which has not yet seen it exit, so no other
-    // process can have been given the same pid.
+    // process (or group) can have been given the same id.
     if unsafe { libc::kill(pid, signal) } != 0 {
         log::debug!(
             "kill({pid}, {signal}) failed: {}",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+/// Makes the command die with redis-lock. The lock lives only as long as redis-lock renews
+/// it: once redis-lock is gone (SIGKILL, a crash, the OOM killer), the lock expires and
+/// another host may start the same job, so the command must not go on. SIGKILL, not SIGTERM:
+/// a command that handles SIGTERM could run on for as long as it likes, overlapping the next
+/// holder, and nobody is left to escalate.
+///
+/// Off a terminal the command also gets a process group of its own, so redis-lock's signals
+/// reach the whole of it (a pipeline, a script's children). On a terminal it stays in
+/// redis-lock's foreground group, so it can still read the terminal and Ctrl-C reaches it
+/// directly.
+fn dies_with_us(command: &mut Command, own_group: bool) {
+    use std::os::unix::process::CommandExt;
+    if own_group {
+        command.process_group(0);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the child between fork and exec, and calls only
+        // prctl(2) and getppid(2), which are async-signal-safe, and builds an io::Error
+        // from an errno (no allocation for a raw OS error).
+        unsafe {
+            command.pre_exec(move || {
+                // The signal is tied to the thread that forks: this is the main thread,
+                // which lives until redis-lock exits.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // redis-lock may have died between fork and prctl, before anyone was
+                // there to signal: then the child has a new parent, and must not start.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
     }
 }
 

@@ -1,0 +1,245 @@
+//! An operator's view of every lock, and the clearing of a key that is not a lock: what
+//! `redis-lock list` and `redis-lock reset --force` stand on. Also the `SCAN` over every
+//! primary's lock keys that [`reset_all`](crate::reset_all) shares.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::backend::{transport_of, Backend};
+use crate::protocol::keys::{self, Keys};
+use crate::protocol::quorum::majority;
+use crate::protocol::requests::{self, OwnerTtl, Pttl, Reset};
+use crate::settings::{millis, DEFAULT_SIGNAL_EXPIRE};
+use crate::transport::{send_repeatable, Transport};
+use crate::Error;
+
+/// How many keys one `SCAN` step asks for, and so the most one request reads or resets.
+const SCAN_BATCH: usize = 1000;
+
+/// A lock that [`holders`] found held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// The lock's name, as [`Lock::new`](crate::Lock::new) takes it (converted lossily if
+    /// its key is not UTF-8).
+    pub name: String,
+    /// The owner id in `lock:<name>` (converted lossily if it is not UTF-8).
+    pub id: String,
+    /// What is left of its expiry; `None` when it has none.
+    pub ttl: Option<Duration>,
+}
+
+/// Every held lock (every string key `lock:*`), sorted by name.
+///
+/// Keys are found with `SCAN` on every primary (on a cluster, each of its primaries), a
+/// batch at a time, and each batch's owners and TTLs are read in one `MULTI`, so a large
+/// keyspace never blocks the server. On a [`Quorum`](crate::Quorum) a lock is listed when a
+/// majority of its servers hold it under the same id, with the shortest TTL among them, as
+/// [`Lock::holder`](crate::Lock::holder) reads it; every server must answer. Keys under
+/// `lock:*` that are not strings are not locks and are left out. Each round trip has a
+/// deadline of `io_timeout` (the locks' default is 5 s).
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// for held in redis_blpop_lock::inspect::holders(&client, Duration::from_secs(5))? {
+///     println!("{} is held by {} for {:?}", held.name, held.id, held.ttl);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn holders(
+    backend: &(impl Backend + ?Sized),
+    io_timeout: Duration,
+) -> Result<Vec<Held>, Error> {
+    let deadline = deadlines(io_timeout)?;
+    let transport = transport_of(backend)?;
+    let tags = transport.hash_tags();
+    // Per lock key, what each primary that has it holds (a key `SCAN` returns twice counts
+    // once).
+    let mut seen: BTreeMap<Vec<u8>, BTreeMap<usize, OwnerTtl>> = BTreeMap::new();
+    let primaries = each_batch(&*transport, &deadline, &mut |keys_to, batch, primary| {
+        let replies = send_repeatable(keys_to, &requests::holders(&batch), deadline())?.replies;
+        for (key, held) in batch
+            .iter()
+            .zip(requests::parse_holders(&replies, batch.len())?)
+        {
+            if let Some(held) = held {
+                seen.entry(key.clone()).or_default().insert(primary, held);
+            }
+        }
+        Ok(())
+    })?;
+    // A cluster's primaries each have their own keys; a quorum's servers each have a copy.
+    let needed = if tags { 1 } else { majority(primaries) };
+    let mut held: Vec<Held> = seen
+        .into_iter()
+        .filter_map(|(key, held)| {
+            let (id, ttl) = agreed(held.into_values(), needed)?;
+            Some(Held {
+                name: name_of(&key, tags),
+                id: String::from_utf8_lossy(&id).into_owned(),
+                ttl,
+            })
+        })
+        .collect();
+    held.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(held)
+}
+
+/// The owner that at least `needed` of `held` name, with the shortest TTL among them
+/// (`None`: no expiry).
+fn agreed(
+    held: impl Iterator<Item = OwnerTtl>,
+    needed: usize,
+) -> Option<(Vec<u8>, Option<Duration>)> {
+    let mut by_owner: BTreeMap<Vec<u8>, Vec<Pttl>> = BTreeMap::new();
+    for (id, pttl) in held {
+        by_owner.entry(id).or_default().push(pttl);
+    }
+    let (id, pttls) = by_owner.into_iter().find(|(_, p)| p.len() >= needed)?;
+    let shortest = pttls
+        .into_iter()
+        .filter_map(|p| match p {
+            Pttl::Left(left) => Some(left),
+            Pttl::Forever | Pttl::Gone => None,
+        })
+        .min();
+    Some((id, shortest))
+}
+
+/// The lock name of a lock key: what follows `lock:`, without the braces a cluster's keys
+/// put around a name that has no hash tag of its own (`lock:{jobs}` is lock `jobs`).
+fn name_of(key: &[u8], tags: bool) -> String {
+    let rest = String::from_utf8_lossy(key.strip_prefix(b"lock:").unwrap_or(key)).into_owned();
+    let inner = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}'));
+    match inner {
+        Some(inner) if tags && !inner.is_empty() && !inner.contains(['{', '}']) => inner.into(),
+        _ => rest,
+    }
+}
+
+/// Deletes the key at lock `name` if it holds something that is not a lock (a list, a hash:
+/// [`Error::Corrupt`] from every call on the lock), and wakes a waiter; returns whether it
+/// deleted one. A lock (a string) is never deleted: use [`Lock::reset`](crate::Lock::reset)
+/// for that. Runs `scripts/reset.lua`, so it can be sent again without harm. The round trip
+/// has a deadline of `io_timeout`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let io_timeout = Duration::from_secs(5);
+/// if redis_blpop_lock::inspect::clear_corrupt(&client, "nightly-report", io_timeout)? {
+///     println!("deleted a key that was not a lock");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn clear_corrupt(
+    backend: &(impl Backend + ?Sized),
+    name: &str,
+    io_timeout: Duration,
+) -> Result<bool, Error> {
+    if name.is_empty() {
+        return Err(Error::invalid("the lock name is empty"));
+    }
+    let deadline = deadlines(io_timeout)?;
+    let transport = transport_of(backend)?;
+    let keys = Keys::new(name, transport.hash_tags());
+    let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
+    // No owner was read (there is none to read): an empty id, which no lock holds.
+    let request = requests::reset(&keys, b"", signal_expire_ms, true);
+    let replies = send_repeatable(&*transport, &request, deadline())?.replies;
+    let reset = requests::parse_reset(&keys, replies.first().unwrap_or(&Value::Nil))?;
+    if reset == Reset::NotALockDeleted {
+        log::info!("{:?} was not a lock; deleted it", keys.lock);
+    }
+    Ok(reset == Reset::NotALockDeleted)
+}
+
+/// What [`each_batch`] runs on a batch: given where to send requests about its keys, the
+/// keys, and the number of the primary they were found on.
+pub(crate) type Batch<'a> =
+    dyn FnMut(&(dyn Transport + 'static), Vec<Vec<u8>>, usize) -> Result<(), Error> + 'a;
+
+/// Runs `visit` on every lock key (`lock:*`) of every primary, one `SCAN` batch at a time,
+/// split so that the keys of one call share a hash slot (a cluster's commands need that);
+/// with where to send requests about them, and the primary's number. Returns how many
+/// primaries were scanned.
+pub(crate) fn each_batch(
+    transport: &dyn Transport,
+    deadline: &dyn Fn() -> Instant,
+    visit: &mut Batch<'_>,
+) -> Result<usize, Error> {
+    let tags = transport.hash_tags();
+    let mut primaries = 0;
+    transport.each_primary(deadline(), &mut |primary, keys_to| {
+        let number = primaries;
+        primaries += 1;
+        let mut cursor: u64 = 0;
+        loop {
+            let scan = requests::scan(cursor, SCAN_BATCH);
+            let (next, found) =
+                requests::parse_scan(send_repeatable(primary, &scan, deadline())?.first())?;
+            let mut by_slot: BTreeMap<u16, BTreeSet<Vec<u8>>> = BTreeMap::new();
+            for key in found {
+                let slot = if tags { keys::slot(&key) } else { 0 };
+                by_slot.entry(slot).or_default().insert(key);
+            }
+            for batch in by_slot.into_values() {
+                visit(keys_to, batch.into_iter().collect(), number)?;
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(());
+            }
+        }
+    })?;
+    Ok(primaries)
+}
+
+/// The deadline of each round trip, from when it starts.
+fn deadlines(io_timeout: Duration) -> Result<impl Fn() -> Instant, Error> {
+    if io_timeout < Duration::from_millis(1) {
+        return Err(Error::invalid("io_timeout must be at least 1 ms"));
+    }
+    Ok(move || Instant::now() + io_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clusters_braces_are_not_part_of_the_name() {
+        assert_eq!(name_of(b"lock:{jobs}", true), "jobs");
+        // A name with a hash tag of its own keeps it, as `Keys::new` does.
+        assert_eq!(name_of(b"lock:user:{42}:mail", true), "user:{42}:mail");
+        assert_eq!(name_of(b"lock:{a}b{c}", true), "{a}b{c}");
+        // Off a cluster the braces are the name's own.
+        assert_eq!(name_of(b"lock:{jobs}", false), "{jobs}");
+    }
+
+    #[test]
+    fn a_quorum_lists_the_owner_a_majority_names_with_the_shortest_ttl() {
+        let ms = |n| Pttl::Left(Duration::from_millis(n));
+        let held = vec![
+            (b"a".to_vec(), ms(900)),
+            (b"b".to_vec(), ms(10)),
+            (b"a".to_vec(), ms(800)),
+        ];
+        assert_eq!(
+            agreed(held.clone().into_iter(), 2),
+            Some((b"a".to_vec(), Some(Duration::from_millis(800))))
+        );
+        assert_eq!(agreed(held.into_iter().take(2), 2), None);
+        let forever = vec![(b"a".to_vec(), Pttl::Forever)];
+        assert_eq!(agreed(forever.into_iter(), 1), Some((b"a".to_vec(), None)));
+    }
+}
