@@ -358,19 +358,15 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
         seat.tries_as.id.as_bytes(),
         seat.tries_as.signal_expire_ms,
     );
-    let transport = Async(Arc::clone(transport));
     let deadline = Instant::now() + queue.io_timeout;
-    let name = queue.keys.lock.clone();
-    super::spawn_or_run(async move {
-        if let Some(conn) = lost_on {
-            let _ = transport.0.kill(conn, deadline).await;
-        }
-        if let Err(e) = crate::driver::send_repeatable(&transport, &unlock, deadline).await {
-            log::error!(
-                "{name:?}: a lock taken for a task that is gone stays until it expires: {e}"
-            );
-        }
-    });
+    let name = &queue.keys.lock;
+    super::io::give_back(
+        Arc::new(Async(Arc::clone(transport))),
+        lost_on,
+        unlock,
+        deadline,
+        format!("{name:?}: a lock taken for a task that is gone stays until it expires"),
+    );
 }
 
 /// The shared `BLPOP` of one name: blocks for the first seated task, its try behind.

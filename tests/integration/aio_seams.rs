@@ -1,0 +1,168 @@
+//! A runtime's end: a guard dropped as its runtime ends, or held by a task the runtime drops,
+//! still releases, by the I/O timeout, on both flavours; and so does one alive when a
+//! `#[tokio::main]`-style main returns. The locks have no expiry: a release lost here would
+//! leave them held for good.
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::aio;
+use tokio::runtime::Runtime;
+
+use crate::support::{connections, eventually, secs, ChildProcess, RedisServer};
+
+const NAME: &str = "seam";
+const KEY: &str = "lock:seam";
+const RUNS: usize = 5;
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy)]
+enum Flavour {
+    CurrentThread,
+    MultiThread,
+}
+
+fn runtime(flavour: Flavour) -> Runtime {
+    let mut builder = match flavour {
+        Flavour::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+        Flavour::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+    };
+    builder.enable_all().build().expect("a runtime")
+}
+
+/// A handle on the lock, with no expiry.
+fn unexpiring(client: &redis::Client) -> aio::Lock {
+    aio::Lock::builder(client, NAME)
+        .io_timeout(IO_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+/// Five times: a new runtime of `flavour` takes the lock with `hold`, whose guard is still
+/// unreleased when `hold` returns; the runtime is dropped. The lock must be free once the
+/// drop returns, the drop bounded by the I/O timeout, and no connection left open but the
+/// one a process keeps for short requests.
+fn released_as_the_runtime_ends(
+    flavour: Flavour,
+    hold: impl AsyncFn(&redis::Client) -> Option<aio::LockGuard>,
+) {
+    let server = RedisServer::start();
+    let client = server.client();
+    for run in 1..=RUNS {
+        let runtime = runtime(flavour);
+        runtime.block_on(async {
+            if let Some(guard) = hold(&client).await {
+                // As the block's last step: its release can only be spawned.
+                drop(guard);
+            }
+        });
+        let ending = Instant::now();
+        drop(runtime);
+        let ended_in = ending.elapsed();
+        let left: Option<String> = server.conn().get(KEY).unwrap();
+        assert_eq!(
+            left, None,
+            "run {run}: the lock is still held once its runtime has ended"
+        );
+        assert!(
+            ended_in < IO_TIMEOUT + secs(3),
+            "run {run}: the runtime took {ended_in:?} to end"
+        );
+    }
+    eventually(secs(10), "the runtimes' connections to close", || {
+        connections(&server) <= 1
+    });
+}
+
+/// Takes the lock and returns its guard.
+async fn guard(client: &redis::Client) -> Option<aio::LockGuard> {
+    let guard = unexpiring(client).lock().await.unwrap();
+    Some(guard)
+}
+
+/// Takes the lock and hands its guard to a task that sleeps for an hour with it; returns once
+/// the task holds it.
+async fn guard_in_a_sleeping_task(client: &redis::Client) -> Option<aio::LockGuard> {
+    let guard = unexpiring(client).lock().await.unwrap();
+    let (started, holding) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let _ = started.send(());
+        tokio::time::sleep(secs(3600)).await;
+    });
+    holding.await.unwrap();
+    None
+}
+
+#[test]
+fn a_guard_dropped_as_a_current_thread_runtime_ends_is_released() {
+    released_as_the_runtime_ends(Flavour::CurrentThread, guard);
+}
+
+#[test]
+fn a_guard_dropped_as_a_multi_thread_runtime_ends_is_released() {
+    released_as_the_runtime_ends(Flavour::MultiThread, guard);
+}
+
+#[test]
+fn a_task_holding_a_guard_when_a_current_thread_runtime_is_dropped_releases_it() {
+    released_as_the_runtime_ends(Flavour::CurrentThread, guard_in_a_sleeping_task);
+}
+
+#[test]
+fn a_task_holding_a_guard_when_a_multi_thread_runtime_is_dropped_releases_it() {
+    released_as_the_runtime_ends(Flavour::MultiThread, guard_in_a_sleeping_task);
+}
+
+/// A child process whose main runs as `#[tokio::main]`'s does, holding the lock when it
+/// returns (`how`: "guard", its own guard; "task", a task's); the lock is free once it exited.
+fn released_when_main_returns(flavour: &str, how: &str) {
+    let server = RedisServer::start();
+    let mut child = ChildProcess::spawn("aio_seams::main_returns", &server.url(), &[flavour, how]);
+    child.expect_line("holding");
+    let holder: Option<String> = server.conn().get(KEY).unwrap();
+    assert!(holder.is_some(), "the child said it holds the lock");
+    child.send_line("return");
+    child.wait_success();
+    let left: Option<String> = server.conn().get(KEY).unwrap();
+    assert_eq!(
+        left, None,
+        "the lock is still held once the child has exited"
+    );
+}
+
+#[test]
+fn main_returning_with_its_guard_alive_releases_it() {
+    released_when_main_returns("current_thread", "guard");
+}
+
+#[test]
+fn main_returning_while_a_task_holds_a_guard_releases_it() {
+    released_when_main_returns("multi_thread", "task");
+}
+
+/// The child of `released_when_main_returns`: what `#[tokio::main]` makes of an async main
+/// (a runtime, `block_on`, the runtime dropped), then a check that no thread is left.
+pub fn main_returns(client: &redis::Client, args: &[String]) {
+    let threads_before = threads();
+    let flavour = match args[0].as_str() {
+        "current_thread" => Flavour::CurrentThread,
+        _ => Flavour::MultiThread,
+    };
+    runtime(flavour).block_on(async {
+        let kept = match args[1].as_str() {
+            "guard" => guard(client).await,
+            _ => guard_in_a_sleeping_task(client).await,
+        };
+        println!("holding");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        drop(kept);
+    });
+    assert_eq!(threads(), threads_before, "threads left behind");
+}
+
+/// This process's threads.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
