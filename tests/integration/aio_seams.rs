@@ -1,7 +1,8 @@
 //! A runtime's end: a guard dropped as its runtime ends, or held by a task the runtime drops,
-//! still releases, by the I/O timeout, on both flavours; and so does one alive when a
-//! `#[tokio::main]`-style main returns. The locks have no expiry: a release lost here would
-//! leave them held for good.
+//! still releases, by the I/O timeout, on both flavours; so does one alive when a
+//! `#[tokio::main]`-style main returns; and a grant on its way to a waiting task as the runtime
+//! ends is given back. The locks have no expiry: a release lost here would leave them held for
+//! good.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use redis::Commands;
 use redis_blpop_lock::aio;
 use tokio::runtime::Runtime;
 
-use crate::support::{connections, eventually, secs, ChildProcess, RedisServer};
+use crate::support::{connections, eventually, secs, ChildProcess, Proxy, RedisServer};
 
 const NAME: &str = "seam";
 const KEY: &str = "lock:seam";
@@ -112,6 +113,34 @@ fn a_task_holding_a_guard_when_a_current_thread_runtime_is_dropped_releases_it()
 #[test]
 fn a_task_holding_a_guard_when_a_multi_thread_runtime_is_dropped_releases_it() {
     released_as_the_runtime_ends(Flavour::MultiThread, guard_in_a_sleeping_task);
+}
+
+/// A task waits for the lock through a proxy; the holder releases, the server hands the lock
+/// to the try behind the task's `BLPOP`, and the proxy holds the reply back; the runtime ends
+/// before the reply comes. What the try took is given back.
+#[test]
+fn a_grant_on_its_way_to_a_waiting_task_as_its_runtime_ends_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let holder = redis_blpop_lock::Lock::new(&server.client(), NAME).unwrap();
+    holder.acquire().unwrap();
+    let runtime = runtime(Flavour::MultiThread);
+    let waiter = unexpiring(&proxy.client());
+    let id = waiter.id().to_string();
+    let waiting = runtime.spawn(async move { waiter.lock().await });
+    server.until_blocked(1, secs(20), || waiting.is_finished());
+    proxy.hold_replies(true);
+    holder.release().unwrap();
+    eventually(secs(10), "the waiting task's try to take the lock", || {
+        server.conn().get::<_, Option<String>>(KEY).unwrap() == Some(id.clone())
+    });
+    assert!(!waiting.is_finished(), "the grant reached the task");
+    drop(runtime);
+    let left: Option<String> = server.conn().get(KEY).unwrap();
+    assert_eq!(
+        left, None,
+        "the grant is still held once its runtime has ended"
+    );
 }
 
 /// A child process whose main runs as `#[tokio::main]`'s does, holding the lock when it
