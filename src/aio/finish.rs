@@ -6,7 +6,14 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::transport::server;
+use crate::transport::{Fault, Transport};
 
 thread_local! {
     /// Whether this thread is finishing work its runtime dropped: its requests go over the
@@ -17,6 +24,35 @@ thread_local! {
 /// Whether requests made on this thread must block rather than use the async transport.
 pub(crate) fn blocking_here() -> bool {
     BLOCKING.get()
+}
+
+/// A place that let a request of finishing work time out, and until when it is taken to be
+/// silent: a runtime's end drops its tasks one after another, and against a server that does
+/// not answer each release would wait out its own I/O timeout; the ones after the first fail
+/// at once instead, so the end takes about one I/O timeout per silent server.
+static SILENT: Mutex<Option<(usize, Instant)>> = Mutex::new(None);
+
+/// Runs `call`, which ends by `deadline`, on the blocking transport `place`: for finishing
+/// work.
+pub(crate) fn call_blocking<R>(
+    place: &Arc<dyn Transport>,
+    deadline: Instant,
+    call: impl FnOnce(&dyn Transport) -> Result<R, Fault>,
+) -> Result<R, Fault> {
+    // The place's address says which it is: places live as long as the handles on them.
+    let which = Arc::as_ptr(place).cast::<()>() as usize;
+    let started = Instant::now();
+    if matches!(*SILENT.lock(), Some((silent, until)) if silent == which && started < until) {
+        return Err(Fault::NotSent(server::timed_out()));
+    }
+    let outcome = call(&**place);
+    if let Err(Fault::NotSent(e) | Fault::Lost { error: e, .. }) = &outcome {
+        if e.is_timeout() {
+            let silent_for = deadline.saturating_duration_since(started);
+            *SILENT.lock() = Some((which, Instant::now() + silent_for));
+        }
+    }
+    outcome
 }
 
 /// Runs `work` on a task of the current runtime. If the task does not run it to its end (the

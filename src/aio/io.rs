@@ -18,7 +18,9 @@ use crate::{CancelToken, Error};
 impl Exchange for Async {
     async fn exchange(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
         if finish::blocking_here() {
-            return self.0.place().call(request, deadline);
+            return finish::call_blocking(self.0.place(), deadline, |place| {
+                place.call(request, deadline)
+            });
         }
         self.0.call(request, deadline).await
     }
@@ -33,7 +35,9 @@ impl Io for Async {
 
     async fn close(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
         if finish::blocking_here() {
-            return self.0.place().kill(conn, deadline);
+            return finish::call_blocking(self.0.place(), deadline, |place| {
+                place.kill(conn, deadline)
+            });
         }
         self.0.kill(conn, deadline).await
     }

@@ -143,6 +143,39 @@ fn a_grant_on_its_way_to_a_waiting_task_as_its_runtime_ends_is_given_back() {
     );
 }
 
+/// Tasks holding guards on several names when the runtime is dropped, the server frozen: each
+/// release waits for the server, but once one has timed out the others do not wait again, so
+/// the runtime's end takes about one I/O timeout, not one per guard.
+#[test]
+fn a_runtime_ending_against_a_frozen_server_waits_about_one_io_timeout_in_all() {
+    const GUARDS: usize = 6;
+    let server = RedisServer::start();
+    let client = server.client();
+    let runtime = runtime(Flavour::MultiThread);
+    runtime.block_on(async {
+        for n in 0..GUARDS {
+            let lock = aio::Lock::builder(&client, format!("{NAME}-{n}"))
+                .io_timeout(IO_TIMEOUT)
+                .build()
+                .unwrap();
+            let guard = lock.lock().await.unwrap();
+            tokio::spawn(async move {
+                let _guard = guard;
+                tokio::time::sleep(secs(3600)).await;
+            });
+        }
+    });
+    server.pause();
+    let ending = Instant::now();
+    drop(runtime);
+    let ended_in = ending.elapsed();
+    server.resume();
+    assert!(
+        ended_in < IO_TIMEOUT * 2 + secs(1),
+        "the runtime took {ended_in:?} to end, against {GUARDS} guards' {IO_TIMEOUT:?} each"
+    );
+}
+
 /// A child process whose main runs as `#[tokio::main]`'s does, holding the lock when it
 /// returns (`how`: "guard", its own guard; "task", a task's); the lock is free once it exited.
 fn released_when_main_returns(flavour: &str, how: &str) {
