@@ -434,7 +434,7 @@
 //! | call | dropped at any `.await` |
 //! |---|---|
 //! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a grant that lands after the drop is released, which wakes the next waiter (a try waiting behind the shared `BLPOP` is sent at once, its `BLPOP` ended with `CLIENT UNBLOCK`) |
-//! | `release`, `LockGuard::unlock` | the release still happens: it is sent again from a task of its own (releasing twice does no more than once) |
+//! | `release`, `LockGuard::unlock` | the release still happens: it is sent again from a task of its own, or, as the runtime ends, from the thread that drops it (releasing twice does no more than once) |
 //! | `extend`, `LockGuard::extend` | the extension may or may not have happened; the handle keeps believing the old expiry, so `lost()` is never late |
 //! | `reset` | it may or may not have reset; either way it deleted only the owner it read |
 //! | `holder`, `locked`, `owner_id`, `LockGuard::when_lost` | nothing to leave: they only read |
@@ -444,9 +444,12 @@
 //!
 //! **Guards.** [`aio::LockGuard`] owns what it needs, so it can move into `tokio::spawn`.
 //! `unlock().await` releases and returns the error. Dropped without `unlock`, the guard sends
-//! the release from a task spawned on the current runtime (with no runtime left, on the
-//! dropping thread) and logs any error, so a guard dropped with a cancelled future still frees
-//! the lock; as in the blocking API, it releases only its own acquisition. `when_lost().await`
+//! the release from a task spawned on the current runtime and logs any error, so a guard
+//! dropped with a cancelled future still frees the lock; as in the blocking API, it releases
+//! only its own acquisition. A runtime's end drops its tasks unrun, and the process may exit
+//! right after it: so with no runtime left, or when the runtime ends before that task is done
+//! (a guard dropped as `#[tokio::main]` returns, or held by a task the runtime drops), the
+//! release is done on the thread that drops it, over a blocking connection, by the I/O timeout. `when_lost().await`
 //! resolves once the acquisition is lost (a renewal found another id or failed until the
 //! expiry, or the expiry passed), to `select!` the work against. The renewal is a task holding
 //! only a weak reference, run when a third of the expiry is left: it stops once the handle and

@@ -15,7 +15,8 @@ use crate::{Backend, Error};
 /// `tokio::spawn`. Like [`crate::LockGuard`] it stands for one acquisition only.
 ///
 /// Dropped without [`unlock`](Self::unlock), it releases from a task spawned on the current
-/// runtime (or, when no runtime is left, on the dropping thread); a failure there is logged.
+/// runtime; with no runtime left, or when the runtime ends before that task is done, on the
+/// dropping thread, by the I/O timeout. A failure there is logged.
 /// Call `unlock().await` to see the error instead.
 ///
 /// ```no_run
@@ -210,20 +211,13 @@ impl Drop for LockGuard {
         if !self.armed {
             return;
         }
-        let inner = Arc::clone(&self.inner);
         let turn = self.release_turn();
-        let releasing = turn::release(
-            Arc::clone(&inner),
+        turn::release_unattended(
+            Arc::clone(&self.inner),
             self.turns.clone(),
             turn,
             Some(self.epoch),
         );
-        super::spawn_or_run(async move {
-            match releasing.await {
-                Ok(()) | Err(Error::NotAcquired { .. }) => {}
-                Err(e) => log::error!("lock {:?}: release on drop failed: {e}", inner.name()),
-            }
-        });
     }
 }
 

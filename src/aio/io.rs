@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::finish;
 use super::waits::{Ticket, Waited, Waits, Woken};
 use crate::driver::{self, Exchange, Inner, Io, Renewing, Tried};
 use crate::protocol::lease::Wait;
@@ -16,6 +17,11 @@ use crate::{CancelToken, Error};
 
 impl Exchange for Async {
     async fn exchange(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        if finish::blocking_here() {
+            return finish::call_blocking(self.0.place(), deadline, |place| {
+                place.call(request, deadline)
+            });
+        }
         self.0.call(request, deadline).await
     }
 }
@@ -28,6 +34,11 @@ impl Io for Async {
     }
 
     async fn close(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
+        if finish::blocking_here() {
+            return finish::call_blocking(self.0.place(), deadline, |place| {
+                place.kill(conn, deadline)
+            });
+        }
         self.0.kill(conn, deadline).await
     }
 
@@ -106,15 +117,50 @@ impl Io for Async {
         unlock: Request,
         deadline: Instant,
     ) {
-        let transport = Arc::clone(transport);
-        super::spawn_or_run(async move {
-            if let Some(conn) = conn {
-                let _ = transport.0.kill(conn, deadline).await;
-            }
-            if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
-                log::error!("a dropped lock handle's release failed: {e}");
-            }
-        });
+        give_back(
+            Arc::clone(transport),
+            conn,
+            unlock,
+            deadline,
+            "a dropped lock handle's release failed".to_string(),
+        );
+    }
+}
+
+/// Gives back a lock that a request nobody waits for may have taken: closes `conn`, where
+/// that request may yet run, then sends `unlock`, by `deadline`; unattended (see
+/// [`finish`]), a failure logged after `failed`.
+pub(crate) fn give_back(
+    transport: Arc<Async>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    let giving = settle(
+        Arc::clone(&transport),
+        conn,
+        unlock.clone(),
+        deadline,
+        failed.clone(),
+    );
+    finish::spawn_or_block(giving, move || {
+        settle(transport, conn, unlock, deadline, failed)
+    });
+}
+
+async fn settle(
+    transport: Arc<Async>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    if let Some(conn) = conn {
+        let _ = transport.close(conn, deadline).await;
+    }
+    if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
+        log::error!("{failed}: {e}");
     }
 }
 

@@ -431,8 +431,8 @@ impl Drop for Abandon {
 }
 
 /// Releases the lock in a turn (`held`, or the next). It runs here, to spare a hand-over to a
-/// task; dropped before its end it is finished on a task, since releasing twice does no more
-/// than once.
+/// task; dropped before its end it is finished on a task (or, as the runtime ends, on the
+/// dropping thread), since releasing twice does no more than once.
 pub(crate) async fn release(
     inner: &Arc<Inner<Async>>,
     turns: &Turns,
@@ -449,7 +449,7 @@ pub(crate) async fn release(
     outcome
 }
 
-/// A release whose future was dropped before its end: it is sent again from a task.
+/// A release whose future was dropped before its end: it is sent again, unattended.
 struct Unfinished {
     /// `None` once the release has ended.
     inner: Option<Arc<Inner<Async>>>,
@@ -463,12 +463,7 @@ impl Drop for Unfinished {
             return;
         };
         let turn = self.turns.take_now();
-        let releasing = turn::release(inner, self.turns.clone(), turn, self.epoch);
-        super::spawn_or_run(async move {
-            if let Err(e) = releasing.await {
-                log::debug!("a dropped release, finished on a task: {e}");
-            }
-        });
+        turn::release_unattended(inner, self.turns.clone(), turn, self.epoch);
     }
 }
 

@@ -24,6 +24,7 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
+mod finish;
 mod guard;
 mod io;
 mod lock;
@@ -36,32 +37,10 @@ pub use guard::{with_lock, LockGuard};
 pub use lock::Lock;
 pub use reset_all::reset_all;
 
-use std::future::Future;
-
 use crate::Error;
 
 /// The runtime the async API spawns its tasks on: the caller's.
 fn runtime() -> Result<tokio::runtime::Handle, Error> {
     tokio::runtime::Handle::try_current()
         .map_err(|_| Error::invalid(crate::transport::aio::NO_RUNTIME))
-}
-
-/// Runs `work` on a task of the current runtime, or, with none (a guard dropped after its
-/// runtime ended), to its end on this thread.
-pub(crate) fn spawn_or_run(work: impl Future<Output = ()> + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn(work)),
-        Err(_) => outside_runtime(work),
-    }
-}
-
-/// Runs `work` to its end on this thread, which runs no runtime.
-fn outside_runtime(work: impl Future<Output = ()>) {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(work),
-        Err(e) => log::error!("no runtime to finish a lock's work on: {e}"),
-    }
 }

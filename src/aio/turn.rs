@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use super::finish;
 use crate::driver::Inner;
 use crate::transport::aio::Async;
 use crate::Error;
@@ -39,6 +40,9 @@ impl Turns {
 /// one, waited for no longer than the grace (at most 250 ms), so that the release still ends
 /// about by its I/O timeout; and a release does not wait for good on an acquire of the same
 /// handle that waits for the lock (it is not held by the handle then).
+///
+/// Finishing a release its runtime dropped, it takes the turn only if it is free: what holds
+/// it is being dropped with the runtime, and there is no timer left to wait by.
 pub(crate) async fn release(
     inner: Arc<Inner<Async>>,
     turns: Turns,
@@ -47,6 +51,7 @@ pub(crate) async fn release(
 ) -> Result<(), Error> {
     let _turn = match held {
         Some(turn) => Some(turn),
+        None if finish::blocking_here() => turns.take_now(),
         None => {
             turns
                 .take(Some(Instant::now() + inner.settings.grace()))
@@ -54,4 +59,26 @@ pub(crate) async fn release(
         }
     };
     inner.release(epoch).await
+}
+
+/// Releases as [`release`] does, for a caller that is gone (a dropped guard, a dropped
+/// release): from a task, or, should the runtime end first, from the thread that drops it; a
+/// failure is logged.
+pub(crate) fn release_unattended(
+    inner: Arc<Inner<Async>>,
+    turns: Turns,
+    held: Option<Turn>,
+    epoch: Option<u64>,
+) {
+    let releasing = logged(Arc::clone(&inner), turns.clone(), held, epoch);
+    finish::spawn_or_block(releasing, move || logged(inner, turns, None, epoch));
+}
+
+async fn logged(inner: Arc<Inner<Async>>, turns: Turns, held: Option<Turn>, epoch: Option<u64>) {
+    let name = inner.name().to_string();
+    match release(inner, turns, held, epoch).await {
+        // Released already: by the attempt its runtime dropped, or that acquisition is over.
+        Ok(()) | Err(Error::NotAcquired { .. }) => {}
+        Err(e) => log::error!("lock {name:?}: release on drop failed: {e}"),
+    }
 }

@@ -19,7 +19,7 @@ use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
 use crate::settings::Settings;
 use crate::transport::aio::{Async, AsyncTransport, AsyncWaiter};
-use crate::transport::{Admin, Fault};
+use crate::transport::{Admin, ConnId, Fault};
 use crate::CancelToken;
 
 /// The shared waits at one place, by signal key.
@@ -353,24 +353,31 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
         Err(Fault::NotSent(_)) => return,
         Err(Fault::Lost { conn, .. }) => *conn,
     };
+    give_back_on(transport, queue, seat, lost_on);
+}
+
+/// Gives back what a try of `seat`'s may have taken, after closing `lost_on`, the connection
+/// where it may yet run.
+fn give_back_on(
+    transport: &Arc<dyn AsyncTransport>,
+    queue: &Queue,
+    seat: &Seat,
+    lost_on: Option<ConnId>,
+) {
     let unlock = requests::unlock(
         &queue.keys,
         seat.tries_as.id.as_bytes(),
         seat.tries_as.signal_expire_ms,
     );
-    let transport = Async(Arc::clone(transport));
     let deadline = Instant::now() + queue.io_timeout;
-    let name = queue.keys.lock.clone();
-    super::spawn_or_run(async move {
-        if let Some(conn) = lost_on {
-            let _ = transport.0.kill(conn, deadline).await;
-        }
-        if let Err(e) = crate::driver::send_repeatable(&transport, &unlock, deadline).await {
-            log::error!(
-                "{name:?}: a lock taken for a task that is gone stays until it expires: {e}"
-            );
-        }
-    });
+    let name = &queue.keys.lock;
+    super::io::give_back(
+        Arc::new(Async(Arc::clone(transport))),
+        lost_on,
+        unlock,
+        deadline,
+        format!("{name:?}: a lock taken for a task that is gone stays until it expires"),
+    );
 }
 
 /// The shared `BLPOP` of one name: blocks for the first seated task, its try behind.
@@ -437,8 +444,8 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
 
 /// A queue's `BLPOP` task, which its runtime may drop at any `.await` when it shuts down (tasks
 /// of other runtimes may be queued too): the tasks seated then look at the lock by themselves
-/// (a try in flight may have taken it for them), and the next to sit starts the `BLPOP` again
-/// on its own runtime.
+/// (a try in flight has been given back by then, see [`InFlight`]), and the next to sit starts
+/// the `BLPOP` again on its own runtime.
 struct Running(Arc<Queue>);
 
 impl Drop for Running {
@@ -486,6 +493,13 @@ async fn wait_once(
     }
     let id = waiter.id();
     let sent = Instant::now();
+    let in_flight = InFlight {
+        transport,
+        queue,
+        seat,
+        conn: id,
+        landed: false,
+    };
     let replies = {
         let waiting = waiter.wait(&request, reply_by);
         tokio::pin!(waiting);
@@ -510,6 +524,7 @@ async fn wait_once(
             }
         }
     };
+    in_flight.landed();
     if replies.is_err() {
         *conn = None;
     }
@@ -517,6 +532,33 @@ async fn wait_once(
         request,
         sent,
         replies,
+    }
+}
+
+/// A `BLPOP` + try on its way. Should the queue's task be dropped before its replies come (its
+/// runtime ended), the try may yet take the lock for a task that is gone too, and a lock
+/// without expiry would stay taken for good: its connection is closed and what it took given
+/// back, before the seated tasks are told to look for themselves.
+struct InFlight<'a> {
+    transport: &'a Arc<dyn AsyncTransport>,
+    queue: &'a Queue,
+    seat: &'a Seat,
+    conn: Option<ConnId>,
+    landed: bool,
+}
+
+impl InFlight<'_> {
+    /// Its replies came, or its fault: the seat settles them.
+    fn landed(mut self) {
+        self.landed = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.landed {
+            give_back_on(self.transport, self.queue, self.seat, self.conn);
+        }
     }
 }
 
@@ -535,7 +577,7 @@ fn not_sent(request: Request, fault: Fault) -> Waited {
 /// it on its way) is cut off by closing the connection instead: its try then never runs.
 async fn end(
     transport: &Arc<dyn AsyncTransport>,
-    id: Option<crate::transport::ConnId>,
+    id: Option<ConnId>,
     deadline: Instant,
     at_once: bool,
 ) {

@@ -14,6 +14,8 @@ mod aio_faults;
 #[cfg(feature = "tokio")]
 mod aio_lock;
 #[cfg(feature = "tokio")]
+mod aio_seams;
+#[cfg(feature = "tokio")]
 mod aio_shared;
 #[cfg(feature = "tokio")]
 mod aio_waiting;
@@ -52,6 +54,8 @@ fn child_process_role() {
     };
     let client = redis::Client::open(url).expect("a valid URL");
     match role.as_str() {
+        #[cfg(feature = "tokio")]
+        "aio_seams::main_returns" => aio_seams::main_returns(&client, &args),
         "cache::compute" => cache::compute_until_killed(&client, &args),
         #[cfg(feature = "cluster")]
         "cluster::increment" => cluster::increment(&client, &args),
