@@ -25,7 +25,8 @@ static SENTINELS: LazyLock<Mutex<HashMap<String, Weak<Routed<Primary>>>>> =
 /// `ROLE`), and listened to (`+switch-master`, a thread per sentinel while handles on the
 /// backend live): the moment one of them names a new primary, tries, renewals and waits go
 /// there, even while the old one, still up, answers as a primary. While no sentinel can be
-/// heard, each try and renewal asks one first. A lock the old primary had not yet replicated
+/// heard, each try and renewal asks one first, and fails if none answers: a primary that no
+/// sentinel vouches for may have been replaced. A lock the old primary had not yet replicated
 /// is lost in a failover: its holder learns it through `lost()` at its next renewal, and
 /// [`LockBuilder::replicas`](crate::LockBuilder::replicas) narrows that window.
 ///

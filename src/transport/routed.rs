@@ -4,10 +4,10 @@
 //!
 //! A request goes again only when none of it ran: the server was not reached, or it turned
 //! the request away (`MOVED`, `ASK`, `CLUSTERDOWN`, `READONLY`, ...: see
-//! [`redirect`](crate::protocol::redirect)), or what it ran counts for nothing because the
-//! server was replaced meanwhile (a Sentinel failover: the old primary's writes since are not
-//! on the new one, and are wiped when it is demoted). A request that may have run comes back
-//! as [`Fault::Lost`], for the driver to settle as on one server.
+//! [`redirect`](crate::protocol::redirect)). A request that may have run comes back as
+//! [`Fault::Lost`], for the driver to settle as on one server. So does one answered by a
+//! server replaced meanwhile (a Sentinel failover), unless it is repeatable: whether it ran
+//! before the new primary took over, and so is there too, is not known.
 
 use std::time::{Duration, Instant};
 
@@ -78,8 +78,8 @@ enum Outcome<R> {
     Redirected(Redirect, RedisError),
     /// The server is not there (down, or not yet replaced).
     Away(RedisError),
-    /// The server was replaced while the request was under way: what it ran counts for
-    /// nothing, and the request goes to the new one.
+    /// The server was replaced while the repeatable request was under way: it goes to the
+    /// new one.
     Replaced,
     Failed(Fault),
 }
@@ -257,7 +257,14 @@ impl<T: Topology> Transport for Routed<T> {
                 server.call(request, deadline)
             };
             match sent {
-                Ok(_) if self.is_replaced(request.slot, node) => Outcome::Replaced,
+                Ok(_) if self.is_replaced(request.slot, node) => {
+                    if request.repeatable {
+                        Outcome::Replaced
+                    } else {
+                        let error = replaced();
+                        Outcome::Failed(Fault::Lost { conn: None, error })
+                    }
+                }
                 Ok(replies) => match redirect::ran_nothing(&replies) {
                     None => Outcome::Done(replies),
                     Some(to) => Outcome::Redirected(to, first_error(&replies)),
@@ -456,8 +463,10 @@ impl<T: Topology> RoutedWaiter<'_, T> {
             return Err(Fault::Lost { conn, error });
         }
         if self.routed.is_replaced(None, node) {
-            let error = RedisError::from((ErrorKind::Io, "the primary was replaced"));
-            return Err(Fault::Lost { conn, error });
+            return Err(Fault::Lost {
+                conn,
+                error: replaced(),
+            });
         }
         Ok(reply)
     }
@@ -500,6 +509,10 @@ fn numbered(fault: Fault, node: usize) -> Fault {
         },
         not_sent => not_sent,
     }
+}
+
+fn replaced() -> RedisError {
+    RedisError::from((ErrorKind::Io, "the primary was replaced"))
 }
 
 /// Whether a request that was not sent failed because its server is not there.

@@ -228,6 +228,33 @@ fn a_lock_taken_after_a_crash_lives_on_the_new_primary_though_the_old_one_restar
 }
 
 #[test]
+fn a_try_while_no_sentinel_can_be_heard_asks_one_and_fails_without_an_answer() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let lock = Lock::builder(&backend, "unheard")
+        .io_timeout(secs(5))
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    set.freeze_sentinels();
+    // Until the listeners notice that their sentinels stopped answering, a try goes out;
+    // then none may, since no sentinel would tell of a failover.
+    eventually(
+        secs(20),
+        "a try refused for want of a sentinel",
+        || match lock.try_acquire() {
+            Ok(true) => lock.release().map(|_| false).unwrap(),
+            Ok(false) => panic!("no one else takes this lock"),
+            Err(Error::Redis(_)) => true,
+            Err(e) => panic!("{e:?}"),
+        },
+    );
+    set.thaw_sentinels();
+    assert!(lock.try_acquire().unwrap());
+}
+
+#[test]
 fn a_sentinel_that_does_not_know_the_service_is_an_error() {
     let set = SentinelSet::start();
     let backend = Sentinel::new(set.sentinel_urls(), "no-such-service").unwrap();

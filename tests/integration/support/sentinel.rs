@@ -77,6 +77,19 @@ impl SentinelSet {
             .collect()
     }
 
+    /// Freezes every sentinel (SIGSTOP): up, but silent.
+    pub fn freeze_sentinels(&self) {
+        for node in &self.sentinels {
+            node.server.pause();
+        }
+    }
+
+    pub fn thaw_sentinels(&self) {
+        for node in &self.sentinels {
+            node.server.resume();
+        }
+    }
+
     /// The name the sentinels monitor the primary under.
     pub fn service(&self) -> &str {
         SERVICE
