@@ -126,6 +126,37 @@ fn a_holder_renews_on_the_primary_the_sentinels_name_while_the_old_one_lives() {
     assert_eq!(owner(new, "switching").as_deref(), Some(holder.id()));
 }
 
+/// Whether the server on `port` says it is a primary.
+fn is_primary(set: &SentinelSet, port: u16) -> bool {
+    let role: redis::Value = redis::cmd("ROLE")
+        .query(&mut set.server(port).conn())
+        .unwrap();
+    format!("{role:?}").contains("master")
+}
+
+#[test]
+fn a_holder_whose_key_the_new_primary_lacks_learns_it_lost_the_lock() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let holder = patient(&backend, "unreplicated")
+        .expire(secs(3))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let old = set.failover_named();
+    // As if the key had not reached the replica before its promotion.
+    let _: () = set.primary().conn().del("lock:unreplicated").unwrap();
+    eventually(secs(20), "the holder to learn it lost the lock", || {
+        holder.lost()
+    });
+    // Not from a demotion: Sentinel demotes a live old primary seconds later.
+    assert!(
+        is_primary(&set, old),
+        "lost() only once the old primary was demoted"
+    );
+}
+
 #[test]
 fn a_waiter_moves_to_the_new_primary_while_the_old_one_is_still_a_primary() {
     let set = SentinelSet::start();
@@ -140,12 +171,9 @@ fn a_waiter_moves_to_the_new_primary_while_the_old_one_is_still_a_primary() {
     set.primary()
         .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
     // Not turned away by a demotion: Sentinel demotes a live old primary seconds later.
-    let role: redis::Value = redis::cmd("ROLE")
-        .query(&mut set.server(old).conn())
-        .unwrap();
     assert!(
-        format!("{role:?}").contains("master"),
-        "the waiter moved only once the old primary was demoted: {role:?}"
+        is_primary(&set, old),
+        "the waiter moved only once the old primary was demoted"
     );
     assert_woken_by(|| holder.release().unwrap(), waiter);
 }
