@@ -1,7 +1,7 @@
 //! [`Sentinel`]: locks on the primary that Redis Sentinel names.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
@@ -9,21 +9,26 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use crate::backend::{sealed, Backend};
 use crate::transport::nodes::{addr_of, with_addr};
 use crate::transport::routed::Routed;
-use crate::transport::sentinel::Primary;
+use crate::transport::sentinel::{listen, Primary};
 use crate::transport::Transport;
 use crate::Error;
 
-static SENTINELS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
+/// The backends in use, shared by their handles. Held weakly: each has threads listening to
+/// its sentinels, which end once its last handle is gone.
+static SENTINELS: LazyLock<Mutex<HashMap<String, Weak<Routed<Primary>>>>> =
     LazyLock::new(Default::default);
 
 /// The primary of a Sentinel-monitored service, as a place where locks live (feature
 /// `sentinel`).
 ///
 /// The sentinels are asked which node is the primary (and the node confirms it with
-/// `ROLE`); when it stops serving (killed, or demoted by a failover) they are asked again,
-/// and waiters and holders carry on with the new one. A lock the old primary had not yet
-/// replicated is lost in a failover: its holder learns it through `lost()` or its next
-/// renewal, and [`LockBuilder::replicas`](crate::LockBuilder::replicas) narrows that window.
+/// `ROLE`), and listened to (`+switch-master`, a thread per sentinel while handles on the
+/// backend live): the moment one of them names a new primary, tries, renewals and waits go
+/// there, even while the old one, still up, answers as a primary. While no sentinel can be
+/// heard, each try and renewal asks one first, and fails if none answers: a primary that no
+/// sentinel vouches for may have been replaced. A lock the old primary had not yet replicated
+/// is lost in a failover: its holder learns it through `lost()` at its next renewal, and
+/// [`LockBuilder::replicas`](crate::LockBuilder::replicas) narrows that window.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -106,8 +111,9 @@ impl sealed::Sealed for Sentinel {
             self.primary.password()
         );
         let mut known = SENTINELS.lock();
-        if let Some(found) = known.get(&key) {
-            return Ok(sealed::Route(Arc::clone(found)));
+        known.retain(|_, routed| routed.strong_count() > 0);
+        if let Some(found) = known.get(&key).and_then(Weak::upgrade) {
+            return Ok(sealed::Route(found));
         }
         // The primary is reached like the first sentinel (TCP or TLS), with its own settings.
         let Some(first) = self.sentinels.first() else {
@@ -115,8 +121,10 @@ impl sealed::Sealed for Sentinel {
         };
         let template = with_addr(first, "", 0).set_redis_settings(self.primary.clone());
         let topology = Primary::new(self.sentinels.clone(), self.service.clone());
-        let transport: Arc<dyn Transport> = Arc::new(Routed::new(topology, template));
-        known.insert(key, Arc::clone(&transport));
+        let routed = Arc::new(Routed::new(topology, template));
+        listen(&Arc::downgrade(&routed), self.sentinels.len()).map_err(Error::Thread)?;
+        known.insert(key, Arc::downgrade(&routed));
+        let transport: Arc<dyn Transport> = routed;
         Ok(sealed::Route(transport))
     }
 }

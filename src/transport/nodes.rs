@@ -48,6 +48,11 @@ impl Nodes {
         Some((at, known[at].1))
     }
 
+    /// The address of server number `node`.
+    pub(crate) fn addr(&self, node: usize) -> Option<String> {
+        self.known.read().get(node).map(|(a, _)| a.clone())
+    }
+
     /// Server number `node`.
     pub(crate) fn get(&self, node: usize) -> Option<&'static Server> {
         self.known.read().get(node).map(|(_, s)| *s)

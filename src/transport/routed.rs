@@ -5,7 +5,9 @@
 //! A request goes again only when none of it ran: the server was not reached, or it turned
 //! the request away (`MOVED`, `ASK`, `CLUSTERDOWN`, `READONLY`, ...: see
 //! [`redirect`](crate::protocol::redirect)). A request that may have run comes back as
-//! [`Fault::Lost`], for the driver to settle as on one server.
+//! [`Fault::Lost`], for the driver to settle as on one server. So does one answered by a
+//! server replaced meanwhile (a Sentinel failover), unless it is repeatable: whether it ran
+//! before the new primary took over, and so is there too, is not known.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +18,7 @@ use super::nodes::Nodes;
 use super::server::Server;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::redirect::{self, Redirect};
-use crate::protocol::requests::Request;
+use crate::protocol::requests::{Kind, Request};
 use crate::Error;
 
 /// The first pause while the topology changes; it doubles up to [`PAUSE_MAX`].
@@ -33,6 +35,20 @@ pub(crate) trait Topology: Send + Sync + 'static {
 
     /// The addresses of every primary.
     fn primaries(&self) -> Vec<String>;
+
+    /// Makes sure the primary known is the one named now, by `deadline`, before a request
+    /// that must not land on a replaced one: a try, a renewal. Nothing to do where a replaced
+    /// server turns requests away (a cluster node answers `MOVED`).
+    fn confirm(&self, _nodes: &Nodes, _deadline: Instant) -> Result<(), RedisError> {
+        Ok(())
+    }
+
+    /// Whether the server at `addr` was replaced as `slot`'s while it still answers as if it
+    /// served it (a Sentinel's old primary stays a primary for seconds after a failover):
+    /// what it ran counts for nothing.
+    fn replaced(&self, _slot: Option<u16>, _addr: &str) -> bool {
+        false
+    }
 
     /// Learns the topology again, by `deadline`.
     fn learn(&self, nodes: &Nodes, deadline: Instant) -> Result<(), RedisError>;
@@ -51,6 +67,8 @@ pub(crate) struct Routed<T> {
     learned: Mutex<Option<Instant>>,
     /// Told each time the topology has been learned anew.
     relearned: Condvar,
+    /// The connections blocked in waits now, to move off a server that was replaced.
+    waiting: Mutex<Vec<ConnId>>,
 }
 
 /// How one attempt on one server came out.
@@ -60,6 +78,9 @@ enum Outcome<R> {
     Redirected(Redirect, RedisError),
     /// The server is not there (down, or not yet replaced).
     Away(RedisError),
+    /// The server was replaced while the repeatable request was under way: it goes to the
+    /// new one.
+    Replaced,
     Failed(Fault),
 }
 
@@ -72,12 +93,34 @@ impl<T: Topology> Routed<T> {
             nodes: Nodes::new(template),
             learned: Mutex::new(None),
             relearned: Condvar::new(),
+            waiting: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn topology(&self) -> &T {
+        &self.topology
+    }
+
+    /// Whether server number `node` was replaced as `slot`'s.
+    fn is_replaced(&self, slot: Option<u16>, node: usize) -> bool {
+        (self.nodes.addr(node)).is_some_and(|addr| self.topology.replaced(slot, &addr))
+    }
+
+    /// Closes the waits' connections to servers that were replaced, so that they wait on the
+    /// new ones: the replaced server would never see the release that wakes them.
+    pub(crate) fn replaced_now(&self, deadline: Instant) {
+        let waiting = self.waiting.lock().clone();
+        for conn in waiting {
+            if self.is_replaced(None, conn.node) {
+                // Failing, the wait learns of the new server at its next reply anyway.
+                let _ = self.kill(conn, deadline);
+            }
         }
     }
 
     /// Learns the topology again, unless someone did since `failed_at`. One at a time: the
     /// threads that met the same failure wait for one look instead of each taking their own.
-    fn relearn(&self, failed_at: Instant, deadline: Instant) -> Result<(), RedisError> {
+    pub(crate) fn relearn(&self, failed_at: Instant, deadline: Instant) -> Result<(), RedisError> {
         // Waiting for another thread's look ends by this call's deadline too.
         let Some(mut learned) = self.learned.try_lock_until(deadline) else {
             return Err(RedisError::from((
@@ -170,6 +213,13 @@ impl<T: Topology> Routed<T> {
                         ask = Some(addr);
                         continue;
                     }
+                    Outcome::Replaced if hops < MAX_HOPS => {
+                        hops += 1;
+                        continue;
+                    }
+                    Outcome::Replaced => {
+                        RedisError::from((ErrorKind::Io, "the primary keeps being replaced"))
+                    }
                     Outcome::Redirected(_, e) | Outcome::Away(e) => e,
                 },
             };
@@ -193,6 +243,11 @@ impl<T: Topology> Transport for Routed<T> {
     }
 
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        if matches!(request.kind, Kind::Try { .. } | Kind::Extend { .. }) {
+            self.topology
+                .confirm(&self.nodes, deadline)
+                .map_err(Fault::NotSent)?;
+        }
         self.through(request.slot, None, deadline, |node, server, asking| {
             let sent = if asking {
                 server
@@ -202,6 +257,14 @@ impl<T: Topology> Transport for Routed<T> {
                 server.call(request, deadline)
             };
             match sent {
+                Ok(_) if self.is_replaced(request.slot, node) => {
+                    if request.repeatable {
+                        Outcome::Replaced
+                    } else {
+                        let error = replaced();
+                        Outcome::Failed(Fault::Lost { conn: None, error })
+                    }
+                }
                 Ok(replies) => match redirect::ran_nothing(&replies) {
                     None => Outcome::Done(replies),
                     Some(to) => Outcome::Redirected(to, first_error(&replies)),
@@ -278,11 +341,7 @@ struct RoutedWaiter<'a, T> {
 
 impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
     fn id(&self) -> Option<ConnId> {
-        let (node, conn) = self.conn.as_ref()?;
-        conn.id().map(|c| ConnId {
-            node: *node,
-            id: c.id,
-        })
+        self.conn_id()
     }
 
     fn ready(&mut self, deadline: Instant) -> Result<(), Fault> {
@@ -291,7 +350,10 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
                 // Failing, the route below says why.
                 let _ = self.routed.relearn(Instant::now(), deadline);
             }
-            self.conn = None;
+            self.forget_conn();
+        }
+        if self.on_replaced() {
+            self.forget_conn();
         }
         let ask = self.ask.take();
         if ask.is_none() && self.conn.is_some() {
@@ -310,11 +372,14 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         )?;
         self.conn = Some((node, conn));
         self.asking = asking;
+        if let Some(id) = self.id() {
+            self.routed.waiting.lock().push(id);
+        }
         Ok(())
     }
 
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
-        if self.conn.is_none() || self.moved.is_some() || self.ask.is_some() {
+        if self.conn.is_none() || self.moved.is_some() || self.ask.is_some() || self.on_replaced() {
             self.ready(deadline)?;
         }
         let Some((node, conn)) = &mut self.conn else {
@@ -335,7 +400,7 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
             conn.send(request, deadline)
         };
         sent.map_err(|fault| {
-            self.conn = None;
+            self.forget_conn();
             numbered(fault, node)
         })
     }
@@ -354,10 +419,13 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         } else {
             received()
         };
+        // What a replaced server ran counts for nothing: the driver settles it by reading
+        // the new one, the connection closed so that the rest of the request never runs.
+        let reply = reply.and_then(|reply| self.still_serving(node, reply, deadline));
         // The rest of the request's replies still come on this connection; the next request
         // goes where the reply says.
         match &reply {
-            Err(_) => self.conn = None,
+            Err(_) => self.forget_conn(),
             Ok(Value::ServerError(e)) => match redirect::of(e) {
                 Some(Redirect::Moved { slot, addr }) => {
                     self.routed.topology.moved(slot, &addr);
@@ -372,10 +440,63 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
         reply
     }
 
-    fn keep_for_holder(self: Box<Self>) {
-        if let Some((_, conn)) = self.conn {
+    fn keep_for_holder(mut self: Box<Self>) {
+        self.unlist();
+        if let Some((_, conn)) = self.conn.take() {
             conn.keep_for_holder();
         }
+    }
+}
+
+impl<T: Topology> RoutedWaiter<'_, T> {
+    /// Whether the connection's server was replaced as the slot's.
+    fn on_replaced(&self) -> bool {
+        (self.conn.as_ref()).is_some_and(|(node, _)| self.routed.is_replaced(None, *node))
+    }
+
+    /// `reply`, from server number `node`, if that server still serves the slot (asking a
+    /// sentinel first if none is heard); else the reply is lost.
+    fn still_serving(&self, node: usize, reply: Value, deadline: Instant) -> Result<Value, Fault> {
+        let conn = self.id();
+        let confirmed = self.routed.topology.confirm(&self.routed.nodes, deadline);
+        if let Err(error) = confirmed {
+            return Err(Fault::Lost { conn, error });
+        }
+        if self.routed.is_replaced(None, node) {
+            return Err(Fault::Lost {
+                conn,
+                error: replaced(),
+            });
+        }
+        Ok(reply)
+    }
+}
+
+impl<T> RoutedWaiter<'_, T> {
+    fn conn_id(&self) -> Option<ConnId> {
+        let (node, conn) = self.conn.as_ref()?;
+        conn.id().map(|c| ConnId {
+            node: *node,
+            id: c.id,
+        })
+    }
+
+    /// Drops the connection (a new one is taken for the next request).
+    fn forget_conn(&mut self) {
+        self.unlist();
+        self.conn = None;
+    }
+
+    fn unlist(&self) {
+        if let Some(id) = self.conn_id() {
+            self.routed.waiting.lock().retain(|c| *c != id);
+        }
+    }
+}
+
+impl<T> Drop for RoutedWaiter<'_, T> {
+    fn drop(&mut self) {
+        self.unlist();
     }
 }
 
@@ -388,6 +509,10 @@ fn numbered(fault: Fault, node: usize) -> Fault {
         },
         not_sent => not_sent,
     }
+}
+
+fn replaced() -> RedisError {
+    RedisError::from((ErrorKind::Io, "the primary was replaced"))
 }
 
 /// Whether a request that was not sent failed because its server is not there.

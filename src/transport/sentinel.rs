@@ -1,26 +1,50 @@
 //! A primary named by Redis Sentinel: asked of the sentinels with
 //! `SENTINEL GET-MASTER-ADDR-BY-NAME`, confirmed with `ROLE` on the node itself (a sentinel
-//! may not know of a failover yet), and asked again whenever the primary stops serving.
+//! may not know of a failover yet), asked again whenever the primary stops serving, and
+//! followed the moment a sentinel announces a failover (`+switch-master`).
+//!
+//! The announcements are what makes a failover safe: the old primary, if alive, stays a
+//! primary (`ROLE` says `master`) for seconds after the sentinels named another, and a lock
+//! taken or renewed there is not on the new one. So each sentinel is listened to by a thread
+//! of the backend's own, and while none is heard (all unreachable, or not yet subscribed),
+//! tries and renewals ask a sentinel before they go out ([`Topology::confirm`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Weak;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
 
 use super::nodes::Nodes;
-use super::routed::Topology;
+use super::routed::{Routed, Topology};
 use super::send_repeatable;
+use crate::driver::{longer, FIRST_PAUSE};
 use crate::protocol::requests::Request;
 
 /// The longest a look at one sentinel or node may take: one that is down should cost little
 /// before the next is asked.
 const ASK_FOR: Duration = Duration::from_millis(500);
 
+/// How often a listening thread makes sure its sentinel is still there (a `PING`), and
+/// whether any handle still uses the backend: it ends this long after the last one is gone.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// The channel on which sentinels announce a new primary: `<service> <old host> <old port>
+/// <new host> <new port>`.
+const SWITCH: &str = "+switch-master";
+
+/// What the listening threads are called (Linux shows the first 15 bytes).
+const THREAD_NAME: &str = "redis-lock-sntl";
+
 pub(crate) struct Primary {
     sentinels: Vec<ConnectionInfo>,
     service: String,
     /// `host:port` of the primary, as last learned.
     known: RwLock<Option<String>>,
+    /// How many sentinels are being listened to now.
+    heard: AtomicUsize,
 }
 
 impl Primary {
@@ -29,7 +53,34 @@ impl Primary {
             sentinels,
             service,
             known: RwLock::new(None),
+            heard: AtomicUsize::new(0),
         }
+    }
+
+    /// A sentinel announced a failover of some service to `payload`: the new primary's
+    /// address, if it is this service's.
+    fn switched_to(&self, payload: &str) -> Option<String> {
+        match payload.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [service, _, _, host, port] if *service == self.service => {
+                Some(format!("{host}:{port}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// Makes `addr` the primary; whether it was not already.
+    pub(crate) fn switch(&self, addr: String) -> bool {
+        let mut known = self.known.write();
+        if known.as_deref() == Some(addr.as_str()) {
+            return false;
+        }
+        log::info!(
+            "Sentinel service {:?}: the primary is {addr} now (it was {})",
+            self.service,
+            known.as_deref().unwrap_or("not yet known")
+        );
+        *known = Some(addr);
+        true
     }
 
     /// What one sentinel names as the primary.
@@ -72,6 +123,20 @@ impl Primary {
 }
 
 impl Topology for Primary {
+    fn confirm(&self, nodes: &Nodes, deadline: Instant) -> Result<(), RedisError> {
+        if self.heard.load(Ordering::SeqCst) > 0 {
+            return Ok(());
+        }
+        self.learn(nodes, deadline)
+    }
+
+    fn replaced(&self, _slot: Option<u16>, addr: &str) -> bool {
+        self.known
+            .read()
+            .as_deref()
+            .is_some_and(|known| known != addr)
+    }
+
     fn primary_for(&self, _slot: Option<u16>) -> Option<String> {
         self.known.read().clone()
     }
@@ -88,7 +153,7 @@ impl Topology for Primary {
                 .and_then(|addr| is_primary(nodes, &addr, deadline).map(|yes| (addr, yes)));
             match named {
                 Ok((addr, true)) => {
-                    *self.known.write() = Some(addr);
+                    self.switch(addr);
                     return Ok(());
                 }
                 Ok((addr, false)) => {
@@ -108,6 +173,100 @@ impl Topology for Primary {
 
     fn hash_tags(&self) -> bool {
         false
+    }
+}
+
+/// Starts listening to each sentinel's announcements for `routed`, each on a thread that
+/// ends once `routed` is gone.
+pub(crate) fn listen(routed: &Weak<Routed<Primary>>, sentinels: usize) -> std::io::Result<()> {
+    for at in 0..sentinels {
+        let routed = Weak::clone(routed);
+        thread::Builder::new()
+            .name(THREAD_NAME.to_string())
+            .spawn(move || listen_to(&routed, at))?;
+    }
+    Ok(())
+}
+
+/// Listens to sentinel number `at`, again after a pause whenever it cannot be heard, until
+/// `routed` is gone.
+fn listen_to(routed: &Weak<Routed<Primary>>, at: usize) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let Some(sentinel) = routed.upgrade().map(|r| r.topology().sentinels[at].clone()) else {
+            return;
+        };
+        match hear(routed, &sentinel) {
+            Ok(()) => return,
+            Err(e) => log::debug!("cannot hear sentinel {:?}: {e}", sentinel.addr()),
+        }
+        thread::sleep(pause);
+        pause = longer(pause);
+    }
+}
+
+/// Follows `sentinel`'s announcements until `routed` is gone (`Ok`) or the sentinel cannot be
+/// heard any more.
+fn hear(routed: &Weak<Routed<Primary>>, sentinel: &ConnectionInfo) -> Result<(), RedisError> {
+    let client = redis::Client::open(sentinel.clone())?;
+    let mut con = client.get_connection_with_timeout(ASK_FOR)?;
+    con.set_read_timeout(Some(ASK_FOR))?;
+    con.set_write_timeout(Some(ASK_FOR))?;
+    let mut pubsub = con.as_pubsub();
+    pubsub.subscribe(SWITCH)?;
+    let Some(_heard) = Heard::start(routed)? else {
+        return Ok(());
+    };
+    pubsub.set_read_timeout(Some(CHECK_EVERY))?;
+    loop {
+        match pubsub.get_message() {
+            Ok(message) => {
+                let Some(routed) = routed.upgrade() else {
+                    return Ok(());
+                };
+                let payload: String = message.get_payload()?;
+                if let Some(addr) = routed.topology().switched_to(&payload) {
+                    if routed.topology().switch(addr) {
+                        routed.replaced_now(Instant::now() + ASK_FOR);
+                    }
+                }
+            }
+            Err(e) if e.is_timeout() => {
+                if routed.strong_count() == 0 {
+                    return Ok(());
+                }
+                // A sentinel gone without closing the connection must not count as heard.
+                pubsub.ping::<Value>()?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A sentinel heard, counted in [`Primary::heard`] while it lives.
+struct Heard<'a>(&'a Weak<Routed<Primary>>);
+
+impl<'a> Heard<'a> {
+    /// Counts one more sentinel heard, having learned the primary first if none was: a
+    /// failover announced while none was heard would be missed otherwise. `None` if `routed`
+    /// is gone.
+    fn start(routed: &'a Weak<Routed<Primary>>) -> Result<Option<Heard<'a>>, RedisError> {
+        let Some(strong) = routed.upgrade() else {
+            return Ok(None);
+        };
+        if strong.topology().heard.load(Ordering::SeqCst) == 0 {
+            strong.relearn(Instant::now(), Instant::now() + ASK_FOR)?;
+        }
+        strong.topology().heard.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(Heard(routed)))
+    }
+}
+
+impl Drop for Heard<'_> {
+    fn drop(&mut self) {
+        if let Some(routed) = self.0.upgrade() {
+            routed.topology().heard.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 

@@ -90,7 +90,16 @@ impl Server {
         if let Some(loan) = self.short.take_idle() {
             return Ok(loan);
         }
-        match self.connect(deadline) {
+        // A server dying resets the connections still in its backlog; asked again, it refuses
+        // (one that is full turns us away again).
+        let connected = (self.connect(deadline)).or_else(|e| {
+            if e.is_connection_dropped() {
+                self.connect(deadline)
+            } else {
+                Err(e)
+            }
+        });
+        match connected {
             Ok(conn) => Ok(self.short.lend_new(conn)),
             // Turned away by a server that is up (its `maxclients`), not refused by one that
             // is down: whose connections will not come back either.

@@ -473,3 +473,59 @@ fn a_cancel_ends_a_cluster_wait_at_once() {
     assert!(cancelled.elapsed() < secs(2), "{:?}", cancelled.elapsed());
     holder.release().unwrap();
 }
+
+/// A name of lock whose keys `cluster`'s primary on `port` serves.
+fn name_served_by(cluster: &RedisCluster, port: u16) -> String {
+    (0..)
+        .map(|n| format!("crash-{n}"))
+        .find(|name| cluster.primary_for(&format!("lock:{{{name}}}")).port == port)
+        .unwrap()
+}
+
+#[test]
+fn waiters_of_a_killed_primary_each_take_the_lock_once_its_replica_took_over() {
+    // The lost reply is settled on the new primary as soon as it serves, not after the I/O
+    // timeout: a dying server resets the connections in its backlog, and that reset once
+    // sent a waiter's settling to wait for a connection of its own to the dead server. Only
+    // some kills do it, so ten waiters, and each primary of two clusters killed in turn.
+    const WAITERS: usize = 10;
+    for _ in 0..2 {
+        let mut cluster = RedisCluster::start();
+        let client = client(&cluster);
+        let ports: Vec<u16> = cluster.primaries().iter().map(|p| p.port).collect();
+        for port in ports {
+            let name = name_served_by(&cluster, port);
+            // Never released: the waiters take turns once it expired on the new primary.
+            let holder = Lock::builder(&client, &name)
+                .expire(secs(2))
+                .build()
+                .unwrap();
+            holder.acquire().unwrap();
+            let waiters: Vec<_> = (0..WAITERS)
+                .map(|_| {
+                    let lock = Lock::builder(&client, &name)
+                        .io_timeout(secs(20))
+                        .build()
+                        .unwrap();
+                    std::thread::spawn(move || {
+                        let took = lock.acquire_timeout(secs(12))?;
+                        if took {
+                            lock.release()?;
+                        }
+                        Ok::<bool, Error>(took)
+                    })
+                })
+                .collect();
+            cluster
+                .node(port)
+                .until_blocked(WAITERS as u64, BLOCK_LIMIT, || false);
+            cluster.kill_primary_and_wait_failover(port);
+            for waiter in waiters {
+                match waiter.join().unwrap() {
+                    Ok(true) => {}
+                    other => panic!("a waiter of {name} on port {port}: {other:?}"),
+                }
+            }
+        }
+    }
+}

@@ -63,6 +63,8 @@ fn child_process_role() {
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
+        #[cfg(feature = "sentinel")]
+        "sentinel::listeners_end" => sentinel::listeners_end(&args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
         "waiting::hold" => waiting::hold(&client, &args),
         "waiting::wait" => waiting::wait(&client, &args),

@@ -6,7 +6,9 @@ use std::time::Duration;
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Sentinel};
 
-use crate::support::{assert_woken_by, secs, spawn_waiter, SentinelSet};
+use crate::support::{
+    assert_woken_by, eventually, secs, spawn_waiter, ChildProcess, RedisServer, SentinelSet,
+};
 
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
@@ -78,6 +80,206 @@ fn a_killed_primarys_waiter_takes_the_lock_on_its_replica() {
         Err(Error::NotAcquired { .. }) => {}
         other => panic!("the holder's lock has a new owner, got {other:?}"),
     }
+}
+
+/// The owner of lock `name` on `server`.
+fn owner(server: &RedisServer, name: &str) -> Option<String> {
+    server.conn().get(format!("lock:{name}")).unwrap()
+}
+
+/// The backend a process started now would have: one that has not followed the sentinels
+/// so far, and asks them who the primary is (a backend in this process with the sentinels
+/// in another order is a backend of its own).
+fn newcomer(set: &SentinelSet) -> Sentinel {
+    Sentinel::new(set.sentinel_urls().into_iter().rev(), set.service()).unwrap()
+}
+
+#[test]
+fn a_holder_renews_on_the_primary_the_sentinels_name_while_the_old_one_lives() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    // Renewed every 4 s: the first renewal comes after the sentinels named the new primary,
+    // while its copy of the key (replicated before the failover) still lives there.
+    let holder = patient(&backend, "switching")
+        .expire(secs(6))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let replica = set.replica();
+    eventually(secs(10), "the lock to reach the replica", || {
+        owner(replica, "switching").as_deref() == Some(holder.id())
+    });
+    let old = set.failover_named();
+    let new = set.primary();
+    // Renewed on the old primary only, the key would expire on the new one 6 s after the
+    // acquisition, and a newcomer would take the lock there.
+    let newcomer_backend = newcomer(&set);
+    let newcomer = patient(&newcomer_backend, "switching").build().unwrap();
+    let took = newcomer.acquire_timeout(secs(8)).unwrap();
+    assert!(
+        !took || holder.lost(),
+        "two holders: the newcomer's on port {}, and the holder's, renewed on port {old}",
+        new.port
+    );
+    assert!(!took, "the holder's renewals reached the new primary");
+    assert_eq!(owner(new, "switching").as_deref(), Some(holder.id()));
+}
+
+/// Whether the server on `port` says it is a primary.
+fn is_primary(set: &SentinelSet, port: u16) -> bool {
+    let role: redis::Value = redis::cmd("ROLE")
+        .query(&mut set.server(port).conn())
+        .unwrap();
+    format!("{role:?}").contains("master")
+}
+
+#[test]
+fn a_holder_whose_key_the_new_primary_lacks_learns_it_lost_the_lock() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let holder = patient(&backend, "unreplicated")
+        .expire(secs(3))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let old = set.failover_named();
+    // As if the key had not reached the replica before its promotion.
+    let _: () = set.primary().conn().del("lock:unreplicated").unwrap();
+    eventually(secs(20), "the holder to learn it lost the lock", || {
+        holder.lost()
+    });
+    // Not from a demotion: Sentinel demotes a live old primary seconds later.
+    assert!(
+        is_primary(&set, old),
+        "lost() only once the old primary was demoted"
+    );
+}
+
+#[test]
+fn a_waiter_moves_to_the_new_primary_while_the_old_one_is_still_a_primary() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let holder = patient(&backend, "moving").build().unwrap();
+    holder.acquire().unwrap();
+    let waiter_lock = patient(&backend, "moving").build().unwrap();
+    let waiter = spawn_waiter(waiter_lock, secs(60));
+    set.primary()
+        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    let old = set.failover_named();
+    set.primary()
+        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    // Not turned away by a demotion: Sentinel demotes a live old primary seconds later.
+    assert!(
+        is_primary(&set, old),
+        "the waiter moved only once the old primary was demoted"
+    );
+    assert_woken_by(|| holder.release().unwrap(), waiter);
+}
+
+#[test]
+fn the_threads_listening_to_the_sentinels_end_with_the_last_handle() {
+    let set = SentinelSet::start();
+    let urls = set.sentinel_urls();
+    let args: Vec<&str> = std::iter::once(set.service())
+        .chain(urls.iter().map(String::as_str))
+        .collect();
+    ChildProcess::spawn("sentinel::listeners_end", &urls[0], &args).wait_success();
+}
+
+/// Threads of this process named like the sentinels' listeners (Linux keeps 15 bytes).
+fn listening_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "redis-lock-sntl")
+        .count()
+}
+
+/// The checks of `the_threads_listening_to_the_sentinels_end_with_the_last_handle`, in a
+/// child process where no other test's threads are counted: `args` are the service and the
+/// sentinels' URLs.
+pub fn listeners_end(args: &[String]) {
+    let backend = Sentinel::new(args[1..].iter().map(String::as_str), &args[0]).unwrap();
+    let first = Lock::new(&backend, "listened").unwrap();
+    let second = Lock::new(&backend, "listened").unwrap();
+    drop(first.lock().unwrap());
+    let sentinels = args.len() - 1;
+    eventually(secs(5), "a listening thread per sentinel", || {
+        listening_threads() == sentinels
+    });
+    drop(first);
+    assert_eq!(
+        listening_threads(),
+        sentinels,
+        "shared by the backend's handles"
+    );
+    drop(second);
+    eventually(secs(5), "no listening thread", || listening_threads() == 0);
+}
+
+#[test]
+fn a_lock_taken_after_a_failover_lives_on_the_new_primary_while_the_old_one_lives() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    // The backend knows the old primary, from a lock taken before the failover.
+    let before = Lock::new(&backend, "before").unwrap();
+    drop(before.lock().unwrap());
+    let old = set.failover_named();
+    let lock = Lock::new(&backend, "after").unwrap();
+    lock.acquire().unwrap();
+    assert_eq!(owner(set.primary(), "after").as_deref(), Some(lock.id()));
+    assert_eq!(
+        owner(set.server(old), "after"),
+        None,
+        "the lock went to the old primary"
+    );
+}
+
+#[test]
+fn a_lock_taken_after_a_crash_lives_on_the_new_primary_though_the_old_one_restarted() {
+    let mut set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let before = Lock::new(&backend, "before").unwrap();
+    drop(before.lock().unwrap());
+    // Back at once and empty, the old primary answers as a primary until Sentinel demotes it.
+    let old = set.crash_and_restart_primary();
+    let lock = Lock::new(&backend, "after").unwrap();
+    lock.acquire().unwrap();
+    assert_eq!(owner(set.primary(), "after").as_deref(), Some(lock.id()));
+    assert_eq!(
+        owner(set.server(old), "after"),
+        None,
+        "the lock went to the old primary"
+    );
+}
+
+#[test]
+fn a_try_while_no_sentinel_can_be_heard_asks_one_and_fails_without_an_answer() {
+    let set = SentinelSet::start();
+    let backend = sentinel(&set);
+    let lock = Lock::builder(&backend, "unheard")
+        .io_timeout(secs(5))
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    set.freeze_sentinels();
+    // Until the listeners notice that their sentinels stopped answering, a try goes out;
+    // then none may, since no sentinel would tell of a failover.
+    eventually(
+        secs(20),
+        "a try refused for want of a sentinel",
+        || match lock.try_acquire() {
+            Ok(true) => lock.release().map(|_| false).unwrap(),
+            Ok(false) => panic!("no one else takes this lock"),
+            Err(Error::Redis(_)) => true,
+            Err(e) => panic!("{e:?}"),
+        },
+    );
+    set.thaw_sentinels();
+    assert!(lock.try_acquire().unwrap());
 }
 
 #[test]

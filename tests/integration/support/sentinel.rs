@@ -77,6 +77,19 @@ impl SentinelSet {
             .collect()
     }
 
+    /// Freezes every sentinel (SIGSTOP): up, but silent.
+    pub fn freeze_sentinels(&self) {
+        for node in &self.sentinels {
+            node.server.pause();
+        }
+    }
+
+    pub fn thaw_sentinels(&self) {
+        for node in &self.sentinels {
+            node.server.resume();
+        }
+    }
+
     /// The name the sentinels monitor the primary under.
     pub fn service(&self) -> &str {
         SERVICE
@@ -102,14 +115,15 @@ impl SentinelSet {
         &replica.server
     }
 
+    /// The server on `port`, the primary or the replica.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        &self.data[self.by_port(port)].server
+    }
+
     /// A failover on cue: the replica becomes the primary, and the old primary its replica.
     pub fn failover(&self) {
-        let (old, new) = (self.primary().port, self.replica().port);
-        self.sentinels[0].must::<()>(
-            redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE),
-            "SENTINEL FAILOVER",
-        );
-        self.until_promoted(new);
+        let old = self.failover_named();
+        let new = self.primary().port;
         until_all(
             LIMIT,
             &format!("port {old} to become a replica of {new} with its link up"),
@@ -121,6 +135,30 @@ impl SentinelSet {
         );
         // So that another failover has a replica to promote.
         self.until_sentinels_know(old);
+    }
+
+    /// A failover on cue, until every sentinel names the replica as the primary: the old
+    /// primary, still up, is still a primary then (Sentinel demotes it seconds later). Returns
+    /// the old primary's port.
+    pub fn failover_named(&self) -> u16 {
+        let (old, new) = (self.primary().port, self.replica().port);
+        self.sentinels[0].must::<()>(
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE),
+            "SENTINEL FAILOVER",
+        );
+        self.until_promoted(new);
+        old
+    }
+
+    /// Kills the primary like a crash (SIGKILL), waits until the sentinels promoted the
+    /// replica, and starts the old primary again on its port, empty: a primary again until
+    /// Sentinel demotes it. Returns the old primary's port.
+    pub fn crash_and_restart_primary(&mut self) -> u16 {
+        let old = self.primary().port;
+        self.kill_primary_and_wait_failover();
+        let at = self.by_port(old);
+        self.data[at].server.restart_after(Duration::ZERO);
+        old
     }
 
     /// Kills the primary like a crash (SIGKILL) and waits until the sentinels promoted the
