@@ -276,3 +276,25 @@ fn a_try_after_the_server_killed_the_idle_connections_just_works() {
     // Nothing was taken for lost: no connection closed, no lock read to settle a try.
     assert_eq!((watch.calls("client|kill"), watch.calls("exec")), (1, 0));
 }
+
+#[test]
+fn a_lock_over_a_unix_socket_logs_in_and_lives_in_the_urls_database() {
+    let socket = std::env::temp_dir().join(format!("redis-lock-test-{}.sock", std::process::id()));
+    let path = socket.to_str().unwrap();
+    let server = RedisServer::start_with(&["--unixsocket", path, "--requirepass", "s3cret"]);
+    let url = format!("redis+unix://{path}?db=3&user=default&pass=s3cret");
+    let lock = Lock::new(&redis::Client::open(url).unwrap(), "l").unwrap();
+    assert!(lock.try_acquire().unwrap());
+    let admin = format!("redis://:s3cret@127.0.0.1:{}/3", server.port);
+    let mut admin = redis::Client::open(admin)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let owner: Option<String> = admin.get("lock:l").unwrap();
+    assert_eq!(owner.as_deref(), Some(lock.id()));
+    lock.release().unwrap();
+    let owner: Option<String> = admin.get("lock:l").unwrap();
+    assert_eq!(owner, None);
+    drop(server);
+    let _ = std::fs::remove_file(&socket);
+}
