@@ -293,12 +293,16 @@ impl Waiter for WaitConn<'_> {
 }
 
 /// What tells one server, database and login apart from another: the key of every cache of
-/// per-server state. The Debug form of the settings hides the password; the key holds it
-/// only as a keyed hash, which still tells passwords apart.
+/// per-server state.
 pub(crate) fn identity(info: &redis::ConnectionInfo) -> String {
-    let settings = info.redis_settings();
-    let password = settings.password().map(fingerprint);
-    format!("{:?}|{settings:?}|{password:?}", info.addr())
+    format!("{:?}|{}", info.addr(), login(info.redis_settings()))
+}
+
+/// The database and login of `settings` as a registry's key holds them. Their Debug form
+/// hides the password; the key has it only as a keyed hash, which still tells logins with
+/// other passwords apart.
+pub(crate) fn login(settings: &redis::RedisConnectionInfo) -> String {
+    format!("{settings:?}|{:?}", settings.password().map(fingerprint))
 }
 
 /// A keyed hash of `password`, 128 bits so that two passwords never share one by chance. The
