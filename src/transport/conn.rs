@@ -122,6 +122,7 @@ impl Conn {
         }
     }
 
+    /// Writes all of `bytes` by `deadline`.
     pub(crate) fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RedisError> {
         match &mut self.link {
             Link::Own { socket, .. } => {
