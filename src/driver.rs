@@ -208,6 +208,14 @@ pub(crate) async fn send_repeatable<T: Exchange + ?Sized>(
                 log::debug!("reply lost ({error}); sending again");
                 lost_before = true;
             }
+            // Not sent again, but the first send may have run: not a plain refusal.
+            Err(Fault::NotSent(e)) if lost_before => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "reply lost, and sending again failed",
+                    e.to_string(),
+                )))
+            }
             Err(fault) => return Err(fault.into_error()),
         }
     }
@@ -810,6 +818,10 @@ impl<T: Io + ?Sized> Inner<T> {
                     releasing: true,
                 });
                 match e {
+                    // Refused before anything was sent (see `send_repeatable`): nothing ran.
+                    Error::Redis(source) if source.is_connection_refusal() => {
+                        Err(Error::Redis(source))
+                    }
                     Error::Redis(source) => Err(self.unknown("release", source)),
                     other => Err(other),
                 }

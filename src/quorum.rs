@@ -1,7 +1,7 @@
 //! [`Quorum`]: Redlock, a lock held on a majority of independent servers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -16,7 +16,7 @@ use crate::Error;
 /// [`server_timeout`](Quorum::server_timeout) says otherwise.
 const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(100);
 
-static QUORUMS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
+static QUORUMS: LazyLock<Mutex<HashMap<String, Weak<dyn Transport>>>> =
     LazyLock::new(Default::default);
 
 /// N ≥ 3 independent Redis servers (not replicas of each other) as one place where locks
@@ -138,8 +138,10 @@ impl sealed::Sealed for Quorum {
             self.server_timeout
         );
         let mut known = QUORUMS.lock();
-        if let Some(found) = known.get(&key) {
-            return Ok(sealed::Route(Arc::clone(found)));
+        // A quorum no handle uses any more leaves the registry (its entry is only a weak one).
+        known.retain(|_, transport| transport.strong_count() > 0);
+        if let Some(found) = known.get(&key).and_then(Weak::upgrade) {
+            return Ok(sealed::Route(found));
         }
         let servers = self
             .clients
@@ -148,7 +150,7 @@ impl sealed::Sealed for Quorum {
             .collect::<Result<Vec<&'static Server>, Error>>()?;
         let transport: Arc<dyn Transport> =
             Arc::new(QuorumTransport::new(servers, self.server_timeout));
-        known.insert(key, Arc::clone(&transport));
+        known.insert(key, Arc::downgrade(&transport));
         Ok(sealed::Route(transport))
     }
 }

@@ -104,11 +104,10 @@ impl Backend for Sentinel {}
 impl sealed::Sealed for Sentinel {
     fn connect(&self) -> Result<sealed::Route, Error> {
         let key = format!(
-            "{:?}|{}|{:?}|{:?}",
+            "{:?}|{}|{}",
             self.sentinels.iter().map(addr_of).collect::<Vec<_>>(),
             self.service,
-            self.primary,
-            self.primary.password()
+            crate::transport::server::login(&self.primary)
         );
         let mut known = SENTINELS.lock();
         known.retain(|_, routed| routed.strong_count() > 0);

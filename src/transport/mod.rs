@@ -6,6 +6,7 @@
 pub(crate) mod aio;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+mod conn;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod nodes;
 pub(crate) mod quorum;

@@ -2,23 +2,21 @@
 //! each call bounded by its deadline down to the socket.
 
 use std::collections::HashMap;
-use std::io;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, ConnectionLike, ErrorKind, RedisError, Value};
+use redis::{ErrorKind, RedisError, Value};
 
+use super::conn::Conn;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::requests::Request;
 use crate::Error;
 
 /// Idle connections kept per pool; more are closed when they come back.
 const MAX_IDLE: usize = 16;
-/// A socket timeout this much longer than the time left is still close enough: setting it
-/// again would cost a system call on every request.
-const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
 /// Every server the process has talked to. They are never dropped, so a backend over several
 /// servers can lend out connections that borrow a server for as long as it likes.
@@ -62,20 +60,7 @@ impl Server {
 
     /// A new connection, set up by `deadline`, that knows its id at the server.
     fn connect(&self, deadline: Instant) -> Result<Conn, RedisError> {
-        let remaining = remaining(deadline)?;
-        let con = self.client.get_connection_with_timeout(remaining)?;
-        let mut conn = Conn {
-            con,
-            id: None,
-            read_timeout: None,
-            write_timeout: None,
-        };
-        conn.send(
-            &redis::cmd("CLIENT").arg("ID").get_packed_command(),
-            deadline,
-        )?;
-        conn.id = client_id(conn.recv(deadline)?)?.map(|id| id.id);
-        Ok(conn)
+        Conn::open(&self.client, deadline)
     }
 
     /// The client the connections are made with (no `CLIENT SETINFO`, no Nagle).
@@ -316,68 +301,38 @@ impl Waiter for WaitConn<'_> {
     }
 }
 
-/// A connection and the socket timeouts last set on it.
-struct Conn {
-    con: Connection,
-    id: Option<u64>,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-}
-
-impl Conn {
-    /// Its id for the transport: a single server is node 0 (a transport over several servers
-    /// numbers them).
-    fn conn_id(&self) -> Option<ConnId> {
-        self.id.map(|id| ConnId { node: 0, id })
-    }
-
-    fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RedisError> {
-        let remaining = remaining(deadline)?;
-        if !close_enough(self.write_timeout, remaining) {
-            self.con.set_write_timeout(Some(remaining))?;
-            self.write_timeout = Some(remaining);
-        }
-        self.con.send_packed_command(bytes)
-    }
-
-    /// One reply by `deadline`: the socket's timeout is the time left for the whole call,
-    /// never a fixed amount per reply.
-    fn recv(&mut self, deadline: Instant) -> Result<Value, RedisError> {
-        let remaining = remaining(deadline)?;
-        if !close_enough(self.read_timeout, remaining) {
-            self.con.set_read_timeout(Some(remaining))?;
-            self.read_timeout = Some(remaining);
-        }
-        self.con.recv_response()
-    }
-}
-
 /// What tells one server, database and login apart from another: the key of every cache of
-/// per-server state. The Debug form of the settings hides the password, which must still
-/// tell them apart.
+/// per-server state.
 pub(crate) fn identity(info: &redis::ConnectionInfo) -> String {
-    let settings = info.redis_settings();
-    format!("{:?}|{settings:?}|{:?}", info.addr(), settings.password())
+    format!("{:?}|{}", info.addr(), login(info.redis_settings()))
 }
 
-/// Whether a socket timeout of `set` ends no earlier than `remaining` and not much later.
-fn close_enough(set: Option<Duration>, remaining: Duration) -> bool {
-    set.is_some_and(|set| set >= remaining && set <= remaining + TIMEOUT_SLACK)
+/// The database and login of `settings` as a registry's key holds them. Their Debug form
+/// hides the password; the key has it only as a keyed hash, which still tells logins with
+/// other passwords apart.
+pub(crate) fn login(settings: &redis::RedisConnectionInfo) -> String {
+    format!("{settings:?}|{:?}", settings.password().map(fingerprint))
+}
+
+/// A keyed hash of `password`, 128 bits so that two passwords never share one by chance. The
+/// key is random to the process (std's `RandomState`, from the OS's random source), so the
+/// hash of a guessed password cannot be checked against it elsewhere.
+fn fingerprint(password: &str) -> [u64; 2] {
+    static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    [KEY.hash_one((0u8, password)), KEY.hash_one((1u8, password))]
 }
 
 /// The time left until `deadline`, or a timeout error when there is none: a zero socket
 /// timeout would mean "wait forever".
-pub(crate) fn remaining(deadline: Instant) -> Result<Duration, RedisError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(timed_out());
-    }
-    Ok(left)
+#[cfg(feature = "tokio")]
+pub(crate) fn remaining(deadline: Instant) -> Result<std::time::Duration, RedisError> {
+    Ok(super::conn::time_left(deadline)?)
 }
 
 /// The error of a call whose deadline passed.
+#[cfg(feature = "tokio")]
 pub(crate) fn timed_out() -> RedisError {
-    io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed").into()
+    super::conn::passed().into()
 }
 
 /// Connections of one kind: the idle ones, and how many are open in all.
@@ -398,8 +353,17 @@ impl Pool {
         self.live.fetch_sub(dropped.len(), Ordering::SeqCst);
     }
 
+    /// An idle connection the server has not closed. One it closed cannot have run anything
+    /// sent on it: a request must not go out there, to be taken for lost. And since a server
+    /// closes one idle connection mostly when it closes them all (a restart, a kill of every
+    /// client), the others are dropped with it.
     fn take_idle(&self) -> Option<Loan<'_>> {
         let conn = self.idle.lock().pop()?;
+        if !conn.usable() {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+            self.drop_idle();
+            return None;
+        }
         Some(Loan {
             pool: self,
             conn: Some(conn),
@@ -464,12 +428,36 @@ impl Drop for Loan<'_> {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         let mut idle = self.pool.idle.lock();
-        if idle.len() < MAX_IDLE && conn.con.is_open() {
+        if idle.len() < MAX_IDLE {
             idle.push(conn);
             drop(idle);
             self.pool.returned.notify_one();
         } else {
             self.pool.live.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::identity;
+
+    fn key(url: &str) -> String {
+        identity(redis::Client::open(url).unwrap().get_connection_info())
+    }
+
+    #[test]
+    fn the_key_does_not_carry_the_password() {
+        let key = key("redis://locker:s3cret-pw@127.0.0.1:6379/2");
+        assert!(!key.contains("s3cret-pw"), "{key}");
+        assert!(key.contains("locker") && key.contains("6379"), "{key}");
+    }
+
+    #[test]
+    fn logins_with_other_passwords_have_other_keys() {
+        let one = key("redis://locker:first@127.0.0.1:6379/");
+        assert_ne!(one, key("redis://locker:second@127.0.0.1:6379/"));
+        assert_ne!(one, key("redis://127.0.0.1:6379/"));
+        assert_eq!(one, key("redis://locker:first@127.0.0.1:6379/"));
     }
 }

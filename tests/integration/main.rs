@@ -36,6 +36,7 @@ mod outcomes;
 mod quorum;
 mod quorum_faults;
 mod replicas;
+mod seams_conn;
 mod security;
 #[cfg(feature = "sentinel")]
 mod sentinel;
@@ -63,6 +64,7 @@ fn child_process_role() {
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
+        "seams_conn::call" => seams_conn::call(&client, &args),
         #[cfg(feature = "sentinel")]
         "sentinel::listeners_end" => sentinel::listeners_end(&args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
