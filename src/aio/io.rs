@@ -116,6 +116,10 @@ impl Io for Async {
             }
         });
     }
+
+    fn in_background(work: impl std::future::Future<Output = ()> + Send + 'static) {
+        super::spawn_or_run(work);
+    }
 }
 
 /// The renewal task of one acquisition.

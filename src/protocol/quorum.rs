@@ -162,8 +162,10 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
 }
 
 /// The vote on an unlock: not ours when a majority said so (the lock was lost; a key it still
-/// had on a minority is deleted all the same), else released when any server released it;
-/// `None` when that cannot be told.
+/// had on a minority is deleted all the same), else released when any server released it and
+/// a majority answered; `None` when that cannot be told. With fewer answers, the servers that
+/// did not answer could be a majority still holding the key (or about to: a try of this id
+/// queued at a frozen server), so the release is not done.
 pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
     let (mut released, mut not_ours) = (0, 0);
     for replies in said.iter().flatten() {
@@ -173,9 +175,10 @@ pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
             Err(_) => {}
         }
     }
-    if not_ours >= majority(said.len()) {
+    let needed = majority(said.len());
+    if not_ours >= needed {
         Some(Value::Int(1))
-    } else if released > 0 {
+    } else if released > 0 && released + not_ours >= needed {
         Some(Value::Int(0))
     } else {
         None
@@ -395,6 +398,13 @@ mod tests {
             "lost to a majority: not ours, though a minority key went"
         );
         assert_eq!(unlock_vote(&keys(), &[not_ours, None, None]), None);
+    }
+
+    #[test]
+    fn an_unlock_answered_by_a_minority_is_not_done() {
+        let released = Some(vec![Value::Int(0)]);
+        let said = [released, None, None, None, Some(vec![Value::Int(1)])];
+        assert_eq!(unlock_vote(&keys(), &said), None);
     }
 
     #[test]

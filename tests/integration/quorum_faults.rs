@@ -22,8 +22,78 @@ use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Quorum};
 
 use crate::fault_injection::{field, now_ns, Rng};
-use crate::quorum::{holding, quorum, servers};
+use crate::quorum::{five_with_frozen, holding, quorum, servers};
 use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
+
+/// A handle of lock `q` on `servers` whose try ended `OutcomeUnknown`.
+fn unsure_after_a_try(servers: &[RedisServer]) -> Lock {
+    let lock = Lock::builder(&quorum(servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    let tried = lock.try_acquire();
+    assert!(
+        matches!(tried, Err(Error::OutcomeUnknown { .. })),
+        "{tried:?}"
+    );
+    lock
+}
+
+/// A try whose replies a frozen majority held back ends `OutcomeUnknown`; the servers run it
+/// when they resume, and the handle's id then holds the lock on a majority. Nobody calls the
+/// handle again: the background settle gives that back once the servers answer, so another
+/// handle can take the lock long before its 10 s expiry.
+#[test]
+fn a_try_that_lands_after_its_call_ended_is_given_back_without_another_call() {
+    let servers = five_with_frozen(3);
+    let lock = unsure_after_a_try(&servers);
+    for server in &servers[..3] {
+        server.resume();
+    }
+    let resumed = Instant::now();
+    eventually(
+        secs(2),
+        format_args!(
+            "the handle's id to leave the majority ({} of 5 hold it)",
+            holding(&servers, "q", lock.id())
+        ),
+        || holding(&servers, "q", lock.id()) < 3,
+    );
+    println!("given back {:?} after the resume", resumed.elapsed());
+    let other = Lock::builder(&quorum(&servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    assert!(
+        other.try_acquire().unwrap(),
+        "the lock is free for another handle"
+    );
+    other.release().unwrap();
+}
+
+/// A try of this handle is queued on four frozen servers of five. One resumes and runs it, and
+/// a release then reaches that one and the fifth only: two answers of five cannot tell that
+/// the rest do not hold the key (or are about to), so the release is not done. The other
+/// three resume and run the try: the handle's own id holds the lock on a majority. Its next
+/// try must take that for what it is, never `AlreadyAcquired` for its whole expiry.
+#[test]
+fn a_handles_own_late_try_on_a_majority_is_never_read_as_already_acquired() {
+    let servers = five_with_frozen(4);
+    let lock = unsure_after_a_try(&servers);
+    servers[0].resume();
+    let released = lock.release();
+    println!("a release answered by two servers of five: {released:?}");
+    for server in &servers[1..4] {
+        server.resume();
+    }
+    let again = lock.try_acquire();
+    assert!(
+        matches!(again, Ok(true)),
+        "the handle's own late try was in the key: {again:?}"
+    );
+    lock.release().unwrap();
+    assert_eq!(holding(&servers, "q", lock.id()), 0);
+}
 
 /// The quorum of the servers at `urls`, as a child process builds it.
 fn quorum_of(urls: &[String]) -> Quorum {
