@@ -123,7 +123,9 @@ pub(crate) fn try_vote(
 
 /// The vote on a read of owner and TTL: the owner a majority of servers hold, with the
 /// shortest TTL among them, in the shape of the `MULTI`/`EXEC` replies; `None` when fewer
-/// than a majority answered (a reply that is not a read's answer counts as none).
+/// than a majority answered (a reply that is not a read's answer counts as none), or when an
+/// owner without a majority could still have one on the servers that did not answer: a try
+/// queued at a frozen server runs when it resumes, and "free" would then be wrong.
 pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
@@ -146,7 +148,10 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
         }
     }
     let needed = majority(said.len());
-    if answered < needed {
+    let unanswered = said.len() - answered;
+    if answered < needed
+        || (owners.values()).any(|(count, _)| *count < needed && count + unanswered >= needed)
+    {
         return None;
     }
     let exec = match owners.into_iter().find(|(_, (count, _))| *count >= needed) {
@@ -383,6 +388,30 @@ mod tests {
         assert_eq!(observed.pttl, Pttl::Left(Duration::from_millis(800)));
         let minority = [exec("a", 900), None, None];
         assert_eq!(read_vote(&keys(), &minority), None);
+    }
+
+    #[test]
+    fn a_read_does_not_say_free_while_the_silent_servers_could_make_a_majority() {
+        let exec = |owner: Option<&str>| {
+            let get = owner.map_or(Value::Nil, bulk);
+            let pttl = Value::Int(if owner.is_some() { 900 } else { -2 });
+            Some(vec![
+                Value::Okay,
+                Value::Okay,
+                Value::Okay,
+                Value::Array(vec![get, pttl]),
+            ])
+        };
+        let said = [exec(Some("a")), exec(None), exec(None), None, None];
+        assert_eq!(
+            read_vote(&keys(), &said),
+            None,
+            "1 + 2 silent could be 3 of 5"
+        );
+        let said = [exec(Some("a")), exec(None), exec(None), exec(None), None];
+        let replies = read_vote(&keys(), &said).unwrap();
+        let observed = requests::parse_observe(&keys(), &replies).unwrap();
+        assert_eq!(observed.owner, None, "1 + 1 silent cannot");
     }
 
     #[test]
