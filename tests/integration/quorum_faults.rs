@@ -39,28 +39,36 @@ fn unsure_after_a_try(servers: &[RedisServer]) -> Lock {
     lock
 }
 
-/// A try whose replies a frozen majority held back ends `OutcomeUnknown`; the servers run it
-/// when they resume, and the handle's id then holds the lock on a majority. Nobody calls the
-/// handle again: the background settle gives that back once the servers answer, so another
-/// handle can take the lock long before its 10 s expiry.
-#[test]
-fn a_try_that_lands_after_its_call_ended_is_given_back_without_another_call() {
-    let servers = five_with_frozen(3);
-    let lock = unsure_after_a_try(&servers);
+/// How many `SET`s `server` has run: here, the tries at a lock.
+fn sets_run(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    let stats: String = info.get("cmdstat_set").unwrap_or_default();
+    let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="));
+    calls.and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Resumes the three frozen servers of `servers`, which run the try of `id` queued there,
+/// and sees the background settle give it back within 2 s, nobody calling the handle: then
+/// another handle takes the lock, long before the 10 s expiry.
+fn resume_and_see_it_given_back(servers: &[RedisServer], id: &str) {
     for server in &servers[..3] {
         server.resume();
     }
     let resumed = Instant::now();
+    let at_resume = holding(servers, "q", id);
     eventually(
         secs(2),
-        format_args!(
-            "the handle's id to leave the majority ({} of 5 hold it)",
-            holding(&servers, "q", lock.id())
-        ),
-        || holding(&servers, "q", lock.id()) < 3,
+        format_args!("the handle's id to leave the majority ({at_resume} of 5 had it)"),
+        || holding(servers, "q", id) < 3,
     );
     println!("given back {:?} after the resume", resumed.elapsed());
-    let other = Lock::builder(&quorum(&servers), "q")
+    for server in &servers[..3] {
+        assert_eq!(sets_run(server), 2, "the warm-up's try and the late one");
+    }
+    let other = Lock::builder(&quorum(servers), "q")
         .expire(secs(10))
         .build()
         .unwrap();
@@ -69,6 +77,36 @@ fn a_try_that_lands_after_its_call_ended_is_given_back_without_another_call() {
         "the lock is free for another handle"
     );
     other.release().unwrap();
+}
+
+/// A try whose replies a frozen majority held back ends `OutcomeUnknown`; the servers run it
+/// when they resume, and the handle's id then holds the lock on a majority until the
+/// background settle gives it back.
+#[test]
+fn a_try_that_lands_after_its_call_ended_is_given_back_without_another_call() {
+    let servers = five_with_frozen(3);
+    let lock = unsure_after_a_try(&servers);
+    resume_and_see_it_given_back(&servers, lock.id());
+}
+
+/// The same with the async API, whose background settle is a task.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_try_that_lands_after_its_call_ended_is_given_back_by_a_task() {
+    let servers = five_with_frozen(3);
+    let lock = redis_blpop_lock::aio::Lock::builder(&quorum(&servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    let tried = lock.try_acquire().await;
+    assert!(
+        matches!(tried, Err(Error::OutcomeUnknown { .. })),
+        "{tried:?}"
+    );
+    let id = lock.id().to_string();
+    tokio::task::spawn_blocking(move || resume_and_see_it_given_back(&servers, &id))
+        .await
+        .unwrap();
 }
 
 /// A try of this handle is queued on four frozen servers of five. One resumes and runs it, and
