@@ -870,10 +870,11 @@ impl<T: Io + ?Sized> Inner<T> {
     /// Releases the lock: any acquisition (`epoch` `None`), or only acquisition `epoch`, as a
     /// guard does.
     pub(crate) async fn release(&self, epoch: Option<u64>) -> Result<(), Error> {
+        let deadline = self.io_deadline(Wait::Never);
         // Settling an unsure belief is this call's from here: no background give-back
         // crosses it.
         let never = CancelToken::new();
-        let _claim = (self.claim("release", self.io_deadline(Wait::Never), &never)).await?;
+        let _claim = self.claim("release", deadline, &never).await?;
         let belief = {
             let state = self.state.lock();
             match (epoch, state.belief) {
@@ -888,7 +889,6 @@ impl<T: Io + ?Sized> Inner<T> {
         };
         log::debug!("lock {:?}: releasing", self.name());
         self.stop_renewal();
-        let deadline = self.io_deadline(Wait::Never);
         let mut unsure_release = false;
         if let Belief::Unsure(unsure) = belief {
             unsure_release = unsure.releasing;
@@ -1198,7 +1198,10 @@ impl<T: Io + ?Sized> Settler<T> {
                         self.name
                     );
                     claim.end(|state| {
-                        state.belief = Belief::Free;
+                        // Unless something else changed it meanwhile (a reset).
+                        if let Belief::Unsure(_) = state.belief {
+                            state.belief = Belief::Free;
+                        }
                         state.settler = None;
                     });
                     return;
