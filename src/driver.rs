@@ -33,7 +33,8 @@ pub(crate) trait Exchange: Send + Sync {
 }
 
 /// Where the driver's requests go, and how it waits: a blocking transport, or an async one.
-pub(crate) trait Io: Exchange {
+/// `'static`: the background settle keeps the transport beyond the call.
+pub(crate) trait Io: Exchange + 'static {
     /// What an acquire keeps between its waits (a connection, a place in a queue).
     type Waiting<'a>: Send
     where
@@ -77,6 +78,9 @@ pub(crate) trait Io: Exchange {
         unlock: Request,
         deadline: Instant,
     );
+
+    /// Runs `work` apart from the caller: on a thread of its own, or a task.
+    fn in_background(work: impl Future<Output = ()> + Send + 'static);
 }
 
 /// A renewal under way, thread or task.
@@ -93,7 +97,8 @@ pub(crate) struct Inner<T: Io + ?Sized> {
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
     drift: Duration,
-    state: Mutex<State>,
+    /// Shared with the background settle, which may outlive the handle.
+    state: Arc<Mutex<State>>,
     /// Told whenever the lease changes, for the async guard's `when_lost`.
     #[cfg(feature = "tokio")]
     pub(crate) lease_changed: tokio::sync::Notify,
@@ -104,6 +109,11 @@ struct State {
     /// The epoch of the latest acquisition.
     epoch: u64,
     renewal: Option<Box<dyn Renewing>>,
+    /// Whether the unsure belief is being settled now, by a call of the handle or by the
+    /// background settle: one at a time (see [`Claim`]).
+    settling: bool,
+    /// Until when the background settle runs, while it does.
+    settler: Option<Instant>,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -152,6 +162,10 @@ impl Answered {
 /// failure doubles it, up to [`MAX_PAUSE`]. Never a way of waiting for the lock.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(10);
 const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// How long the background settle of a lock without expiry goes on (one with an expiry: until
+/// that has passed).
+const SETTLE_WITHOUT_EXPIRY: Duration = Duration::from_secs(60);
 
 /// The pause after `pause`, in the backoff while a server is away.
 pub(crate) fn longer(pause: Duration) -> Duration {
@@ -249,11 +263,13 @@ impl<T: Io + ?Sized> Inner<T> {
             drift: settings.expire().map_or(Duration::ZERO, |e| place.drift(e)),
             settings,
             transport,
-            state: Mutex::new(State {
+            state: Arc::new(Mutex::new(State {
                 belief: Belief::Free,
                 epoch: 0,
                 renewal: None,
-            }),
+                settling: false,
+                settler: None,
+            })),
             #[cfg(feature = "tokio")]
             lease_changed: tokio::sync::Notify::new(),
         }
@@ -582,7 +598,7 @@ impl<T: Io + ?Sized> Inner<T> {
         match self.settle(conn, wait, cancel).await {
             Ok((observed, sent)) => Ok(self.found(observed, sent)),
             Err(settling) => {
-                self.state.lock().belief = Belief::Unsure(Unsure {
+                self.unsure(Unsure {
                     conn,
                     releasing: false,
                 });
@@ -604,7 +620,9 @@ impl<T: Io + ?Sized> Inner<T> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<(Observed, Instant), Error> {
-        let give_up = self.give_up(wait);
+        // Past its time here, the settling goes on in the background (`unsure`).
+        let settle_time = (self.transport.place()).settle_time(self.settings.io_timeout);
+        let give_up = self.give_up(wait).min(Instant::now() + settle_time);
         let mut pause = FIRST_PAUSE;
         loop {
             let deadline = (Instant::now() + self.settings.io_timeout).min(give_up);
@@ -671,9 +689,13 @@ impl<T: Io + ?Sized> Inner<T> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
+        if let Some((unsure, claim)) = self.claim("acquire", self.give_up(wait), cancel).await? {
+            return self.ask_redis(unsure, claim, wait, cancel).await;
+        }
         let belief = self.state.lock().belief;
         match belief {
-            Belief::Free => Ok(None),
+            // Unsure again: made so meanwhile by a call on another thread, which settles it.
+            Belief::Free | Belief::Unsure(_) => Ok(None),
             Belief::Held(lease) if !lease.is_lost(Instant::now()) => {
                 Err(self.error(|name| Error::AlreadyAcquired { name }))
             }
@@ -681,19 +703,104 @@ impl<T: Io + ?Sized> Inner<T> {
                 self.forget();
                 Ok(None)
             }
-            Belief::Unsure(unsure) => {
-                let (observed, sent) = self.settle(unsure.conn, wait, cancel).await?;
-                self.forget();
-                if !self.is_ours(observed.owner.as_deref()) {
-                    return Ok(None);
-                }
-                if cancel.is_cancelled() {
-                    self.unlock_quietly().await;
-                    return Err(self.error(|name| Error::Cancelled { name }));
-                }
-                let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
-                self.acquired(valid_until, observed.fence).map(Some)
+        }
+    }
+
+    /// The unsure belief settled by this call: reads whose id the key holds, after closing
+    /// the connection that may still take it. Ours, it is acquired, its expiry counted from
+    /// the read: the handle's own request took it, and a handle never takes its own id in the
+    /// key for someone else's lock (`AlreadyAcquired`). Not settled in time, the background
+    /// settle goes on.
+    async fn ask_redis(
+        self: &Arc<Self>,
+        unsure: Unsure,
+        _claim: Claim<'_>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        let (observed, sent) = match self.settle(unsure.conn, wait, cancel).await {
+            Ok(settled) => settled,
+            Err(e) => {
+                self.unsure(unsure);
+                return Err(e);
             }
+        };
+        self.forget();
+        if !self.is_ours(observed.owner.as_deref()) {
+            return Ok(None);
+        }
+        if cancel.is_cancelled() {
+            self.unlock_quietly().await;
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
+        self.acquired(valid_until, observed.fence).map(Some)
+    }
+
+    /// The belief becomes `unsure`. Redis is asked before the handle assumes anything, and
+    /// meanwhile a background settle gives back whatever the handle's id holds as soon as the
+    /// servers answer, so that a request whose reply was lost (perhaps still queued at a
+    /// frozen server) does not hold the lock for nobody until the handle's next call. It runs
+    /// until that is done, the belief changed, or the expiry has passed since.
+    fn unsure(&self, unsure: Unsure) {
+        let span = self.settings.expire().unwrap_or(SETTLE_WITHOUT_EXPIRY);
+        let now = Instant::now();
+        let until = now.checked_add(span).unwrap_or(now);
+        let start = {
+            let mut state = self.state.lock();
+            state.belief = Belief::Unsure(unsure);
+            let start = state.settler.is_none();
+            state.settler = Some(state.settler.map_or(until, |t| t.max(until)));
+            start
+        };
+        if start {
+            T::in_background(
+                Settler {
+                    state: Arc::clone(&self.state),
+                    transport: Arc::clone(&self.transport),
+                    unlock: self.unlock_request(),
+                    io_timeout: self.settings.io_timeout,
+                    name: self.settings.name.clone(),
+                }
+                .run(),
+            );
+        }
+    }
+
+    /// The settling of the unsure belief for a call of the handle, once a step of the
+    /// background settle under way has ended (that takes a round trip once the servers
+    /// answer; until then, pauses as while a server is away), by `give_up`. `None` when the
+    /// belief is not unsure.
+    async fn claim(
+        &self,
+        operation: &'static str,
+        give_up: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Option<(Unsure, Claim<'_>)>, Error> {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            {
+                let mut state = self.state.lock();
+                match state.belief {
+                    Belief::Unsure(unsure) if !state.settling => {
+                        state.settling = true;
+                        return Ok(Some((unsure, Claim(&self.state))));
+                    }
+                    Belief::Unsure(_) => {}
+                    Belief::Free | Belief::Held(_) => return Ok(None),
+                }
+            }
+            if Instant::now() + pause >= give_up {
+                let busy = redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the background settle of an earlier lost reply is under way",
+                ));
+                return Err(self.unknown(operation, busy));
+            }
+            if self.transport.pause(pause, cancel).await {
+                return Err(self.error(|name| Error::Cancelled { name }));
+            }
+            pause = longer(pause);
         }
     }
 
@@ -775,6 +882,11 @@ impl<T: Io + ?Sized> Inner<T> {
     /// Releases the lock: any acquisition (`epoch` `None`), or only acquisition `epoch`, as a
     /// guard does.
     pub(crate) async fn release(&self, epoch: Option<u64>) -> Result<(), Error> {
+        let deadline = self.io_deadline(Wait::Never);
+        // Settling an unsure belief is this call's from here: no background give-back
+        // crosses it.
+        let never = CancelToken::new();
+        let _claim = self.claim("release", deadline, &never).await?;
         let belief = {
             let state = self.state.lock();
             match (epoch, state.belief) {
@@ -789,7 +901,6 @@ impl<T: Io + ?Sized> Inner<T> {
         };
         log::debug!("lock {:?}: releasing", self.name());
         self.stop_renewal();
-        let deadline = self.io_deadline(Wait::Never);
         let mut unsure_release = false;
         if let Belief::Unsure(unsure) = belief {
             unsure_release = unsure.releasing;
@@ -813,7 +924,7 @@ impl<T: Io + ?Sized> Inner<T> {
             }
             Err(e) => {
                 // It may have run: the next acquire asks Redis instead of trusting a belief.
-                self.state.lock().belief = Belief::Unsure(Unsure {
+                self.unsure(Unsure {
                     conn: None,
                     releasing: true,
                 });
@@ -1037,12 +1148,17 @@ impl<T: Io + ?Sized> Inner<T> {
 impl<T: Io + ?Sized> Drop for Inner<T> {
     fn drop(&mut self) {
         // A held lock is left to expire, as python-redis-lock does; only renewing stops.
-        if let Some(renewal) = self.state.get_mut().renewal.take() {
+        let (renewal, belief, settler) = {
+            let mut state = self.state.lock();
+            (state.renewal.take(), state.belief, state.settler)
+        };
+        if let Some(renewal) = renewal {
             renewal.stop();
         }
         // But an unsettled request may have taken the lock for nobody: settle it now, or a
-        // lock without expiry would stay held for good.
-        if let Belief::Unsure(unsure) = self.state.get_mut().belief {
+        // lock without expiry would stay held for good. A background settle under way goes on
+        // without the handle.
+        if let (Belief::Unsure(unsure), None) = (belief, settler) {
             let deadline = Instant::now() + self.settings.io_timeout;
             T::settle_dropped(
                 &self.transport,
@@ -1050,6 +1166,105 @@ impl<T: Io + ?Sized> Drop for Inner<T> {
                 self.unlock_request(),
                 deadline,
             );
+        }
+    }
+}
+
+/// The settling of an unsure belief, taken by a call of the handle or by a step of the
+/// background settle: one at a time, so that a give-back never lands on a lock the handle
+/// has just found ours, and only one of them counts on what it did.
+struct Claim<'a>(&'a Mutex<State>);
+
+impl Claim<'_> {
+    /// Ends the claim, with `change` made under the same lock.
+    fn end(self, change: impl FnOnce(&mut State)) {
+        let mut state = self.0.lock();
+        change(&mut state);
+        state.settling = false;
+        drop(state);
+        // The claim is over already; its drop would only take the lock again.
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.lock().settling = false;
+    }
+}
+
+/// The background settle of a handle's unsure belief: what it needs, the handle gone or not.
+struct Settler<T: Io + ?Sized> {
+    state: Arc<Mutex<State>>,
+    transport: Arc<T>,
+    /// The handle's own release, owner-checked: it gives back only what holds its id.
+    unlock: Request,
+    io_timeout: Duration,
+    name: String,
+}
+
+impl<T: Io + ?Sized> Settler<T> {
+    /// Gives back what the handle's id holds, again after pauses while the servers are away,
+    /// until done, the belief is no longer unsure (the handle settled it), or its time is up.
+    async fn run(self) {
+        // Nobody cancels a give-back: it is what frees the lock for the others.
+        let never = CancelToken::new();
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let claimed = {
+                let mut state = self.state.lock();
+                match (state.belief, state.settler) {
+                    (Belief::Unsure(unsure), Some(until)) if Instant::now() < until => {
+                        // A call of the handle settling it now: see again after a pause.
+                        (!state.settling).then(|| {
+                            state.settling = true;
+                            (unsure, Claim(&self.state))
+                        })
+                    }
+                    _ => {
+                        state.settler = None;
+                        return;
+                    }
+                }
+            };
+            if let Some((unsure, claim)) = claimed {
+                if self.give_back(unsure).await {
+                    log::info!(
+                        "lock {:?}: a lost reply settled in the background",
+                        self.name
+                    );
+                    claim.end(|state| {
+                        // Unless something else changed it meanwhile (a reset).
+                        if let Belief::Unsure(_) = state.belief {
+                            state.belief = Belief::Free;
+                        }
+                        state.settler = None;
+                    });
+                    return;
+                }
+            }
+            self.transport.pause(pause, &never).await;
+            pause = longer(pause);
+        }
+    }
+
+    /// Closes the connection the unsure request went out on, so that it cannot run later,
+    /// then releases what holds the handle's id. True once the servers answered the release.
+    async fn give_back(&self, unsure: Unsure) -> bool {
+        let deadline = Instant::now() + self.io_timeout;
+        if let Some(conn) = unsure.conn {
+            match self.transport.close(conn, deadline).await {
+                Ok(Admin::Refused) => log_kill_refused_once(),
+                Ok(Admin::Done | Admin::Nothing) => {}
+                Err(_) => return false,
+            }
+        }
+        match send_repeatable(&*self.transport, &self.unlock, deadline).await {
+            Ok(_) => true,
+            Err(e) => {
+                log::debug!("lock {:?}: background settle: {e}", self.name);
+                false
+            }
         }
     }
 }

@@ -384,6 +384,15 @@ impl Io for dyn Transport {
             log::error!("a dropped lock handle's release failed: {e}");
         }
     }
+
+    fn in_background(work: impl Future<Output = ()> + Send + 'static) {
+        let spawned = std::thread::Builder::new()
+            .name("redis-lock-settle".into())
+            .spawn(move || now(work));
+        if let Err(e) = spawned {
+            log::error!("no thread to settle a lost reply on: {e}; the handle's next call does");
+        }
+    }
 }
 
 /// Blocks in `BLPOP` until `until` at the latest, then tries, all in one round trip on the

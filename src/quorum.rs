@@ -31,8 +31,13 @@ static QUORUMS: LazyLock<Mutex<HashMap<String, Weak<dyn Transport>>>> =
 /// may hold it, including those whose reply was lost. A renewal holds where the key is still
 /// ours on a majority, and takes it again where it went missing (a server that restarted
 /// empty). Waiting stays blocking: every waiter of a lock blocks in `BLPOP` on the same
-/// server's signal list (each release pushes to all), and moves to another server if that
-/// one fails.
+/// server's signal list (each release pushes to all, those that never had the holder's key
+/// included), and moves to another server if that one fails.
+///
+/// A call ends within a few server timeouts, whatever the handle's I/O timeout: against a
+/// frozen majority, `OutcomeUnknown` after about three. What its try may have taken there
+/// (the servers run it when they resume) is given back in the background as soon as a
+/// majority answers, without waiting for the handle's next call.
 ///
 /// A quorum lock needs an [`expire`](crate::LockBuilder::expire), and has no fencing tokens
 /// (`.fencing(true)` is refused): see the crate docs' Redlock section for why, and for the

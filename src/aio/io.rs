@@ -162,6 +162,10 @@ async fn settle(
     if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
         log::error!("{failed}: {e}");
     }
+
+    fn in_background(work: impl std::future::Future<Output = ()> + Send + 'static) {
+        super::spawn_or_run(work);
+    }
 }
 
 /// The renewal task of one acquisition.

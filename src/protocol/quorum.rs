@@ -123,7 +123,9 @@ pub(crate) fn try_vote(
 
 /// The vote on a read of owner and TTL: the owner a majority of servers hold, with the
 /// shortest TTL among them, in the shape of the `MULTI`/`EXEC` replies; `None` when fewer
-/// than a majority answered (a reply that is not a read's answer counts as none).
+/// than a majority answered (a reply that is not a read's answer counts as none), or when an
+/// owner without a majority could still have one on the servers that did not answer: a try
+/// queued at a frozen server runs when it resumes, and "free" would then be wrong.
 pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
@@ -146,7 +148,10 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
         }
     }
     let needed = majority(said.len());
-    if answered < needed {
+    let unanswered = said.len() - answered;
+    if answered < needed
+        || (owners.values()).any(|(count, _)| *count < needed && count + unanswered >= needed)
+    {
         return None;
     }
     let exec = match owners.into_iter().find(|(_, (count, _))| *count >= needed) {
@@ -162,8 +167,10 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
 }
 
 /// The vote on an unlock: not ours when a majority said so (the lock was lost; a key it still
-/// had on a minority is deleted all the same), else released when any server released it;
-/// `None` when that cannot be told.
+/// had on a minority is deleted all the same), else released when any server released it and
+/// a majority answered; `None` when that cannot be told. With fewer answers, the servers that
+/// did not answer could be a majority still holding the key (or about to: a try of this id
+/// queued at a frozen server), so the release is not done.
 pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
     let (mut released, mut not_ours) = (0, 0);
     for replies in said.iter().flatten() {
@@ -173,9 +180,10 @@ pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
             Err(_) => {}
         }
     }
-    if not_ours >= majority(said.len()) {
+    let needed = majority(said.len());
+    if not_ours >= needed {
         Some(Value::Int(1))
-    } else if released > 0 {
+    } else if released > 0 && released + not_ours >= needed {
         Some(Value::Int(0))
     } else {
         None
@@ -383,6 +391,30 @@ mod tests {
     }
 
     #[test]
+    fn a_read_does_not_say_free_while_the_silent_servers_could_make_a_majority() {
+        let exec = |owner: Option<&str>| {
+            let get = owner.map_or(Value::Nil, bulk);
+            let pttl = Value::Int(if owner.is_some() { 900 } else { -2 });
+            Some(vec![
+                Value::Okay,
+                Value::Okay,
+                Value::Okay,
+                Value::Array(vec![get, pttl]),
+            ])
+        };
+        let said = [exec(Some("a")), exec(None), exec(None), None, None];
+        assert_eq!(
+            read_vote(&keys(), &said),
+            None,
+            "1 + 2 silent could be 3 of 5"
+        );
+        let said = [exec(Some("a")), exec(None), exec(None), exec(None), None];
+        let replies = read_vote(&keys(), &said).unwrap();
+        let observed = requests::parse_observe(&keys(), &replies).unwrap();
+        assert_eq!(observed.owner, None, "1 + 1 silent cannot");
+    }
+
+    #[test]
     fn an_unlock_is_not_ours_only_when_a_majority_says_so() {
         let released = Some(vec![Value::Int(0)]);
         let not_ours = Some(vec![Value::Int(1)]);
@@ -395,6 +427,13 @@ mod tests {
             "lost to a majority: not ours, though a minority key went"
         );
         assert_eq!(unlock_vote(&keys(), &[not_ours, None, None]), None);
+    }
+
+    #[test]
+    fn an_unlock_answered_by_a_minority_is_not_done() {
+        let released = Some(vec![Value::Int(0)]);
+        let said = [released, None, None, None, Some(vec![Value::Int(1)])];
+        assert_eq!(unlock_vote(&keys(), &said), None);
     }
 
     #[test]

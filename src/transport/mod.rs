@@ -106,6 +106,13 @@ pub(crate) trait Transport: Send + Sync {
         std::time::Duration::ZERO
     }
 
+    /// How long a call that lost a reply settles it itself, before it ends with
+    /// `OutcomeUnknown` and the settling goes on in the background: `io_timeout`, or less
+    /// where each round has a shorter bound of its own (a quorum's server timeout).
+    fn settle_time(&self, io_timeout: std::time::Duration) -> std::time::Duration {
+        io_timeout
+    }
+
     /// Runs `visit` on each primary, for what must reach every one (`reset_all`): with the
     /// primary to scan, and where to send requests about the keys found there.
     fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;

@@ -72,12 +72,27 @@ impl Quorum {
         self.fan_out(request, deadline, |_| true)
     }
 
-    /// Gives `id`'s key back on the servers `on` picks. It has the server timeout of its
-    /// own, even past the caller's deadline: a key left behind would block others until its
-    /// expiry.
-    fn give_back(&self, keys: &Keys, id: &[u8], signal: bool, on: impl Fn(usize) -> bool) {
+    /// Gives `id`'s key back on the servers `on` picks: first on those that answered the
+    /// request before, then on the others, each round with the server timeout of its own, even
+    /// past the caller's deadline: a key left behind would block others until its expiry. A
+    /// frozen server that is connected to anew costs a round its whole time, so it must not
+    /// cost the live ones their give-back.
+    fn give_back(
+        &self,
+        keys: &Keys,
+        id: &[u8],
+        signal: bool,
+        answered: &Answers,
+        on: impl Fn(usize) -> bool,
+    ) {
         let request = requests::give_back(keys, id, signal);
-        let _ = self.fan_out(&request, Instant::now() + self.server_timeout, on);
+        let ok = |i: usize| matches!(answered.get(i), Some(Ok(_)));
+        let _ = self.fan_out(&request, Instant::now() + self.server_timeout, |i| {
+            on(i) && ok(i)
+        });
+        let _ = self.fan_out(&request, Instant::now() + self.server_timeout, |i| {
+            on(i) && !ok(i)
+        });
     }
 
     /// Too few servers answered: nothing ran if no reply was lost, else it may have.
@@ -129,12 +144,12 @@ impl Quorum {
                     // Keys that were a majority (won too late) wake a waiter as they go.
                     let majority = (0..self.servers.len()).filter(|&i| may_hold(i)).count()
                         >= quorum::majority(self.servers.len());
-                    self.give_back(keys, id, majority, may_hold);
+                    self.give_back(keys, id, majority, &answers, may_hold);
                 }
                 Ok(reply)
             }
             TryVote::Unreached { .. } => {
-                self.give_back(keys, id, false, may_hold);
+                self.give_back(keys, id, false, &answers, may_hold);
                 Err(self.unreached(&answers))
             }
         }
@@ -158,12 +173,31 @@ impl Quorum {
                 Ok(vec![Value::Int(0)])
             }
             ExtendVote::NotOurs => {
-                self.give_back(keys, id, false, |_| true);
+                self.give_back(keys, id, false, &answers, |_| true);
                 Ok(vec![Value::Int(1)])
             }
             ExtendVote::NoExpiry => Ok(vec![Value::Int(2)]),
             ExtendVote::Unreached => Err(self.unreached(&answers)),
         }
+    }
+
+    /// The unlock's vote. A release also wakes a waiter where the key was not its own: the
+    /// waiters block on one server, which may never have had the holder's key (it was down, or
+    /// slow, when the lock was taken), and the unlock there pushes no signal.
+    fn unlock_all(
+        &self,
+        request: &Request,
+        deadline: Instant,
+        keys: &Keys,
+    ) -> Result<Vec<Value>, Fault> {
+        let answers = self.all(request, deadline);
+        let reply =
+            quorum::unlock_vote(keys, &said(&answers)).ok_or_else(|| self.unreached(&answers))?;
+        if reply == Value::Int(0) {
+            let not_ours = |i: usize| matches!(answers.get(i), Some(Ok(r)) if r.first() == Some(&Value::Int(1)));
+            let _ = self.fan_out(&requests::pass_on(keys), deadline, not_ours);
+        }
+        Ok(vec![reply])
     }
 }
 
@@ -185,13 +219,7 @@ impl Transport for Quorum {
                 let answers = self.all(request, deadline);
                 quorum::read_vote(keys, &said(&answers)).ok_or_else(|| self.unreached(&answers))
             }
-            Kind::Unlock { keys } => {
-                let answers = self.all(request, deadline);
-                match quorum::unlock_vote(keys, &said(&answers)) {
-                    Some(reply) => Ok(vec![reply]),
-                    None => Err(self.unreached(&answers)),
-                }
-            }
+            Kind::Unlock { keys } => self.unlock_all(request, deadline, keys),
             Kind::Other => {
                 let answers = self.all(request, deadline);
                 quorum::other_vote(&said(&answers)).ok_or_else(|| self.unreached(&answers))
@@ -258,6 +286,11 @@ impl Transport for Quorum {
 
     fn drift(&self, expire: Duration) -> Duration {
         quorum::drift(expire)
+    }
+
+    /// One round of reads: a call ends by the servers' timeouts, not the I/O timeout.
+    fn settle_time(&self, io_timeout: Duration) -> Duration {
+        io_timeout.min(self.server_timeout)
     }
 
     fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Quorum};
 
-use crate::support::{assert_woken_by, secs, spawn_waiter, RedisServer};
+use crate::support::{assert_woken_by, eventually, ms, secs, spawn_waiter, RedisServer};
 
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 const EXPIRE: Duration = Duration::from_secs(30);
@@ -267,5 +267,101 @@ fn an_expire_too_short_for_the_drift_is_refused() {
         .unwrap();
     assert!(
         matches!(lock.try_acquire(), Err(Error::InvalidArgument(ref m)) if m.contains("drift"))
+    );
+}
+
+/// The waiters of a lock block on one server, which may never have had the holder's key: it
+/// was down when the lock was taken (as a fresh server still starting is), and is back, empty,
+/// when the waiter comes. The release must wake the waiter there all the same, not leave it to
+/// its 5 s fallback. Each server in turn is the one that missed the key, so one of them is
+/// the waiters' server.
+#[test]
+fn a_release_wakes_a_waiter_on_a_server_that_never_had_the_holders_key() {
+    for missed in 0..5 {
+        let mut servers = servers(5);
+        let quorum = quorum(&servers);
+        servers[missed].kill();
+        let holder = Lock::builder(&quorum, "q")
+            .expire(secs(10))
+            .build()
+            .unwrap();
+        holder.acquire().unwrap();
+        servers[missed].restart_after(Duration::ZERO);
+        let waiter = Lock::builder(&quorum, "q")
+            .expire(secs(10))
+            .build()
+            .unwrap();
+        let waiter = spawn_waiter(waiter, secs(30));
+        eventually(BLOCK_LIMIT, "the waiter to block", || {
+            blocked_anywhere(&servers) >= 1 || waiter.is_finished()
+        });
+        let released = Instant::now();
+        holder.release().unwrap();
+        assert!(waiter.join().unwrap().unwrap());
+        let after = released.elapsed();
+        println!("server {missed} missed the holder's key: the waiter took the lock {after:?} after the release");
+        assert!(
+            after < secs(2),
+            "server {missed} missed the holder's key: the waiter took the lock {after:?} after \
+             the release"
+        );
+    }
+}
+
+/// Five servers, each with a connection of this process (as in a running process), the
+/// first `frozen` of them then stopped with `SIGSTOP`.
+pub fn five_with_frozen(frozen: usize) -> Vec<RedisServer> {
+    let servers = servers(5);
+    let warm = Lock::builder(&quorum(&servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    warm.acquire().unwrap();
+    warm.release().unwrap();
+    for server in &servers[..frozen] {
+        server.pause();
+    }
+    servers
+}
+
+/// What `call` on a handle of lock `q` said with three servers of five frozen, and how long
+/// it took.
+fn against_a_frozen_majority(
+    call: impl FnOnce(&Lock) -> Result<bool, Error>,
+) -> (Result<bool, Error>, Duration) {
+    let servers = five_with_frozen(3);
+    let lock = Lock::builder(&quorum(&servers), "q")
+        .expire(EXPIRE)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let said = call(&lock);
+    let took = started.elapsed();
+    for server in &servers[..3] {
+        server.resume();
+    }
+    assert!(
+        matches!(said, Err(Error::OutcomeUnknown { .. })),
+        "{said:?}"
+    );
+    (said, took)
+}
+
+/// Each server has 100 ms to answer (the quorum's default server timeout): a call against a
+/// frozen majority ends within a few of those, not after the handle's 5 s I/O timeout.
+#[test]
+fn a_try_against_a_frozen_majority_ends_within_the_server_timeouts() {
+    let (tried, took) = against_a_frozen_majority(Lock::try_acquire);
+    println!("try_acquire against a frozen majority: {tried:?} after {took:?}");
+    assert!(took < secs(1), "try_acquire took {took:?}");
+}
+
+#[test]
+fn a_wait_against_a_frozen_majority_ends_by_its_deadline() {
+    let (waited, took) = against_a_frozen_majority(|lock| lock.acquire_timeout(ms(500)));
+    println!("acquire_timeout(500 ms) against a frozen majority: {waited:?} after {took:?}");
+    assert!(
+        took < ms(500 + 150),
+        "acquire_timeout(500 ms) took {took:?}"
     );
 }

@@ -22,8 +22,121 @@ use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Quorum};
 
 use crate::fault_injection::{field, now_ns, Rng};
-use crate::quorum::{holding, quorum, servers};
+use crate::quorum::{five_with_frozen, holding, quorum, servers};
 use crate::support::{eventually, ms, secs, ChildProcess, RedisServer};
+
+/// A handle of lock `q` on `servers` whose try ended `OutcomeUnknown`.
+fn unsure_after_a_try(servers: &[RedisServer]) -> Lock {
+    let lock = Lock::builder(&quorum(servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    let tried = lock.try_acquire();
+    assert!(
+        matches!(tried, Err(Error::OutcomeUnknown { .. })),
+        "{tried:?}"
+    );
+    lock
+}
+
+/// How many `SET`s `server` has run: here, the tries at a lock.
+fn sets_run(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    let stats: String = info.get("cmdstat_set").unwrap_or_default();
+    let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="));
+    calls.and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Resumes the three frozen servers of `servers`, which run the try of `id` queued there,
+/// and sees the background settle give it back within 2 s, nobody calling the handle: then
+/// another handle takes the lock, long before the 10 s expiry.
+fn resume_and_see_it_given_back(servers: &[RedisServer], id: &str) {
+    for server in &servers[..3] {
+        server.resume();
+    }
+    let resumed = Instant::now();
+    let at_resume = holding(servers, "q", id);
+    eventually(
+        secs(2),
+        format_args!("the handle's id to leave the majority ({at_resume} of 5 had it)"),
+        || holding(servers, "q", id) < 3,
+    );
+    println!("given back {:?} after the resume", resumed.elapsed());
+    for server in &servers[..3] {
+        assert_eq!(sets_run(server), 2, "the warm-up's try and the late one");
+    }
+    let other = Lock::builder(&quorum(servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    assert!(
+        other.try_acquire().unwrap(),
+        "the lock is free for another handle"
+    );
+    other.release().unwrap();
+}
+
+/// A try whose replies a frozen majority held back ends `OutcomeUnknown`; the servers run it
+/// when they resume, and the handle's id then holds the lock on a majority until the
+/// background settle gives it back.
+#[test]
+fn a_try_that_lands_after_its_call_ended_is_given_back_without_another_call() {
+    let servers = five_with_frozen(3);
+    let lock = unsure_after_a_try(&servers);
+    resume_and_see_it_given_back(&servers, lock.id());
+}
+
+/// The same with the async API, whose background settle is a task.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_try_that_lands_after_its_call_ended_is_given_back_by_a_task() {
+    let servers = five_with_frozen(3);
+    let lock = redis_blpop_lock::aio::Lock::builder(&quorum(&servers), "q")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    let tried = lock.try_acquire().await;
+    assert!(
+        matches!(tried, Err(Error::OutcomeUnknown { .. })),
+        "{tried:?}"
+    );
+    let id = lock.id().to_string();
+    tokio::task::spawn_blocking(move || resume_and_see_it_given_back(&servers, &id))
+        .await
+        .unwrap();
+}
+
+/// A try of this handle is queued on four frozen servers of five. One resumes and runs it, and
+/// a release then reaches that one and the fifth only: two answers of five cannot tell that
+/// the rest do not hold the key (or are about to), so the release is not done. The other
+/// three resume and run the try: the handle's own id holds the lock on a majority. Its next
+/// try must take that for what it is, never `AlreadyAcquired` for its whole expiry, and the
+/// settle of the release must not give back the lock the handle now holds.
+#[test]
+fn a_handles_own_late_try_on_a_majority_is_never_read_as_already_acquired() {
+    let servers = five_with_frozen(4);
+    let lock = unsure_after_a_try(&servers);
+    servers[0].resume();
+    let released = lock.release();
+    println!("a release answered by two servers of five: {released:?}");
+    for server in &servers[1..4] {
+        server.resume();
+    }
+    let again = lock.try_acquire();
+    assert!(
+        matches!(again, Ok(true)),
+        "the handle's own late try was in the key: {again:?}"
+    );
+    // The background settle of the release was under way: it gives back nothing now that
+    // the handle holds the lock (a step lasts well under this, pauses included).
+    thread::sleep(secs(1));
+    assert!(holding(&servers, "q", lock.id()) >= 3 && !lock.lost());
+    lock.release().unwrap();
+    assert_eq!(holding(&servers, "q", lock.id()), 0);
+}
 
 /// The quorum of the servers at `urls`, as a child process builds it.
 fn quorum_of(urls: &[String]) -> Quorum {
