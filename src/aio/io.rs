@@ -125,6 +125,30 @@ impl Io for Async {
             "a dropped lock handle's release failed".to_string(),
         );
     }
+
+    fn in_background(work: impl std::future::Future<Output = ()> + Send + 'static) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(work)),
+            // No runtime (a handle dropped after its runtime ended): a thread with one of
+            // its own, for as long as the work takes.
+            Err(_) => {
+                let spawned = std::thread::Builder::new()
+                    .name("redis-lock-settle".to_string())
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(runtime) => runtime.block_on(work),
+                            Err(e) => log::error!("no runtime to settle a lock's outcome: {e}"),
+                        }
+                    });
+                if let Err(e) = spawned {
+                    log::error!("no thread to settle a lock's outcome: {e}");
+                }
+            }
+        }
+    }
 }
 
 /// Gives back a lock that a request nobody waits for may have taken: closes `conn`, where
@@ -161,10 +185,6 @@ async fn settle(
     }
     if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
         log::error!("{failed}: {e}");
-    }
-
-    fn in_background(work: impl std::future::Future<Output = ()> + Send + 'static) {
-        super::spawn_or_run(work);
     }
 }
 
