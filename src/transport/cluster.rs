@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -23,7 +23,10 @@ const SLOTS: usize = 16384;
 /// down should cost little before the next is asked.
 const ASK_NODE_FOR: Duration = Duration::from_millis(500);
 
-static CLUSTERS: LazyLock<Mutex<HashMap<String, Weak<dyn Transport>>>> =
+/// Kept for the process's life, unlike the quorums and Sentinel backends: what a cluster's
+/// transport learned of its primaries is how a handle made later finds the cluster once the
+/// seeds it was given are gone (killed, failed over).
+static CLUSTERS: LazyLock<Mutex<HashMap<String, Arc<dyn Transport>>>> =
     LazyLock::new(Default::default);
 
 /// The transport of the cluster `client` points at, shared by every handle in the process
@@ -39,17 +42,15 @@ pub(crate) fn shared(client: &ClusterClient) -> Result<Arc<dyn Transport>, Error
         super::server::login(template.redis_settings())
     );
     let mut clusters = CLUSTERS.lock();
-    // A cluster no handle uses any more leaves the registry (its entry is only a weak one).
-    clusters.retain(|_, transport| transport.strong_count() > 0);
-    if let Some(found) = clusters.get(&key).and_then(Weak::upgrade) {
-        return Ok(found);
+    if let Some(found) = clusters.get(&key) {
+        return Ok(Arc::clone(found));
     }
     let topology = Slots {
         seeds: seeds.iter().filter_map(addr_of).collect(),
         owners: RwLock::new(vec![None; SLOTS]),
     };
     let transport: Arc<dyn Transport> = Arc::new(Routed::new(topology, template));
-    clusters.insert(key, Arc::downgrade(&transport));
+    clusters.insert(key, Arc::clone(&transport));
     Ok(transport)
 }
 

@@ -248,7 +248,9 @@ mod cli {
     #[test]
     fn a_run_that_queued_for_part_of_its_expiry_is_not_killed_as_having_lost_it() {
         let server = RedisServer::start();
-        let mut first = run(&server, &["job", "--", "sleep", "1.3"]).spawn().unwrap();
+        let mut first = run(&server, &["job", "--", "sleep", "1.3"])
+            .spawn()
+            .unwrap();
         // The first run holds the lock before the second starts waiting.
         crate::support::eventually(crate::support::secs(30), "the first run to hold", || {
             redis::Commands::exists::<_, bool>(&mut server.conn(), "lock:job").unwrap()
