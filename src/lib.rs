@@ -639,8 +639,18 @@
 //!   its expiry counts from that read). While the server is away this is retried until the
 //!   wait's deadline (or for the I/O timeout). When it cannot be done in time, the call returns
 //!   `Error::OutcomeUnknown { name, operation }` and the handle asks Redis before its next
-//!   acquire or release, instead of trusting what it believed; a handle dropped in that state
-//!   settles it on the way out.
+//!   acquire or release, instead of trusting what it believed. Meanwhile a background settle
+//!   (a short-lived thread, or a task in async code; one per handle at most) goes on closing
+//!   that connection and giving back whatever holds the handle's id (owner-checked) as soon as
+//!   the servers answer, until that is done or the lock's expiry has passed, so a try that
+//!   lands late never holds the lock for nobody; it outlives a handle dropped in that state.
+//!   The handle and the settle take turns: only one of them counts on a give-back.
+//! - **A request that never left** cannot have run: a connection the server closed while it
+//!   sat idle is found closed before the request goes out (and a new one is used), and a
+//!   refused connection is `Error::Redis`, at once, never `OutcomeUnknown`. A signal that
+//!   stops and continues the process (SIGSTOP/SIGCONT, a debugger) does not lose a reply: the
+//!   read goes on with the time left (over `rediss://`, the `redis` crate's connection, it
+//!   can still).
 //!
 //! What callers can rely on as a result:
 //!

@@ -91,7 +91,7 @@ picks them); without -v, redis-lock's own one-line messages are all there is.";
 #[derive(Parser)]
 #[command(name = "redis-lock", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// The Redis server, as redis://[[user]:password@]host[:port][/db] or rediss://...
+    /// The Redis server, as `redis://[[user]:password@]host[:port][/db]` or `rediss://...`
     /// Given 3 or more times (once per server): a quorum of independent servers (Redlock),
     /// where a lock is held when a majority of them hold it.
     #[arg(
