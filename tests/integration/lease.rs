@@ -1,6 +1,6 @@
 //! A waiter that becomes a holder: its lease starts when it got the lock, not when it began
-//! waiting. Waits of 10 % to 190 % of the expiry, on every backend, in both APIs and through
-//! the CLI; after each, the new holder keeps the lock, and `lost()` stays false, for longer
+//! waiting. Waits of 10 % to 190 % of the expiry, on every backend, in both APIs (renewing;
+//! the async API on one server also not renewing) and through the CLI; after each, the new holder keeps the lock, and `lost()` stays false, for longer
 //! than its expiry counted from the start of its wait would allow.
 
 use std::thread;
@@ -219,6 +219,22 @@ mod async_api {
     async fn on_a_quorum_a_renewing_holder_keeps_a_lock_it_waited_for() {
         let servers = crate::quorum::servers(3);
         waits_of_every_length(&crate::quorum::quorum(&servers), "renewing", true).await;
+    }
+
+    #[cfg(feature = "cluster")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_renewing_holder_keeps_a_lock_it_waited_for() {
+        let cluster = crate::support::RedisCluster::shared();
+        let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+        waits_of_every_length(&client, "lease-async-renewing", true).await;
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn behind_sentinel_a_renewing_holder_keeps_a_lock_it_waited_for() {
+        let set = crate::support::SentinelSet::start();
+        let sentinel = redis_blpop_lock::Sentinel::new(set.sentinel_urls(), set.service()).unwrap();
+        waits_of_every_length(&sentinel, "renewing", true).await;
     }
 }
 
