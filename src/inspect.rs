@@ -1,5 +1,5 @@
 //! An operator's view of every lock, and the clearing of a key that is not a lock: what
-//! `redis-lock list` and `redis-lock reset --force` stand on. Also the `SCAN` over every
+//! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. Also the `SCAN` over every
 //! primary's lock keys that [`reset_all`](crate::reset_all) shares.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,7 +10,7 @@ use redis::Value;
 use crate::backend::{transport_of, Backend};
 use crate::protocol::keys::{self, Keys};
 use crate::protocol::quorum::majority;
-use crate::protocol::requests::{self, OwnerTtl, Pttl, Reset};
+use crate::protocol::requests::{self, Holding, Pttl, Reset};
 use crate::settings::{millis, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
@@ -29,6 +29,11 @@ pub struct Held {
     pub id: String,
     /// What is left of its expiry; `None` when it has none.
     pub ttl: Option<Duration>,
+    /// The last fencing token handed out on this lock (`lock-fence:<name>`), which is the
+    /// holder's when it took the lock with [`fencing(true)`](crate::LockBuilder::fencing);
+    /// `None` when the lock has never been taken with fencing (or on a
+    /// [`Quorum`](crate::Quorum), which has none). Read with the owner, in one round trip.
+    pub token: Option<u64>,
 }
 
 /// Every held lock (every string key `lock:*`), sorted by name.
@@ -56,60 +61,140 @@ pub fn holders(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Held>, Error> {
+    holders_on(&*transport_of(backend)?, io_timeout)
+}
+
+/// [`holders`] on `transport`.
+pub(crate) fn holders_on(
+    transport: &dyn Transport,
+    io_timeout: Duration,
+) -> Result<Vec<Held>, Error> {
     let deadline = deadlines(io_timeout)?;
-    let transport = transport_of(backend)?;
     let tags = transport.hash_tags();
     // Per lock key, what each primary that has it holds (a key `SCAN` returns twice counts
     // once).
-    let mut seen: BTreeMap<Vec<u8>, BTreeMap<usize, OwnerTtl>> = BTreeMap::new();
-    let primaries = each_batch(&*transport, &deadline, &mut |keys_to, batch, primary| {
-        let replies = send_repeatable(keys_to, &requests::holders(&batch), deadline())?.replies;
-        for (key, held) in batch
-            .iter()
-            .zip(requests::parse_holders(&replies, batch.len())?)
-        {
-            if let Some(held) = held {
-                seen.entry(key.clone()).or_default().insert(primary, held);
-            }
-        }
-        Ok(())
+    let mut seen = Seen::new();
+    let primaries = each_batch(transport, &deadline, &mut |keys_to, batch, primary| {
+        read(keys_to, batch, primary, &deadline, &mut seen)
     })?;
+    Ok(agreed_by(seen, tags, primaries))
+}
+
+/// Lock `name`'s holder, if it is held: what [`holders`] lists for it, read without a
+/// `SCAN` (on a [`Quorum`](crate::Quorum), from every server, a majority agreeing). The
+/// round trip has a deadline of `io_timeout`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// match redis_blpop_lock::inspect::holder(&client, "nightly-report", Duration::from_secs(5))? {
+///     Some(held) => println!("held by {}, fencing token {:?}", held.id, held.token),
+///     None => println!("free"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn holder(
+    backend: &(impl Backend + ?Sized),
+    name: &str,
+    io_timeout: Duration,
+) -> Result<Option<Held>, Error> {
+    holder_on(&*transport_of(backend)?, name, io_timeout)
+}
+
+/// [`holder`] on `transport`.
+pub(crate) fn holder_on(
+    transport: &(dyn Transport + 'static),
+    name: &str,
+    io_timeout: Duration,
+) -> Result<Option<Held>, Error> {
+    if name.is_empty() {
+        return Err(Error::invalid("the lock name is empty"));
+    }
+    let deadline = deadlines(io_timeout)?;
+    let tags = transport.hash_tags();
+    let key = Keys::new(name, tags).lock.into_bytes();
+    let mut seen = Seen::new();
+    // A cluster routes the key to the primary that serves it; elsewhere each primary
+    // (a quorum's servers, or the one server) has its own copy to read.
+    let primaries = if tags {
+        read(transport, vec![key], 0, &deadline, &mut seen)?;
+        1
+    } else {
+        let mut primaries = 0;
+        transport.each_primary(deadline(), &mut |_, keys_to| {
+            primaries += 1;
+            read(keys_to, vec![key.clone()], primaries, &deadline, &mut seen)
+        })?;
+        primaries
+    };
+    Ok(agreed_by(seen, tags, primaries).pop())
+}
+
+/// Per lock key, what each primary (by number) that has it holds.
+type Seen = BTreeMap<Vec<u8>, BTreeMap<usize, Holding>>;
+
+/// Reads the holdings of `batch` (keys sharing a slot) through `keys_to` into `seen`, as
+/// primary number `primary` sees them.
+fn read(
+    keys_to: &(dyn Transport + 'static),
+    batch: Vec<Vec<u8>>,
+    primary: usize,
+    deadline: &dyn Fn() -> Instant,
+    seen: &mut Seen,
+) -> Result<(), Error> {
+    let replies = send_repeatable(keys_to, &requests::holders(&batch), deadline())?.replies;
+    let found = requests::parse_holders(&replies, batch.len())?;
+    for (key, held) in batch.into_iter().zip(found) {
+        if let Some(held) = held {
+            seen.entry(key).or_default().insert(primary, held);
+        }
+    }
+    Ok(())
+}
+
+/// The locks of `seen` held by enough of `primaries`, sorted by name.
+fn agreed_by(seen: Seen, tags: bool, primaries: usize) -> Vec<Held> {
     // A cluster's primaries each have their own keys; a quorum's servers each have a copy.
     let needed = if tags { 1 } else { majority(primaries) };
     let mut held: Vec<Held> = seen
         .into_iter()
         .filter_map(|(key, held)| {
-            let (id, ttl) = agreed(held.into_values(), needed)?;
+            let (id, ttl, token) = agreed(held.into_values(), needed)?;
             Some(Held {
                 name: name_of(&key, tags),
                 id: String::from_utf8_lossy(&id).into_owned(),
                 ttl,
+                token,
             })
         })
         .collect();
     held.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(held)
+    held
 }
 
 /// The owner that at least `needed` of `held` name, with the shortest TTL among them
-/// (`None`: no expiry).
+/// (`None`: no expiry) and the highest fencing token among them.
 fn agreed(
-    held: impl Iterator<Item = OwnerTtl>,
+    held: impl Iterator<Item = Holding>,
     needed: usize,
-) -> Option<(Vec<u8>, Option<Duration>)> {
-    let mut by_owner: BTreeMap<Vec<u8>, Vec<Pttl>> = BTreeMap::new();
-    for (id, pttl) in held {
-        by_owner.entry(id).or_default().push(pttl);
+) -> Option<(Vec<u8>, Option<Duration>, Option<u64>)> {
+    let mut by_owner: BTreeMap<Vec<u8>, Vec<(Pttl, Option<u64>)>> = BTreeMap::new();
+    for Holding { id, pttl, token } in held {
+        by_owner.entry(id).or_default().push((pttl, token));
     }
-    let (id, pttls) = by_owner.into_iter().find(|(_, p)| p.len() >= needed)?;
-    let shortest = pttls
-        .into_iter()
-        .filter_map(|p| match p {
-            Pttl::Left(left) => Some(left),
+    let (id, seen) = by_owner.into_iter().find(|(_, p)| p.len() >= needed)?;
+    let shortest = seen
+        .iter()
+        .filter_map(|(p, _)| match p {
+            Pttl::Left(left) => Some(*left),
             Pttl::Forever | Pttl::Gone => None,
         })
         .min();
-    Some((id, shortest))
+    let token = seen.iter().filter_map(|(_, token)| *token).max();
+    Some((id, shortest, token))
 }
 
 /// The lock name of a lock key: what follows `lock:`, without the braces a cluster's keys
@@ -228,18 +313,26 @@ mod tests {
 
     #[test]
     fn a_quorum_lists_the_owner_a_majority_names_with_the_shortest_ttl() {
+        let holding = |id: &[u8], pttl| Holding {
+            id: id.to_vec(),
+            pttl,
+            token: None,
+        };
         let ms = |n| Pttl::Left(Duration::from_millis(n));
         let held = vec![
-            (b"a".to_vec(), ms(900)),
-            (b"b".to_vec(), ms(10)),
-            (b"a".to_vec(), ms(800)),
+            holding(b"a", ms(900)),
+            holding(b"b", ms(10)),
+            holding(b"a", ms(800)),
         ];
         assert_eq!(
             agreed(held.clone().into_iter(), 2),
-            Some((b"a".to_vec(), Some(Duration::from_millis(800))))
+            Some((b"a".to_vec(), Some(Duration::from_millis(800)), None))
         );
         assert_eq!(agreed(held.into_iter().take(2), 2), None);
-        let forever = vec![(b"a".to_vec(), Pttl::Forever)];
-        assert_eq!(agreed(forever.into_iter(), 1), Some((b"a".to_vec(), None)));
+        let forever = vec![holding(b"a", Pttl::Forever)];
+        assert_eq!(
+            agreed(forever.into_iter(), 1),
+            Some((b"a".to_vec(), None, None))
+        );
     }
 }

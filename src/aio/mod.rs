@@ -26,6 +26,7 @@
 mod cache;
 mod finish;
 mod guard;
+pub mod inspect;
 mod io;
 mod lock;
 mod reset_all;

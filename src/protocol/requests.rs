@@ -720,9 +720,10 @@ pub(crate) fn parse_reset(keys: &Keys, reply: &Value) -> Result<Reset, Error> {
     }
 }
 
-/// The owner and TTL of each of `lock_keys` (found by a scan, sharing a hash slot), read in
-/// one `MULTI` so each TTL belongs to the owner read with it: `GET` and `PTTL` per key. A
-/// read, so repeatable. A key that is not a string answers its `GET` with an error.
+/// The owner, TTL and fencing counter of each of `lock_keys` (found by a scan, sharing a
+/// hash slot), read in one `MULTI` so each TTL and token belong to the owner read with them:
+/// `GET`, `PTTL` and `GET lock-fence:<name>` per key (the fence key shares the lock key's
+/// slot). A read, so repeatable. A key that is not a string answers its `GET` with an error.
 pub(crate) fn holders(lock_keys: &[Vec<u8>]) -> Request {
     let mut cmds = vec![redis::cmd("MULTI")];
     for key in lock_keys {
@@ -730,18 +731,29 @@ pub(crate) fn holders(lock_keys: &[Vec<u8>]) -> Request {
         get.arg(key);
         let mut pttl = redis::cmd("PTTL");
         pttl.arg(key);
-        cmds.extend([get, pttl]);
+        let mut fence = redis::cmd("GET");
+        fence.arg([FENCE_PREFIX, key.strip_prefix(LOCK_PREFIX).unwrap_or(key)].concat());
+        cmds.extend([get, pttl, fence]);
     }
     cmds.push(redis::cmd("EXEC"));
     Request::new(cmds, true).on_slot(first_slot(lock_keys.iter().map(Vec::as_slice)))
 }
 
-/// A lock key's owner id and what is left of its expiry.
-pub(crate) type OwnerTtl = (Vec<u8>, Pttl);
+const LOCK_PREFIX: &[u8] = b"lock:";
+const FENCE_PREFIX: &[u8] = b"lock-fence:";
 
-/// For each key of a [`holders`] request, in order: its owner and TTL, or `None` when the
-/// key is gone or is not a lock.
-pub(crate) fn parse_holders(replies: &[Value], n: usize) -> Result<Vec<Option<OwnerTtl>>, Error> {
+/// A lock key's owner id, what is left of its expiry, and its fencing counter when
+/// `lock-fence:<name>` holds one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Holding {
+    pub(crate) id: Vec<u8>,
+    pub(crate) pttl: Pttl,
+    pub(crate) token: Option<u64>,
+}
+
+/// For each key of a [`holders`] request, in order: its holding, or `None` when the key is
+/// gone or is not a lock.
+pub(crate) fn parse_holders(replies: &[Value], n: usize) -> Result<Vec<Option<Holding>>, Error> {
     if let Some(refused) = replies[..replies.len().saturating_sub(1)]
         .iter()
         .find(|v| matches!(v, Value::ServerError(_)))
@@ -752,27 +764,57 @@ pub(crate) fn parse_holders(replies: &[Value], n: usize) -> Result<Vec<Option<Ow
     let Value::Array(items) = exec else {
         return Err(reply_error(exec));
     };
-    if items.len() != 2 * n {
+    if items.len() != 3 * n {
         return Err(Error::unexpected(exec));
     }
     items
-        .chunks_exact(2)
-        .map(|pair| match pair {
-            [Value::BulkString(id), pttl] => match Pttl::parse(pttl)? {
+        .chunks_exact(3)
+        .map(|triple| match triple {
+            [Value::BulkString(id), pttl, fence] => match Pttl::parse(pttl)? {
                 Pttl::Gone => Ok(None),
-                pttl => Ok(Some((id.clone(), pttl))),
+                pttl => Ok(Some(Holding {
+                    id: id.clone(),
+                    pttl,
+                    token: token(fence),
+                })),
             },
             // Gone, or not a string (WRONGTYPE): no lock to list.
-            [Value::Nil | Value::ServerError(_), _] => Ok(None),
+            [Value::Nil | Value::ServerError(_), _, _] => Ok(None),
             _ => Err(Error::unexpected(exec)),
         })
         .collect()
+}
+
+/// A fencing counter as a listing shows it: one that is missing or not a number is no
+/// token, rather than a failed listing of every other lock.
+fn token(fence: &Value) -> Option<u64> {
+    match fence {
+        Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse().ok(),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::testing::*;
+
+    #[test]
+    fn a_listing_reads_each_locks_fence_key_and_a_bad_counter_is_no_token() {
+        let wire = String::from_utf8(holders(&[b"lock:{a}".to_vec()]).packed()).unwrap();
+        assert!(wire.contains("$3\r\nGET\r\n$14\r\nlock-fence:{a}\r\n"));
+        let exec = Value::Array(vec![
+            bulk("me"),
+            Value::Int(-1),
+            bulk("7"),
+            bulk("you"),
+            Value::Int(-1),
+            bulk("not a number"),
+        ]);
+        let found = parse_holders(&[exec], 2).unwrap();
+        let tokens: Vec<_> = found.into_iter().map(|h| h.unwrap().token).collect();
+        assert_eq!(tokens, [Some(7), None]);
+    }
 
     #[test]
     fn a_try_without_fencing_is_three_plain_commands() {

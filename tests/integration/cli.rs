@@ -435,7 +435,11 @@ fn an_unreachable_server_gets_a_one_line_error() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    for args in [&["status", "l"][..], &["run", "l", "--", "true"]] {
+    for args in [
+        &["status", "l"][..],
+        &["run", "l", "--", "true"],
+        &["top", "--count", "1"],
+    ] {
         let output = assert_cmd::Command::new(env!("CARGO_BIN_EXE_redis-lock"))
             .arg("--url")
             .arg(format!("redis://127.0.0.1:{port}/"))
@@ -1134,4 +1138,107 @@ fn off_a_terminal_a_signal_to_run_reaches_the_commands_whole_process_group() {
         gone(&child)
     });
     assert!(!held(&server, "l"));
+}
+
+/// `top --json` lines, parsed, read as `top` prints them.
+fn json_lines(child: &mut Child) -> impl Iterator<Item = serde_json::Value> + '_ {
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .lines()
+        .map(|line| serde_json::from_str(&line.unwrap()).unwrap())
+}
+
+/// The names in one `top --json` refresh.
+fn top_names(refresh: &serde_json::Value) -> Vec<&str> {
+    refresh["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn top_json_shows_a_lock_taken_between_refreshes_with_its_token_and_a_positive_rate() {
+    let server = RedisServer::start();
+    let client = server.client();
+    // A second apart, so a loaded machine still takes the lock before the last refresh.
+    let mut top = redis_lock(&server)
+        .args(["top", "--json", "--count", "3", "--interval", "1"])
+        .spawn()
+        .unwrap();
+    let mut lines = json_lines(&mut top);
+    let first = lines.next().expect("a first refresh");
+    assert_eq!(top_names(&first), Vec::<&str>::new());
+    assert_eq!(first["acquisitions_per_sec"], serde_json::Value::Null);
+    let lock = Lock::builder(&client, "job").fencing(true).build().unwrap();
+    let guard = lock.lock().unwrap();
+    let later: Vec<serde_json::Value> = lines.collect();
+    assert_eq!(later.len(), 2, "--count 3 shows three refreshes");
+    let seen = later
+        .iter()
+        .find(|refresh| top_names(refresh) == ["job"])
+        .expect("a refresh shows the lock");
+    assert_eq!(
+        seen["locks"][0],
+        serde_json::json!({
+            "name": "job",
+            "owner": lock.id(),
+            "ttl_ms": seen["locks"][0]["ttl_ms"],
+            "token": guard.fencing_token(),
+        })
+    );
+    assert_eq!(seen["acquisitions"], 1);
+    assert!(seen["acquisitions_per_sec"].as_f64().unwrap() > 0.0);
+    assert_eq!(later[1]["acquisitions_total"], 1);
+    assert!(finish(top).status.success());
+}
+
+#[test]
+fn top_on_a_quorum_shows_what_a_majority_holds() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for server in &servers[..2] {
+        let _: () = server.conn().set("lock:q", "holder").unwrap();
+    }
+    let _: () = servers[0].conn().set("lock:minority", "stray").unwrap();
+    let output = redis_lock_over(&servers)
+        .args(["top", "--json", "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let refresh: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        refresh["locks"],
+        serde_json::json!([{"name": "q", "owner": "holder", "ttl_ms": null, "token": null}])
+    );
+}
+
+#[test]
+fn top_off_a_terminal_prints_plain_blocks_without_escape_codes() {
+    let server = RedisServer::start();
+    let _: () = server.conn().set("lock:job", "holder").unwrap();
+    let output = redis_lock(&server)
+        .args(["top", "--count", "2", "--interval", "0.1"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    let blocks: Vec<&str> = text.split_terminator("\n\n").collect();
+    assert_eq!(blocks.len(), 2, "{text}");
+    for block in blocks {
+        assert!(block.starts_with("1 lock held;"), "{block}");
+        assert!(block.contains("\"job\"  \"holder\"  none"), "{block}");
+    }
+}
+
+#[test]
+fn top_ends_cleanly_on_sigint() {
+    let server = RedisServer::start();
+    let mut top = redis_lock(&server).args(["top", "--json"]).spawn().unwrap();
+    json_lines(&mut top).next().expect("a first refresh");
+    send_signal(top.id(), "INT");
+    let output = finish(top);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
 }

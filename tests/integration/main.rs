@@ -29,6 +29,7 @@ mod cli;
 mod fault_injection;
 mod faults;
 mod hostile_input;
+mod inspect;
 mod interop;
 mod lease;
 mod lock;

@@ -127,7 +127,7 @@ fn json_seen(seen: &Seen) -> String {
 }
 
 /// A TTL in milliseconds, `null` for none.
-fn json_ttl(ttl: Option<Duration>) -> String {
+pub(crate) fn json_ttl(ttl: Option<Duration>) -> String {
     ttl.map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string())
 }
 
@@ -187,7 +187,7 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
 }
 
 /// `s` as a JSON string literal.
-fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -21,6 +21,7 @@ mod admin;
 mod peek;
 mod place;
 mod run;
+mod top;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -164,6 +165,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A live view of the held locks (name, owner, TTL, fencing token) and of how many were
+    /// taken since the last refresh, read again every --interval seconds until Ctrl-C.
+    Top {
+        /// Seconds between refreshes (fractions allowed).
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value = "1",
+            value_parser = positive_seconds,
+            allow_negative_numbers = true
+        )]
+        interval: Duration,
+        /// Stop after N refreshes.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+        /// Print one JSON object per refresh, a line each: {"time":..,"locks":[{"name":..,
+        /// "owner":..,"ttl_ms":..|null,"token":..|null},..],"acquisitions":..,
+        /// "acquisitions_per_sec":..|null,"acquisitions_total":..}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Forcibly release a lock, whoever holds it; the first waiter, if any, takes it.
     Reset {
         /// The lock's name (its key is lock:NAME).
@@ -268,6 +290,18 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&place, args),
             Command::Status { name, json } => admin::status(&place, &name, json),
             Command::List { json } => admin::list(&place, json),
+            Command::Top {
+                interval,
+                count,
+                json,
+            } => {
+                let shape = if json {
+                    top::Shape::Json
+                } else {
+                    top::Shape::Table
+                };
+                top::top(&place, interval, count, shape)
+            }
             Command::Reset { name, force } => admin::reset(&place, &name, force),
             Command::ResetAll { yes } => admin::reset_all(&place, yes),
         });
