@@ -18,7 +18,7 @@ use crate::Error;
 /// How many keys one `SCAN` step asks for, and so the most one request reads or resets.
 const SCAN_BATCH: usize = 1000;
 
-/// A lock that [`holders`] found held.
+/// A lock that [`holders`] or [`holder`] found held.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Held {
@@ -81,8 +81,8 @@ pub(crate) fn holders_on(
 }
 
 /// Lock `name`'s holder, if it is held: what [`holders`] lists for it, read without a
-/// `SCAN` (on a [`Quorum`](crate::Quorum), from every server, a majority agreeing). The
-/// round trip has a deadline of `io_timeout`.
+/// `SCAN` (on a [`Quorum`](crate::Quorum), from every server, a majority agreeing; every
+/// server must answer). Each round trip has a deadline of `io_timeout`.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {
