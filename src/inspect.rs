@@ -1,6 +1,6 @@
 //! An operator's view of every lock, and the clearing of a key that is not a lock: what
-//! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. Also the `SCAN` over every
-//! primary's lock keys that [`reset_all`](crate::reset_all) shares.
+//! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. Also the
+//! `SCAN` over every primary's lock keys that [`reset_all`](crate::reset_all) shares.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
