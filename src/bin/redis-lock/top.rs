@@ -151,7 +151,8 @@ fn table(held: &[Held], rate: &Rate, taken: u64, clear: bool) -> String {
         String::new()
     };
     text.push_str(&format!(
-        "{} lock{plural} held; acquisitions: {taken} since the last refresh ({per_sec}/s), {} in all\n",
+        "{} lock{plural} held; acquisitions: {taken} since the last refresh ({per_sec}/s), \
+         {} in all\n",
         held.len(),
         rate.total
     ));
@@ -194,7 +195,8 @@ fn json(held: &[Held], rate: &Rate, taken: u64) -> String {
         .per_sec
         .map_or_else(|| "null".into(), |r| format!("{r:.3}"));
     format!(
-        "{{\"time\":{}.{:03},\"locks\":[{}],\"acquisitions\":{taken},\"acquisitions_per_sec\":{per_sec},\"acquisitions_total\":{}}}\n",
+        "{{\"time\":{}.{:03},\"locks\":[{}],\"acquisitions\":{taken},\
+         \"acquisitions_per_sec\":{per_sec},\"acquisitions_total\":{}}}\n",
         time / 1000,
         time % 1000,
         locks.join(","),
