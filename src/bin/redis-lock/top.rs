@@ -88,33 +88,36 @@ fn stop_signals() -> Result<Receiver<()>, Failure> {
 /// a lower bound.
 #[derive(Default)]
 struct Rate {
-    /// Each lock's owner and token at the last refresh; `None` before the first.
-    last: Option<BTreeMap<String, (String, Option<u64>)>>,
-    at: Option<Instant>,
+    /// When the last refresh was read, and each lock's owner and token then; `None` before
+    /// the first.
+    last: Option<(Instant, Owners)>,
     /// Acquisitions per second between the last two refreshes.
     per_sec: Option<f64>,
     /// Acquisitions seen since `top` started.
     total: u64,
 }
 
+/// Each held lock's owner and fencing token, by name.
+type Owners = BTreeMap<String, (String, Option<u64>)>;
+
 impl Rate {
     /// Takes in a refresh; returns how many acquisitions it saw.
     fn update(&mut self, held: &[Held]) -> u64 {
         let now = Instant::now();
-        let current: BTreeMap<String, (String, Option<u64>)> = held
+        let owners: Owners = held
             .iter()
             .map(|h| (h.name.clone(), (h.id.clone(), h.token)))
             .collect();
         let mut taken = 0;
-        if let (Some(last), Some(at)) = (&self.last, self.at) {
-            let changed =
-                |(name, now): &(&String, &(String, Option<u64>))| last.get(*name) != Some(*now);
-            taken = current.iter().filter(changed).count() as u64;
+        if let Some((at, last)) = &self.last {
+            taken = owners
+                .iter()
+                .filter(|(name, owner)| last.get(*name) != Some(owner))
+                .count() as u64;
             self.total += taken;
-            self.per_sec = Some(taken as f64 / now.duration_since(at).as_secs_f64().max(1e-3));
+            self.per_sec = Some(taken as f64 / now.duration_since(*at).as_secs_f64().max(1e-3));
         }
-        self.last = Some(current);
-        self.at = Some(now);
+        self.last = Some((now, owners));
         taken
     }
 }
