@@ -32,6 +32,8 @@ mod hostile_input;
 mod interop;
 mod lease;
 mod lock;
+#[cfg(all(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod outcomes;
 mod quorum;
 mod quorum_faults;
