@@ -891,11 +891,13 @@ impl<T: Io + ?Sized> Inner<T> {
             },
             None => None,
         };
+        // Made before the state is locked: a subscriber's code runs when a span is made.
+        let hold = Hold::start(self.name(), &self.settings.id);
         let mut state = self.state.lock();
         state.epoch += 1;
         state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
         state.renewal = renewal;
-        state.hold = Some(Hold::start(self.name(), &self.settings.id));
+        state.hold = Some(hold);
         self.lease_changed();
         log::debug!("lock {:?}: acquired", self.name());
         Ok(state.epoch)
