@@ -449,3 +449,38 @@ async fn the_async_api_records_its_acquisitions_and_holds_too() {
     );
     assert_eq!(values("redis_lock_hold_seconds", label, None).len(), 1);
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_failed_renewal_is_a_warning_event() {
+    let server = RedisServer::start();
+    let lines = Arc::new(spans::Lines::default());
+    let failed = || {
+        let lines = lines.lines.lock().unwrap();
+        lines.iter().any(|l| l.contains("renewal failed name=l"))
+    };
+    // A runtime on this thread runs the renewal task on it too, under this thread's subscriber.
+    let _traced = tracing::subscriber::set_default(spans::Writer(Arc::clone(&lines)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lock = redis_blpop_lock::aio::Lock::builder(&server.client(), "l")
+            .expire(secs(6))
+            .io_timeout(ms(300))
+            .auto_renewal(true)
+            .build()
+            .unwrap();
+        lock.acquire().await.unwrap();
+        // Frozen across the renewal due at 4 s, and thawed at the first failure.
+        server.pause();
+        let started = std::time::Instant::now();
+        while !failed() {
+            assert!(started.elapsed() < secs(10), "no renewal failed");
+            tokio::time::sleep(ms(5)).await;
+        }
+        server.resume();
+        lock.release().await.unwrap();
+    });
+}
