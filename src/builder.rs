@@ -1,10 +1,12 @@
 //! Building a lock handle: `Lock::new`, `Lock::builder` and the builder's settings.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{transport_of, Backend};
 use crate::lock::Lock;
+use crate::observe::Label;
 use crate::settings::{millis, Settings, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::Transport;
 use crate::{id, CancelToken, Error};
@@ -73,6 +75,7 @@ pub struct LockBuilder<K = Lock> {
     io_timeout: Duration,
     cancel: Option<CancelToken>,
     replicas: Option<(u32, Duration)>,
+    metrics_label: Option<Cow<'static, str>>,
 }
 
 impl<K> LockBuilder<K> {
@@ -98,6 +101,7 @@ impl<K> LockBuilder<K> {
             io_timeout: DEFAULT_IO_TIMEOUT,
             cancel: None,
             replicas: None,
+            metrics_label: None,
         }
     }
 
@@ -241,6 +245,24 @@ impl<K> LockBuilder<K> {
         self
     }
 
+    /// The value of the `lock` label on this handle's metrics (`metrics` feature); without
+    /// it, the label is `"other"`, or what [`label_lock_names`](crate::observe::label_lock_names)
+    /// maps the name to. Lock names are not labels by default, since they can be unbounded.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "report:2026-11-23")
+    ///     .metrics_label("report")
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn metrics_label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
+    }
+
     /// The checked settings, and where the lock lives.
     pub(crate) fn checked(self) -> Result<(Settings, Arc<dyn Transport>), Error> {
         if self.name.is_empty() {
@@ -265,7 +287,6 @@ impl<K> LockBuilder<K> {
             None => None,
         };
         let settings = Settings {
-            name: self.name,
             id,
             expire_ms,
             signal_expire_ms,
@@ -274,6 +295,8 @@ impl<K> LockBuilder<K> {
             io_timeout: self.io_timeout,
             cancel: self.cancel.unwrap_or_default(),
             replicas,
+            label: Label::new(&self.name, self.metrics_label),
+            name: self.name,
         };
         let transport = self.transport?;
         transport.check(&settings)?;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::Value;
 
+use crate::observe::{self, Hold};
 use crate::protocol::keys::Keys;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
 use crate::protocol::redirect;
@@ -114,6 +115,8 @@ struct State {
     settling: bool,
     /// Until when the background settle runs, while it does.
     settler: Option<Instant>,
+    /// The lock held, for its metrics and span, until released or its loss is noticed.
+    hold: Option<Hold>,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -269,6 +272,7 @@ impl<T: Io + ?Sized> Inner<T> {
                 renewal: None,
                 settling: false,
                 settler: None,
+                hold: None,
             })),
             #[cfg(feature = "tokio")]
             lease_changed: tokio::sync::Notify::new(),
@@ -351,6 +355,16 @@ impl<T: Io + ?Sized> Inner<T> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
+        let settings = &self.settings;
+        let acquire = self.acquire_unobserved(wait, cancel);
+        observe::acquiring(&settings.label, &settings.name, &settings.id, acquire).await
+    }
+
+    async fn acquire_unobserved(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
         if cancel.is_cancelled() {
             return Err(self.error(|name| Error::Cancelled { name }));
         }
@@ -362,6 +376,7 @@ impl<T: Io + ?Sized> Inner<T> {
         let mut waiting_slot: Option<T::Waiting<'_>> = None;
         let mut waiting = Waiting::new(wait);
         let mut tried = self.try_short(wait, cancel).await?;
+        let mut woken = false;
         loop {
             match tried {
                 Tried::Acquired {
@@ -415,6 +430,9 @@ impl<T: Io + ?Sized> Inner<T> {
                     if let Some(waiting) = waiting_slot.take() {
                         T::keep_for_holder(waiting);
                     }
+                    if woken {
+                        observe::handoff(&self.settings.label);
+                    }
                     return self.acquired(valid_until, token).map(Some);
                 }
                 Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
@@ -431,6 +449,7 @@ impl<T: Io + ?Sized> Inner<T> {
                         }
                         Next::TryNow => self.try_short(wait, cancel).await?,
                         Next::Block(block) => {
+                            woken = true;
                             T::wait_once(self, &mut waiting_slot, at + block, wait, cancel).await?
                         }
                     };
@@ -595,7 +614,9 @@ impl<T: Io + ?Sized> Inner<T> {
             "lock {:?}: reply to a try lost ({error}); settling",
             self.name()
         );
-        match self.settle(conn, wait, cancel).await {
+        let settled = self.settle(conn, wait, cancel).await;
+        observe::settle(&self.settings.label, self.name(), settled.is_ok());
+        match settled {
             Ok((observed, sent)) => Ok(self.found(observed, sent)),
             Err(settling) => {
                 self.unsure(Unsure {
@@ -870,10 +891,13 @@ impl<T: Io + ?Sized> Inner<T> {
             },
             None => None,
         };
+        // Made before the state is locked: a subscriber's code runs when a span is made.
+        let hold = Hold::start(self.name(), &self.settings.id);
         let mut state = self.state.lock();
         state.epoch += 1;
         state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
         state.renewal = renewal;
+        state.hold = Some(hold);
         self.lease_changed();
         log::debug!("lock {:?}: acquired", self.name());
         Ok(state.epoch)
@@ -900,6 +924,7 @@ impl<T: Io + ?Sized> Inner<T> {
             }
         };
         log::debug!("lock {:?}: releasing", self.name());
+        self.end_hold();
         self.stop_renewal();
         let mut unsure_release = false;
         if let Belief::Unsure(unsure) = belief {
@@ -976,7 +1001,7 @@ impl<T: Io + ?Sized> Inner<T> {
             Extended::Yes => Ok(()),
             Extended::NotOurs => {
                 // If this handle thought it held the lock, it has just learned otherwise.
-                self.mark_lost();
+                self.mark_lost("an extend found another owner");
                 Err(self.error(|name| Error::NotAcquired { name }))
             }
             Extended::NoExpiry => Err(self.error(|name| Error::NotExpirable { name })),
@@ -1048,6 +1073,7 @@ impl<T: Io + ?Sized> Inner<T> {
                 if lease.is_lost(Instant::now()) {
                     // Renewed only after the expiry passed: someone else may have held it
                     // meanwhile, and a lost lease stays lost.
+                    self.note_lost("renewed too late");
                     log::error!("lock {:?}: lost (renewed too late)", self.name());
                     return None;
                 }
@@ -1055,7 +1081,7 @@ impl<T: Io + ?Sized> Inner<T> {
                 Some(self.renewal_due(lease.valid_until, expire))
             }
             Ok(Extended::NotOurs) => {
-                self.mark_lost();
+                self.mark_lost("a renewal found another owner");
                 log::error!("lock {:?}: lost (it is no longer ours)", self.name());
                 None
             }
@@ -1067,7 +1093,7 @@ impl<T: Io + ?Sized> Inner<T> {
                 None
             }
             Err(e) if self.expired() => {
-                self.mark_lost();
+                self.mark_lost("expired before a renewal got through");
                 log::error!(
                     "lock {:?}: lost (expired before a renewal got through: {e})",
                     self.name()
@@ -1076,6 +1102,7 @@ impl<T: Io + ?Sized> Inner<T> {
             }
             Err(e) => {
                 // Try again soon: the lock is lost if the expiry passes first.
+                observe::renewal_failed(&self.settings.label, self.name(), &e);
                 log::warn!("lock {:?}: renewal failed, retrying: {e}", self.name());
                 Some((interval / 8).max(Duration::from_millis(1)))
             }
@@ -1086,11 +1113,29 @@ impl<T: Io + ?Sized> Inner<T> {
         matches!(self.state.lock().belief, Belief::Held(lease) if lease.is_lost(Instant::now()))
     }
 
-    pub(crate) fn mark_lost(&self) {
+    /// The lease is lost, for `why`.
+    pub(crate) fn mark_lost(&self, why: &str) {
         if let Belief::Held(lease) = &mut self.state.lock().belief {
             lease.mark_lost();
         }
+        self.note_lost(why);
         self.lease_changed();
+    }
+
+    /// `lost()` turned true, for `why`: counted once per acquisition, as its hold ends.
+    fn note_lost(&self, why: &str) {
+        let hold = self.state.lock().hold.take();
+        if let Some(hold) = hold {
+            hold.lost(&self.settings.label, self.name(), &self.settings.id, why);
+        }
+    }
+
+    /// The hold is over, if it was not already (by a loss).
+    fn end_hold(&self) {
+        let hold = self.state.lock().hold.take();
+        if let Some(hold) = hold {
+            hold.end(&self.settings.label);
+        }
     }
 
     /// Whether the lock this handle acquired has been lost since; see `Lock::lost`.
@@ -1128,6 +1173,7 @@ impl<T: Io + ?Sized> Inner<T> {
     /// Forgets the acquisition and stops its renewal.
     fn forget(&self) {
         self.state.lock().belief = Belief::Free;
+        self.end_hold();
         self.stop_renewal();
         self.lease_changed();
     }

@@ -619,6 +619,42 @@
 //! [`Error::InvalidArgument`]. When correctness depends on fencing, use one server with
 //! `.fencing(true)` (and replicas with [`LockBuilder::replicas`]), or a consensus store.
 //!
+//! # Metrics and tracing
+//!
+//! With the `metrics` feature, every handle reports through the [`metrics`](https://docs.rs/metrics) facade, to the
+//! exporter the application installs, with the label `lock`:
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `redis_lock_wait_seconds` | histogram | `outcome` | from an acquire-style call's start to its end |
+//! | `redis_lock_acquisitions_total` | counter | `outcome` | `acquired`, `timed_out`, `cancelled`, `error` |
+//! | `redis_lock_hold_seconds` | histogram | | from the grant to the release, or the loss noticed |
+//! | `redis_lock_handoffs_total` | counter | | grants to a waiter woken by a wake-up signal |
+//! | `redis_lock_lost_total` | counter | | `lost()` turned true (at most once per acquisition) |
+//! | `redis_lock_renewal_failures_total` | counter | | a renewal that failed, to be tried again |
+//! | `redis_lock_settlements_total` | counter | `outcome` | a try's lost reply: `settled` or `unknown` |
+//!
+//! A lock name never becomes a label by itself, since names can be unbounded: `lock` is
+//! `"other"` unless the handle was given [`LockBuilder::metrics_label`], or the application
+//! maps names to a bounded set with [`observe::label_lock_names`].
+//!
+//! With the `tracing` feature, each acquire-style call runs in a `redis_lock.acquire` span and
+//! each hold is a `redis_lock.hold` span (from the grant to the release), both with the fields
+//! `name` and `owner`; a loss, a failed renewal and a settled lost reply are `WARN` events. The
+//! `log` lines stay as they are. With both features off, none of this is compiled in.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! # let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = redis_blpop_lock::Lock::builder(&client, "nightly-export")
+//!     .metrics_label("export")
+//!     .build()?;
+//! lock.acquire()?; // counts in redis_lock_acquisitions_total{lock="export",outcome="acquired"}
+//! lock.release()?; // and observes redis_lock_hold_seconds{lock="export"}
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Outcome rules
 //!
 //! A reply can be lost: the connection is killed, the network drops, the server stalls past the
@@ -751,6 +787,9 @@
 //!   `cluster` feature).
 //! - `sentinel`: [`Sentinel`] (no extra dependency). [`Quorum`] needs no feature.
 //! - `tokio`: the async API, [`aio`] (the `redis` crate's `tokio-comp`).
+//! - `metrics`: metrics through the `metrics` facade; see [Metrics and
+//!   tracing](#metrics-and-tracing).
+//! - `tracing`: spans and events through `tracing`.
 //! - `cli`: the `redis-lock` command-line tool (flock(1) for a fleet, and the operator's reset;
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
@@ -767,6 +806,7 @@ mod guard;
 mod id;
 pub mod inspect;
 mod lock;
+pub mod observe;
 mod protocol;
 mod quorum;
 mod renew;

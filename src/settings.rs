@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::observe::Label;
 use crate::{CancelToken, Error};
 
 /// How long the wake-up signal waits for a waiter, as in python-redis-lock.
@@ -25,6 +26,8 @@ pub(crate) struct Settings {
     pub(crate) cancel: CancelToken,
     /// How many replicas must acknowledge a change, and within how many milliseconds.
     pub(crate) replicas: Option<(u32, u64)>,
+    /// The `lock` label of the handle's metrics.
+    pub(crate) label: Label,
 }
 
 impl Settings {

@@ -33,6 +33,8 @@ mod inspect;
 mod interop;
 mod lease;
 mod lock;
+#[cfg(all(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod outcomes;
 mod quorum;
 mod quorum_faults;

@@ -1,0 +1,172 @@
+//! Metrics and tracing: every metric and span of the library is made here, and the driver
+//! calls the small functions below. With the `metrics` and `tracing` features off, their
+//! bodies are compiled out, so the acquire path does no new work.
+//!
+//! A lock's name never becomes a label by itself: names can be unbounded (one per job, per
+//! user), and an unbounded label set is what takes a metrics backend down. The `lock` label is
+//! the handle's [`metrics_label`](crate::LockBuilder::metrics_label), or what the function
+//! given to [`label_lock_names`] maps the name to, or `"other"`.
+
+use std::borrow::Cow;
+use std::future::Future;
+#[cfg(feature = "metrics")]
+use std::time::Instant;
+
+use parking_lot::RwLock;
+
+use crate::Error;
+
+/// The `lock` label of a handle that has none of its own.
+const OTHER: &str = "other";
+
+/// Maps a lock name to its `lock` label, or `None` for `"other"`.
+type Namer = fn(&str) -> Option<String>;
+
+/// What [`label_lock_names`] set: called once per handle, at build.
+static NAMER: RwLock<Option<Namer>> = RwLock::new(None);
+
+/// Lets lock names become the `lock` label of the metrics, through `f`, for every handle built
+/// from now on in this process: `f` maps a name to a label from a bounded set, or to `None`
+/// for `"other"`. A handle's own [`metrics_label`](crate::LockBuilder::metrics_label) wins.
+/// Without this, no name is ever a label. Takes effect with the `metrics` feature.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// # let client = redis::Client::open("redis://127.0.0.1/")?;
+/// // Per-tenant locks "invoice:<tenant>" are counted together as `lock="invoice"`.
+/// redis_blpop_lock::observe::label_lock_names(|name| {
+///     name.split_once(':').map(|(kind, _)| kind.to_owned())
+/// });
+/// let lock = redis_blpop_lock::Lock::new(&client, "invoice:4711")?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn label_lock_names(f: fn(&str) -> Option<String>) {
+    *NAMER.write() = Some(f);
+}
+
+/// A handle's `lock` label, fixed at build.
+pub(crate) struct Label {
+    #[cfg(feature = "metrics")]
+    value: metrics::SharedString,
+}
+
+impl Label {
+    /// The label of a handle on lock `name`, whose builder was given `explicit`.
+    pub(crate) fn new(name: &str, explicit: Option<Cow<'static, str>>) -> Label {
+        #[cfg(feature = "metrics")]
+        {
+            let value = explicit
+                .or_else(|| NAMER.read().and_then(|f| f(name)).map(Cow::Owned))
+                .unwrap_or(Cow::Borrowed(OTHER));
+            Label {
+                value: value.into(),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = (name, explicit, OTHER);
+            Label {}
+        }
+    }
+}
+
+/// Runs `acquire`, one acquire-style call, in a `redis_lock.acquire` span, and counts its
+/// outcome and how long it took.
+pub(crate) async fn acquiring<F>(label: &Label, name: &str, owner: &str, acquire: F) -> F::Output
+where
+    F: Future<Output = Result<Option<u64>, Error>>,
+{
+    #[cfg(feature = "tracing")]
+    let acquire = tracing::Instrument::instrument(
+        acquire,
+        tracing::info_span!("redis_lock.acquire", name, owner),
+    );
+    #[cfg(feature = "metrics")]
+    let start = Instant::now();
+    let outcome = acquire.await;
+    #[cfg(feature = "metrics")]
+    {
+        let kind = match &outcome {
+            Ok(Some(_)) => "acquired",
+            Ok(None) => "timed_out",
+            Err(Error::Cancelled { .. }) => "cancelled",
+            Err(_) => "error",
+        };
+        let labels = [("lock", label.value.clone()), ("outcome", kind.into())];
+        metrics::histogram!("redis_lock_wait_seconds", &labels).record(start.elapsed());
+        metrics::counter!("redis_lock_acquisitions_total", &labels).increment(1);
+    }
+    let _ = (label, name, owner);
+    outcome
+}
+
+/// A grant that followed a wait: a waiter woken by a release.
+pub(crate) fn handoff(label: &Label) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redis_lock_handoffs_total", "lock" => label.value.clone()).increment(1);
+    let _ = label;
+}
+
+/// A lock held, from its grant: its hold time, and its `redis_lock.hold` span, which closes
+/// when this is dropped.
+pub(crate) struct Hold {
+    #[cfg(feature = "metrics")]
+    since: Instant,
+    #[cfg(feature = "tracing")]
+    _span: tracing::Span,
+}
+
+impl Hold {
+    /// The lock `name` granted to `owner` now.
+    pub(crate) fn start(name: &str, owner: &str) -> Hold {
+        let _ = (name, owner);
+        Hold {
+            #[cfg(feature = "metrics")]
+            since: Instant::now(),
+            #[cfg(feature = "tracing")]
+            _span: tracing::info_span!("redis_lock.hold", name, owner),
+        }
+    }
+
+    /// Released, or its loss noticed: the hold is over.
+    pub(crate) fn end(self, label: &Label) {
+        #[cfg(feature = "metrics")]
+        metrics::histogram!("redis_lock_hold_seconds", "lock" => label.value.clone())
+            .record(self.since.elapsed());
+        let _ = label;
+    }
+
+    /// `lost()` turned true, for `why`: the hold is over.
+    pub(crate) fn lost(self, label: &Label, name: &str, owner: &str, why: &str) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!("redis_lock_lost_total", "lock" => label.value.clone()).increment(1);
+        #[cfg(feature = "tracing")]
+        tracing::warn!(name, owner, why, "redis_lock: lost");
+        let _ = (name, owner, why);
+        self.end(label);
+    }
+}
+
+/// A renewal attempt failed with `error`; it is tried again until the expiry.
+pub(crate) fn renewal_failed(label: &Label, name: &str, error: &Error) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redis_lock_renewal_failures_total", "lock" => label.value.clone())
+        .increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(name, %error, "redis_lock: renewal failed");
+    let _ = (label, name, error);
+}
+
+/// A lost reply to a try was settled by reading the lock (`settled`), or could not be
+/// (the outcome is unknown).
+pub(crate) fn settle(label: &Label, name: &str, settled: bool) {
+    let outcome = if settled { "settled" } else { "unknown" };
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redis_lock_settlements_total",
+        "lock" => label.value.clone(), "outcome" => outcome)
+    .increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(name, outcome, "redis_lock: lost reply settled");
+    let _ = (label, name, outcome);
+}
