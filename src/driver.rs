@@ -782,6 +782,7 @@ impl<T: Io + ?Sized> Inner<T> {
                     unlock: self.unlock_request(),
                     io_timeout: self.settings.io_timeout,
                     name: self.settings.name.clone(),
+                    label: self.settings.label.clone(),
                 }
                 .run(),
             );
@@ -924,6 +925,11 @@ impl<T: Io + ?Sized> Inner<T> {
             }
         };
         log::debug!("lock {:?}: releasing", self.name());
+        if matches!(belief, Belief::Held(lease) if lease.is_lost(Instant::now())) {
+            // Its expiry passed without a renewal (a lock that does not renew, held too
+            // long): `lost()` turned true, and it counts as lost.
+            self.note_lost("expired while held");
+        }
         self.end_hold();
         self.stop_renewal();
         let mut unsure_release = false;
@@ -1247,6 +1253,7 @@ struct Settler<T: Io + ?Sized> {
     unlock: Request,
     io_timeout: Duration,
     name: String,
+    label: observe::Label,
 }
 
 impl<T: Io + ?Sized> Settler<T> {
@@ -1267,8 +1274,12 @@ impl<T: Io + ?Sized> Settler<T> {
                             (unsure, Claim(&self.state))
                         })
                     }
-                    _ => {
+                    (belief, _) => {
                         state.settler = None;
+                        if let Belief::Unsure(_) = belief {
+                            // Its time is up and the outcome still unknown.
+                            observe::settle(&self.label, &self.name, false);
+                        }
                         return;
                     }
                 }
@@ -1279,6 +1290,7 @@ impl<T: Io + ?Sized> Settler<T> {
                         "lock {:?}: a lost reply settled in the background",
                         self.name
                     );
+                    observe::settle(&self.label, &self.name, true);
                     claim.end(|state| {
                         // Unless something else changed it meanwhile (a reset).
                         if let Belief::Unsure(_) = state.belief {

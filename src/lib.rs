@@ -629,10 +629,10 @@
 //! | `redis_lock_wait_seconds` | histogram | `outcome` | from an acquire-style call's start to its end |
 //! | `redis_lock_acquisitions_total` | counter | `outcome` | `acquired`, `timed_out`, `cancelled`, `error` |
 //! | `redis_lock_hold_seconds` | histogram | | from the grant to the release, or the loss noticed |
-//! | `redis_lock_handoffs_total` | counter | | grants to a waiter woken by a wake-up signal |
-//! | `redis_lock_lost_total` | counter | | `lost()` turned true (at most once per acquisition) |
+//! | `redis_lock_handoffs_total` | counter | | grants that followed a wait (woken, or at the holder's expiry) |
+//! | `redis_lock_lost_total` | counter | | `lost()` turned true (at most once per acquisition; a lock that does not renew and outlived its expiry counts at its release) |
 //! | `redis_lock_renewal_failures_total` | counter | | a renewal that failed, to be tried again |
-//! | `redis_lock_settlements_total` | counter | `outcome` | a try's lost reply: `settled` or `unknown` |
+//! | `redis_lock_settlements_total` | counter | `outcome` | a lost reply settled by the call (`settled`) or by the background settle (`settled`), or given up on at the expiry (`unknown`) |
 //!
 //! A lock name never becomes a label by itself, since names can be unbounded: `lock` is
 //! `"other"` unless the handle was given [`LockBuilder::metrics_label`], or the application

@@ -46,6 +46,7 @@ pub fn label_lock_names(f: fn(&str) -> Option<String>) {
 }
 
 /// A handle's `lock` label, fixed at build.
+#[derive(Clone)]
 pub(crate) struct Label {
     #[cfg(feature = "metrics")]
     value: metrics::SharedString,
@@ -158,8 +159,9 @@ pub(crate) fn renewal_failed(label: &Label, name: &str, error: &Error) {
     let _ = (label, name, error);
 }
 
-/// A lost reply to a try was settled by reading the lock (`settled`), or could not be
-/// (the outcome is unknown).
+/// A lost reply was settled (`settled`: by the call that lost it, reading the lock, or by the
+/// background settle, giving back), or could not be (`unknown`: a call's settle out of time,
+/// or the background settle at the expiry).
 pub(crate) fn settle(label: &Label, name: &str, settled: bool) {
     let outcome = if settled { "settled" } else { "unknown" };
     #[cfg(feature = "metrics")]

@@ -213,6 +213,55 @@ fn a_lock_reset_under_its_renewing_holder_is_counted_lost_once() {
 }
 
 #[test]
+fn a_lock_that_does_not_renew_and_outlives_its_expiry_counts_lost_at_its_release() {
+    let server = RedisServer::start();
+    let client = server.client();
+    recorded();
+    let holder = Lock::builder(&client, "l")
+        .metrics_label("observe-expired")
+        .expire(ms(100))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    eventually(secs(10), "the expiry to pass", || holder.lost());
+    let _ = holder.release();
+    assert_eq!(count("redis_lock_lost_total", "observe-expired", None), 1.0);
+}
+
+#[test]
+fn an_unknown_outcome_given_back_in_the_background_counts_a_settlement() {
+    let server = RedisServer::start();
+    recorded();
+    let holder = Lock::builder(&server.client(), "l")
+        .metrics_label("observe-background")
+        .expire(secs(30))
+        .io_timeout(ms(300))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    // The release's reply cannot come: its outcome is unknown until the server is back.
+    server.pause();
+    assert!(matches!(
+        holder.release(),
+        Err(Error::OutcomeUnknown { .. })
+    ));
+    server.resume();
+    eventually(
+        secs(10),
+        "the background settle to give the lock back",
+        || {
+            count(
+                "redis_lock_settlements_total",
+                "observe-background",
+                Some("settled"),
+            ) >= 1.0
+        },
+    );
+    let key: Option<String> = server.conn().get("lock:l").unwrap();
+    assert_eq!(key, None);
+}
+
+#[test]
 fn a_renewal_failing_while_the_server_is_frozen_counts_a_failure_not_a_loss() {
     let server = RedisServer::start();
     recorded();
@@ -483,4 +532,44 @@ fn a_failed_renewal_is_a_warning_event() {
         server.resume();
         lock.release().await.unwrap();
     });
+}
+
+/// `examples/metrics.rs` runs and prints the cost line and a Prometheus scrape with the
+/// metrics its run must have made (no timing is asserted: speed lives in the example itself).
+#[test]
+fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
+    let server = RedisServer::start();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let built = std::process::Command::new(cargo)
+        .args(["build", "--example", "metrics", "--features", "metrics"])
+        .status()
+        .expect("run cargo build --example metrics");
+    assert!(built.success(), "cargo build --example metrics failed");
+    let deps = std::env::current_exe().expect("test binary path");
+    let target = deps
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target folder");
+    let output = std::process::Command::new(target.join("examples").join("metrics"))
+        .args(["--seconds", "1"])
+        .env("REDIS_URL", server.url())
+        .output()
+        .expect("run the metrics example");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("uncontended cycle: p50"), "{stdout}");
+    for line in [
+        r#"redis_lock_acquisitions_total{lock="cost",outcome="acquired"}"#,
+        r#"redis_lock_acquisitions_total{lock="report",outcome="acquired"}"#,
+        r#"redis_lock_acquisitions_total{lock="report",outcome="timed_out"}"#,
+        r#"redis_lock_handoffs_total{lock="report"}"#,
+        r#"redis_lock_hold_seconds{lock="report",quantile="0.5"}"#,
+        r#"redis_lock_wait_seconds{lock="report",outcome="acquired",quantile="0.99"}"#,
+    ] {
+        assert!(stdout.contains(line), "no {line} in:\n{stdout}");
+    }
 }
