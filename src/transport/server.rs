@@ -378,15 +378,19 @@ impl Pool {
         }
     }
 
-    /// The first connection given back by `deadline`.
+    /// The first connection given back by `deadline` that the server has not closed (as
+    /// [`take_idle`](Self::take_idle) checks: a request must not go out on a closed one).
     fn wait_idle(&self, deadline: Instant) -> Option<Loan<'_>> {
         let mut idle = self.idle.lock();
         loop {
-            if let Some(conn) = idle.pop() {
-                return Some(Loan {
-                    pool: self,
-                    conn: Some(conn),
-                });
+            while let Some(conn) = idle.pop() {
+                if conn.usable() {
+                    return Some(Loan {
+                        pool: self,
+                        conn: Some(conn),
+                    });
+                }
+                self.live.fetch_sub(1, Ordering::SeqCst);
             }
             if self.returned.wait_until(&mut idle, deadline).timed_out() {
                 return None;
