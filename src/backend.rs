@@ -40,11 +40,11 @@ pub(crate) mod sealed {
 
     pub trait Sealed {
         /// Where the requests of the locks built on it go.
-        fn connect(&self) -> Result<Route, Error>;
+        fn connect(&self) -> Result<OpaqueTransport, Error>;
     }
 
     /// A transport, opaque outside the crate.
-    pub struct Route(pub(crate) Arc<dyn Transport>);
+    pub struct OpaqueTransport(pub(crate) Arc<dyn Transport>);
 }
 
 /// Where the requests of the locks built on `backend` go.
@@ -55,9 +55,9 @@ pub(crate) fn transport_of<B: Backend + ?Sized>(backend: &B) -> Result<Arc<dyn T
 impl Backend for redis::Client {}
 
 impl sealed::Sealed for redis::Client {
-    fn connect(&self) -> Result<sealed::Route, Error> {
+    fn connect(&self) -> Result<sealed::OpaqueTransport, Error> {
         let server: Arc<Server> = Arc::clone(Server::shared(self)?);
-        Ok(sealed::Route(server))
+        Ok(sealed::OpaqueTransport(server))
     }
 }
 
@@ -66,15 +66,15 @@ impl Backend for redis::cluster::ClusterClient {}
 
 #[cfg(feature = "cluster")]
 impl sealed::Sealed for redis::cluster::ClusterClient {
-    fn connect(&self) -> Result<sealed::Route, Error> {
-        crate::transport::cluster::shared(self).map(sealed::Route)
+    fn connect(&self) -> Result<sealed::OpaqueTransport, Error> {
+        crate::transport::cluster::shared(self).map(sealed::OpaqueTransport)
     }
 }
 
 impl<B: Backend + ?Sized> Backend for &B {}
 
 impl<B: Backend + ?Sized> sealed::Sealed for &B {
-    fn connect(&self) -> Result<sealed::Route, Error> {
+    fn connect(&self) -> Result<sealed::OpaqueTransport, Error> {
         (**self).connect()
     }
 }

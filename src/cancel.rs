@@ -2,14 +2,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-
-use crate::transport::{Admin, ConnId, Transport};
-
-/// The deadline of each command [`CancelToken::cancel`] sends to end a wait.
-const INTERRUPT_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Ends the waits of the locks built with it, from any thread.
 ///
@@ -60,8 +55,7 @@ struct Inner {
 
 struct Blocked {
     key: u64,
-    transport: Arc<dyn Transport>,
-    conn: ConnId,
+    interrupt: Arc<dyn Interrupt>,
 }
 
 impl CancelToken {
@@ -83,7 +77,7 @@ impl CancelToken {
     /// assert!(token.is_cancelled());
     /// ```
     pub fn cancel(&self) {
-        let blocked: Vec<(u64, Arc<dyn Transport>, ConnId)> = {
+        let blocked: Vec<(u64, Arc<dyn Interrupt>)> = {
             let blocked = self.inner.blocked.lock();
             self.inner.cancelled.store(true, Ordering::SeqCst);
             self.inner.woken.notify_all();
@@ -91,11 +85,11 @@ impl CancelToken {
             self.inner.cancelled_async.notify_waiters();
             blocked
                 .iter()
-                .map(|b| (b.key, Arc::clone(&b.transport), b.conn))
+                .map(|b| (b.key, Arc::clone(&b.interrupt)))
                 .collect()
         };
-        for (key, transport, conn) in blocked {
-            self.interrupt(key, &*transport, conn);
+        for (key, interrupt) in blocked {
+            interrupt.interrupt(&|| self.inner.blocked.lock().iter().any(|b| b.key == key));
         }
     }
 
@@ -109,40 +103,16 @@ impl CancelToken {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
 
-    /// Records that connection `conn` is about to block; `None` if the token is cancelled
-    /// already, so the wait must not start.
-    pub(crate) fn blocking(
-        &self,
-        transport: &Arc<dyn Transport>,
-        conn: ConnId,
-    ) -> Option<Registration<'_>> {
+    /// Records that a wait is about to block, which `interrupt` ends; `None` if the token is
+    /// cancelled already, so the wait must not start.
+    pub(crate) fn blocking(&self, interrupt: Arc<dyn Interrupt>) -> Option<Registration<'_>> {
         let mut blocked = self.inner.blocked.lock();
         if self.is_cancelled() {
             return None;
         }
         let key = self.inner.next.fetch_add(1, Ordering::SeqCst);
-        blocked.push(Blocked {
-            key,
-            transport: Arc::clone(transport),
-            conn,
-        });
+        blocked.push(Blocked { key, interrupt });
         Some(Registration { token: self, key })
-    }
-
-    /// Ends the `BLPOP` of a registered wait. When there is none to end, the `BLPOP` has
-    /// either returned (and the try behind it run) or not reached the server yet: closing the
-    /// connection covers both, since what it has not run never runs, and the wait settles
-    /// what it did by reading the lock.
-    fn interrupt(&self, key: u64, transport: &dyn Transport, conn: ConnId) {
-        let deadline = Instant::now() + INTERRUPT_DEADLINE;
-        if !matches!(transport.unblock(conn, deadline), Ok(Admin::Nothing)) {
-            return;
-        }
-        // A wait already over may have handed its connection to another one.
-        let still_waiting = self.inner.blocked.lock().iter().any(|b| b.key == key);
-        if still_waiting {
-            let _ = transport.kill(conn, deadline);
-        }
     }
 
     /// Waits up to `pause` unless the token is, or gets, cancelled; whether it is. The
@@ -177,6 +147,13 @@ impl std::fmt::Debug for CancelToken {
 }
 
 /// A wait's entry in its token, removed when the wait's `BLPOP` has returned.
+/// Ends a wait blocked at a server, for a cancel from another thread.
+pub(crate) trait Interrupt: Send + Sync {
+    /// Ends the wait; `still_waiting` says whether it is still registered, that is, whether
+    /// its connection is still its own.
+    fn interrupt(&self, still_waiting: &dyn Fn() -> bool);
+}
+
 pub(crate) struct Registration<'a> {
     token: &'a CancelToken,
     key: u64,

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::now;
 use crate::protocol::lease::Wait;
+use crate::transport::send::now;
 use crate::{Backend, Error, Lock};
 
 /// Proof that a [`Lock`] is held; the lock is released when the guard is dropped.

@@ -809,21 +809,20 @@ mod lock;
 pub mod observe;
 mod protocol;
 mod quorum;
-mod renew;
 mod reset_all;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod settings;
-mod timer;
 mod transport;
 
 pub use backend::Backend;
 pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use cancel::CancelToken;
+pub use driver::Holder;
 pub use error::Error;
 pub use guard::{with_lock, ArcLockGuard, LockGuard};
-pub use lock::{Holder, Lock};
+pub use lock::Lock;
 pub use quorum::Quorum;
 pub use reset_all::reset_all;
 #[cfg(feature = "sentinel")]

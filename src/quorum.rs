@@ -128,7 +128,7 @@ impl Quorum {
 impl Backend for Quorum {}
 
 impl sealed::Sealed for Quorum {
-    fn connect(&self) -> Result<sealed::Route, Error> {
+    fn connect(&self) -> Result<sealed::OpaqueTransport, Error> {
         if self.server_timeout.is_zero() {
             return Err(Error::invalid(
                 "a quorum's server timeout must be above zero",
@@ -146,7 +146,7 @@ impl sealed::Sealed for Quorum {
         // A quorum no handle uses any more leaves the registry (its entry is only a weak one).
         known.retain(|_, transport| transport.strong_count() > 0);
         if let Some(found) = known.get(&key).and_then(Weak::upgrade) {
-            return Ok(sealed::Route(found));
+            return Ok(sealed::OpaqueTransport(found));
         }
         let servers = self
             .clients
@@ -156,6 +156,6 @@ impl sealed::Sealed for Quorum {
         let transport: Arc<dyn Transport> =
             Arc::new(QuorumTransport::new(servers, self.server_timeout));
         known.insert(key, Arc::downgrade(&transport));
-        Ok(sealed::Route(transport))
+        Ok(sealed::OpaqueTransport(transport))
     }
 }

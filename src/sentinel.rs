@@ -102,7 +102,7 @@ impl Sentinel {
 impl Backend for Sentinel {}
 
 impl sealed::Sealed for Sentinel {
-    fn connect(&self) -> Result<sealed::Route, Error> {
+    fn connect(&self) -> Result<sealed::OpaqueTransport, Error> {
         let key = format!(
             "{:?}|{}|{}",
             self.sentinels.iter().map(addr_of).collect::<Vec<_>>(),
@@ -112,7 +112,7 @@ impl sealed::Sealed for Sentinel {
         let mut known = SENTINELS.lock();
         known.retain(|_, routed| routed.strong_count() > 0);
         if let Some(found) = known.get(&key).and_then(Weak::upgrade) {
-            return Ok(sealed::Route(found));
+            return Ok(sealed::OpaqueTransport(found));
         }
         // The primary is reached like the first sentinel (TCP or TLS), with its own settings.
         let Some(first) = self.sentinels.first() else {
@@ -124,6 +124,6 @@ impl sealed::Sealed for Sentinel {
         listen(&Arc::downgrade(&routed), self.sentinels.len()).map_err(Error::Thread)?;
         known.insert(key, Arc::downgrade(&routed));
         let transport: Arc<dyn Transport> = routed;
-        Ok(sealed::Route(transport))
+        Ok(sealed::OpaqueTransport(transport))
     }
 }

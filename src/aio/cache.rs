@@ -10,10 +10,10 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use super::{Lock, LockGuard};
 use crate::cache::{self, Keys, Lookup};
-use crate::driver::send_repeatable;
 use crate::protocol::requests::Request;
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
-use crate::transport::aio::Async;
+use crate::transport::aio::AsyncTransport;
+use crate::transport::send::send_repeatable;
 use crate::{Backend, Error};
 
 /// The async twin of [`crate::Cache`]: the same keys, so async and blocking callers (and
@@ -37,7 +37,7 @@ use crate::{Backend, Error};
 pub struct Cache {
     /// The keys and settings, as the blocking cache has them.
     base: crate::Cache,
-    transport: Arc<Async>,
+    transport: Arc<dyn AsyncTransport>,
 }
 
 impl Cache {
@@ -53,7 +53,7 @@ impl Cache {
     /// ```
     pub fn new(backend: &(impl Backend + ?Sized)) -> Result<Cache, Error> {
         let base = crate::Cache::new(backend)?;
-        let transport = Arc::new(Async(Arc::clone(base.transport()).to_async()));
+        let transport = Arc::clone(base.transport()).to_async();
         Ok(Cache { base, transport })
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::lock::release;
 use super::turn::{self, Turn, Turns};
 use super::Lock;
+use crate::driver::tokio::Tokio;
 use crate::driver::Inner;
-use crate::transport::aio::Async;
 use crate::{Backend, Error};
 
 /// One acquisition of an [`aio::Lock`](Lock), owned: `'static` and `Send`, so it can move into
@@ -33,7 +33,7 @@ use crate::{Backend, Error};
 /// ```
 #[must_use = "if unused the lock is released at once"]
 pub struct LockGuard {
-    inner: Arc<Inner<Async>>,
+    inner: Arc<Inner<Tokio>>,
     turns: Turns,
     epoch: u64,
     /// Whether dropping it releases; not once it has been released or handed to its handle.
@@ -43,7 +43,7 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(inner: Arc<Inner<Async>>, turns: Turns, epoch: u64, turn: Turn) -> Self {
+    pub(crate) fn new(inner: Arc<Inner<Tokio>>, turns: Turns, epoch: u64, turn: Turn) -> Self {
         LockGuard {
             inner,
             turns,

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::turn::{self, Turn, Turns};
 use super::LockGuard;
+use crate::driver::tokio::Tokio;
 use crate::driver::Inner;
 use crate::protocol::lease::Wait;
-use crate::transport::aio::Async;
 use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 
 /// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
@@ -34,7 +34,7 @@ use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 /// # }
 /// ```
 pub struct Lock {
-    inner: Arc<Inner<Async>>,
+    inner: Arc<Inner<Tokio>>,
     turns: Turns,
 }
 
@@ -434,7 +434,7 @@ impl Drop for Abandon {
 /// task; dropped before its end it is finished on a task (or, as the runtime ends, on the
 /// dropping thread), since releasing twice does no more than once.
 pub(crate) async fn release(
-    inner: &Arc<Inner<Async>>,
+    inner: &Arc<Inner<Tokio>>,
     turns: &Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
@@ -452,7 +452,7 @@ pub(crate) async fn release(
 /// A release whose future was dropped before its end: it is sent again, unattended.
 struct Unfinished {
     /// `None` once the release has ended.
-    inner: Option<Arc<Inner<Async>>>,
+    inner: Option<Arc<Inner<Tokio>>>,
     turns: Turns,
     epoch: Option<u64>,
 }
@@ -483,7 +483,7 @@ impl LockBuilder<Lock> {
     pub fn build(self) -> Result<Lock, Error> {
         let (settings, transport) = self.checked()?;
         Ok(Lock {
-            inner: Arc::new(Inner::new(settings, Arc::new(Async(transport.to_async())))),
+            inner: Arc::new(Inner::new(settings, transport.to_async())),
             turns: Turns::default(),
         })
     }

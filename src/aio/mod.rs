@@ -24,24 +24,15 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
-mod finish;
 mod guard;
 pub mod inspect;
-mod io;
 mod lock;
 mod reset_all;
 mod turn;
-pub(crate) mod waits;
 
 pub use cache::Cache;
 pub use guard::{with_lock, LockGuard};
 pub use lock::Lock;
 pub use reset_all::reset_all;
 
-use crate::Error;
-
-/// The runtime the async API spawns its tasks on: the caller's.
-fn runtime() -> Result<tokio::runtime::Handle, Error> {
-    tokio::runtime::Handle::try_current()
-        .map_err(|_| Error::invalid(crate::transport::aio::NO_RUNTIME))
-}
+use crate::driver::tokio::runtime;

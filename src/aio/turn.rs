@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::finish;
+use crate::driver::tokio::Tokio;
 use crate::driver::Inner;
-use crate::transport::aio::Async;
+use crate::transport::aio::finish;
 use crate::Error;
 
 /// The turns of one handle, shared with its guards.
@@ -44,7 +44,7 @@ impl Turns {
 /// Finishing a release its runtime dropped, it takes the turn only if it is free: what holds
 /// it is being dropped with the runtime, and there is no timer left to wait by.
 pub(crate) async fn release(
-    inner: Arc<Inner<Async>>,
+    inner: Arc<Inner<Tokio>>,
     turns: Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
@@ -65,7 +65,7 @@ pub(crate) async fn release(
 /// release): from a task, or, should the runtime end first, from the thread that drops it; a
 /// failure is logged.
 pub(crate) fn release_unattended(
-    inner: Arc<Inner<Async>>,
+    inner: Arc<Inner<Tokio>>,
     turns: Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
@@ -74,7 +74,7 @@ pub(crate) fn release_unattended(
     finish::spawn_or_block(releasing, move || logged(inner, turns, None, epoch));
 }
 
-async fn logged(inner: Arc<Inner<Async>>, turns: Turns, held: Option<Turn>, epoch: Option<u64>) {
+async fn logged(inner: Arc<Inner<Tokio>>, turns: Turns, held: Option<Turn>, epoch: Option<u64>) {
     let name = inner.name().to_string();
     match release(inner, turns, held, epoch).await {
         // Released already: by the attempt its runtime dropped, or that acquisition is over.

@@ -19,7 +19,7 @@ use redis::io::tcp::socket2::Socket;
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionLike, ErrorKind, Parser, RedisError, Value};
 
-use super::server::client_id;
+use super::admin::client_id;
 use super::ConnId;
 
 /// A socket timeout this much longer than the time left is still close enough: setting it
@@ -265,4 +265,17 @@ fn quiet(socket: &Socket) -> bool {
         .and_then(|()| (&*socket).read(&mut [0; 1]));
     matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
         && socket.set_nonblocking(false).is_ok()
+}
+
+/// The time left until `deadline`, or a timeout error when there is none: a zero socket
+/// timeout would mean "wait forever".
+#[cfg(feature = "tokio")]
+pub(crate) fn remaining(deadline: Instant) -> Result<std::time::Duration, RedisError> {
+    Ok(time_left(deadline)?)
+}
+
+/// The error of a call whose deadline passed.
+#[cfg(feature = "tokio")]
+pub(crate) fn timed_out() -> RedisError {
+    passed().into()
 }

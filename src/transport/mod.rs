@@ -1,7 +1,8 @@
-//! The seam between the protocol core and where requests go: one server, a cluster, or a
-//! Sentinel-managed primary, each behind [`Transport`], so the core and the driver do not
-//! know which.
+//! Where requests go: one server, a cluster, a Sentinel-managed primary or a quorum, each
+//! behind [`Transport`] (blocking) and [`aio::AsyncTransport`], so the core and the driver do
+//! not know which; and sending over them with the outcome rules of a send ([`send`]).
 
+pub(crate) mod admin;
 #[cfg(feature = "tokio")]
 pub(crate) mod aio;
 #[cfg(feature = "cluster")]
@@ -12,9 +13,11 @@ pub(crate) mod nodes;
 pub(crate) mod quorum;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod routed;
+pub(crate) mod send;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
+pub(crate) mod timer;
 
 #[cfg(feature = "tokio")]
 use std::sync::Arc;
@@ -22,9 +25,9 @@ use std::time::Instant;
 
 use redis::{RedisError, Value};
 
-use crate::driver::{now, Answered};
 use crate::protocol::requests::Request;
 pub(crate) use crate::protocol::ConnId;
+use send::{now, Answered};
 
 /// Why a request came back without its replies.
 #[derive(Debug)]
@@ -117,7 +120,7 @@ pub(crate) trait Transport: Send + Sync {
     /// primary to scan, and where to send requests about the keys found there.
     fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;
 
-    /// The same place for the async driver, shared by every async handle on it.
+    /// The [`aio::AsyncTransport`] to the same servers, shared by every async handle on them.
     #[cfg(feature = "tokio")]
     fn to_async(self: Arc<Self>) -> Arc<dyn aio::AsyncTransport>;
 }
@@ -146,12 +149,12 @@ pub(crate) trait Waiter: Send {
     fn keep_for_holder(self: Box<Self>);
 }
 
-/// Sends a repeatable request, once more if the first reply was lost: the driver's
-/// [`send_repeatable`](crate::driver::send_repeatable), for callers that block.
+/// Sends a repeatable request, once more if the first reply was lost:
+/// [`send::send_repeatable`], for callers that block.
 pub(crate) fn send_repeatable(
     transport: &(dyn Transport + 'static),
     request: &Request,
     deadline: Instant,
 ) -> Result<Answered, RedisError> {
-    now(crate::driver::send_repeatable(transport, request, deadline))
+    now(send::send_repeatable(transport, request, deadline))
 }

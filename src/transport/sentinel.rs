@@ -19,8 +19,8 @@ use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
 
 use super::nodes::Nodes;
 use super::routed::{Routed, Topology};
+use super::send::{longer, FIRST_PAUSE};
 use super::send_repeatable;
-use crate::driver::{longer, FIRST_PAUSE};
 use crate::protocol::requests::Request;
 
 /// The longest a look at one sentinel or node may take: one that is down should cost little

@@ -10,6 +10,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 use redis::{ErrorKind, RedisError, Value};
 
+use super::admin::{admin_outcome, kill_cmd, unblock_cmd};
 use super::conn::Conn;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::requests::Request;
@@ -104,64 +105,6 @@ impl Server {
     }
 }
 
-/// The connection id in a reply to `CLIENT ID`: none when an ACL refuses the command (the
-/// connection works, but cannot be unblocked or killed by id).
-pub(crate) fn client_id(reply: Value) -> Result<Option<ConnId>, RedisError> {
-    match reply {
-        Value::Int(id) => Ok(u64::try_from(id).ok().map(|id| ConnId { node: 0, id })),
-        Value::ServerError(e) if e.code() == "NOPERM" => Ok(None),
-        // The server's first words on a connection it will not serve (`maxclients`).
-        Value::ServerError(e) => Err(e.into()),
-        _ => Ok(None),
-    }
-}
-
-/// `CLIENT UNBLOCK`: ends connection `conn`'s `BLPOP` as if it had timed out.
-pub(crate) fn unblock_cmd(conn: ConnId) -> redis::Cmd {
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
-    cmd
-}
-
-/// `CLIENT KILL`: closes connection `conn`.
-pub(crate) fn kill_cmd(conn: ConnId) -> redis::Cmd {
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("KILL").arg("ID").arg(conn.id);
-    cmd
-}
-
-/// How an administrative `request` (`CLIENT UNBLOCK` or `CLIENT KILL`) came out.
-pub(crate) fn admin_outcome(
-    request: &Request,
-    answered: Result<crate::driver::Answered, RedisError>,
-) -> Result<Admin, Fault> {
-    let answered = match answered {
-        Ok(answered) => answered,
-        // A server that is not there has no connection left to act on.
-        Err(e) if e.is_connection_refusal() => return Ok(Admin::Nothing),
-        Err(e) => return Err(Fault::NotSent(e)),
-    };
-    Ok(match answered.replies.first() {
-        Some(Value::Int(0)) => Admin::Nothing,
-        Some(Value::Int(_) | Value::Okay) => Admin::Done,
-        // `CLIENT KILL` of a connection that is gone.
-        Some(Value::ServerError(e))
-            if e.details().is_some_and(|d| d.contains("No such client")) =>
-        {
-            Admin::Nothing
-        }
-        // NOPERM from an ACL, or a server too old for the command.
-        Some(Value::ServerError(_)) => Admin::Refused,
-        other => {
-            log::warn!(
-                "unexpected reply to {:?}: {other:?}",
-                request.cmds.first().and_then(|cmd| cmd.args_iter().next())
-            );
-            Admin::Nothing
-        }
-    })
-}
-
 /// A request sent on a short connection whose replies are still to be read: a quorum sends
 /// to every server first, then reads, so the servers work at once.
 pub(crate) struct InFlight<'a> {
@@ -231,7 +174,8 @@ impl InFlight<'_> {
 impl Transport for Server {
     #[cfg(feature = "tokio")]
     fn to_async(self: Arc<Self>) -> Arc<dyn super::aio::AsyncTransport> {
-        super::aio::native::Native::shared(self)
+        let client = self.client().clone();
+        super::aio::native::Native::shared(self, &client)
     }
 
     fn call(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
@@ -320,19 +264,6 @@ pub(crate) fn login(settings: &redis::RedisConnectionInfo) -> String {
 fn fingerprint(password: &str) -> [u64; 2] {
     static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
     [KEY.hash_one((0u8, password)), KEY.hash_one((1u8, password))]
-}
-
-/// The time left until `deadline`, or a timeout error when there is none: a zero socket
-/// timeout would mean "wait forever".
-#[cfg(feature = "tokio")]
-pub(crate) fn remaining(deadline: Instant) -> Result<std::time::Duration, RedisError> {
-    Ok(super::conn::time_left(deadline)?)
-}
-
-/// The error of a call whose deadline passed.
-#[cfg(feature = "tokio")]
-pub(crate) fn timed_out() -> RedisError {
-    super::conn::passed().into()
 }
 
 /// Connections of one kind: the idle ones, and how many are open in all.

@@ -1,10 +1,11 @@
-//! The connection seam for the async driver: where its requests go, as futures.
+//! Where the async driver's requests go: [`AsyncTransport`], as futures.
 //!
 //! One server is served natively, over one multiplexed connection for short requests and a
 //! connection of its own for each shared wait ([`native`]). The other backends run their
 //! blocking transports on tokio's blocking pool ([`pooled`]): what they do per request (follow
 //! a cluster's redirections, ask Sentinel, count a quorum's votes) is written once, there.
 
+pub(crate) mod finish;
 pub(crate) mod native;
 pub(crate) mod pooled;
 
@@ -15,24 +16,21 @@ use std::time::Instant;
 
 use redis::Value;
 
+use super::send::AnyTransport;
 use super::{Admin, ConnId, Fault, Transport};
-use crate::aio::waits::Waits;
 use crate::protocol::requests::Request;
 
 /// Why an async call could not be made: the async API's timers and tasks are tokio's.
 pub(crate) const NO_RUNTIME: &str = "the async API runs on a tokio runtime, and none is running";
-
-/// An async transport as the driver holds it.
-pub(crate) struct Async(pub(crate) Arc<dyn AsyncTransport>);
 
 /// A future that may be sent to another thread.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Where an async lock's requests go.
 pub(crate) trait AsyncTransport: Send + Sync + 'static {
-    /// The blocking transport for the same place: what the place is, and the way out when
-    /// no runtime is left to run a future on.
-    fn place(&self) -> &Arc<dyn Transport>;
+    /// The blocking transport to the same servers: what they are, and the way out when no
+    /// runtime is left to run a future on.
+    fn blocking(&self) -> &Arc<dyn Transport>;
 
     /// [`Transport::call`], as a future.
     fn call<'a>(
@@ -58,9 +56,6 @@ pub(crate) trait AsyncTransport: Send + Sync + 'static {
     fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
         drop(waiter);
     }
-
-    /// The process's shared waits at this place.
-    fn waits(&self) -> &Waits;
 }
 
 /// A connection lent to the shared waits on one name.
@@ -80,4 +75,28 @@ pub(crate) trait AsyncWaiter: Send {
         request: &'a Request,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Vec<Value>, Fault>>;
+}
+
+impl AnyTransport for dyn AsyncTransport + '_ {
+    async fn exchange(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
+        if finish::blocking_here() {
+            return finish::call_blocking(self.blocking(), deadline, |blocking| {
+                blocking.call(request, deadline)
+            });
+        }
+        self.call(request, deadline).await
+    }
+
+    async fn close(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
+        if finish::blocking_here() {
+            return finish::call_blocking(self.blocking(), deadline, |blocking| {
+                blocking.kill(conn, deadline)
+            });
+        }
+        self.kill(conn, deadline).await
+    }
+
+    fn blocking(&self) -> &dyn Transport {
+        &**AsyncTransport::blocking(self)
+    }
 }

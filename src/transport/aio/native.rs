@@ -9,21 +9,21 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
-use crate::aio::waits::Waits;
-use crate::driver::Exchange;
 use crate::protocol::requests::Request;
-use crate::transport::server::{self, Server};
+use crate::transport::admin::{admin_outcome, client_id, kill_cmd, unblock_cmd};
+use crate::transport::conn;
+use crate::transport::send::{send_repeatable, AnyTransport};
 use crate::transport::{Admin, ConnId, Fault, Transport};
 
-/// The async side of a [`Server`], one per server in the process.
+/// The async side of a [`Server`](crate::transport::server::Server), one per server in the
+/// process.
 pub(crate) struct Native {
-    place: Arc<dyn Transport>,
-    server: Arc<Server>,
+    blocking: Arc<dyn Transport>,
+    client: redis::Client,
     /// The multiplexed connection and its id, once made; see [`retire`](Self::retire).
     short: tokio::sync::Mutex<Option<Short>>,
     /// Waiters whose waits are over, and since when, to lend again rather than connect anew.
     idle: Arc<Mutex<Vec<Idle>>>,
-    waits: Waits,
 }
 
 /// How many idle waiters a server keeps, and for how long: enough for names whose queues
@@ -54,21 +54,23 @@ fn runtime() -> Result<tokio::runtime::Id, RedisError> {
 }
 
 impl Native {
-    /// The async side of `server`, shared by every async handle on it.
-    /// Servers are never dropped (see [`Server::shared`]), nor is their async side.
-    pub(crate) fn shared(server: Arc<Server>) -> Arc<Native> {
+    /// The async side of the server `blocking` connects to with `client`, shared by every
+    /// async handle on it. Servers are never dropped (see `Server::shared`), nor is their
+    /// async side.
+    pub(crate) fn shared(blocking: Arc<dyn Transport>, client: &redis::Client) -> Arc<Native> {
         static ALL: LazyLock<Mutex<Vec<Arc<Native>>>> = LazyLock::new(Default::default);
         let mut all = ALL.lock();
-        if let Some(native) = all.iter().find(|n| Arc::ptr_eq(&n.server, &server)) {
+        let same = |native: &&Arc<Native>| {
+            std::ptr::addr_eq(Arc::as_ptr(&native.blocking), Arc::as_ptr(&blocking))
+        };
+        if let Some(native) = all.iter().find(same) {
             return Arc::clone(native);
         }
-        let place: Arc<dyn Transport> = Arc::clone(&server) as Arc<dyn Transport>;
         let native = Arc::new(Native {
-            place,
-            server,
+            blocking,
+            client: client.clone(),
             short: tokio::sync::Mutex::new(None),
             idle: Arc::default(),
-            waits: Waits::default(),
         });
         all.push(Arc::clone(&native));
         native
@@ -77,11 +79,10 @@ impl Native {
     /// A new connection, set up by `deadline`, that knows its id at the server.
     async fn connect(&self, deadline: Instant) -> Result<Short, RedisError> {
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(server::remaining(deadline)?))
+            .set_connection_timeout(Some(conn::remaining(deadline)?))
             .set_response_timeout(None);
         let connecting = self
-            .server
-            .client()
+            .client
             .get_multiplexed_async_connection_with_config(&config);
         let mut con = by(deadline, connecting).await??;
         let id = by(
@@ -90,7 +91,7 @@ impl Native {
         )
         .await??;
         Ok(Short {
-            id: server::client_id(id)?,
+            id: client_id(id)?,
             con,
             runtime: runtime()?,
         })
@@ -146,8 +147,8 @@ impl Native {
     async fn admin(&self, cmd: redis::Cmd, deadline: Instant) -> Result<Admin, Fault> {
         // Killing or unblocking twice does no more than once.
         let request = Request::single(cmd, true);
-        let answered = crate::driver::send_repeatable(self, &request, deadline).await;
-        server::admin_outcome(&request, answered)
+        let answered = send_repeatable(self, &request, deadline).await;
+        admin_outcome(&request, answered)
     }
 }
 
@@ -175,10 +176,10 @@ async fn by<F: std::future::Future>(deadline: Instant, future: F) -> Result<F::O
     runtime()?;
     tokio::time::timeout_at(deadline.into(), future)
         .await
-        .map_err(|_| server::timed_out())
+        .map_err(|_| conn::timed_out())
 }
 
-impl Exchange for Native {
+impl AnyTransport for Native {
     fn exchange(
         &self,
         request: &Request,
@@ -186,11 +187,23 @@ impl Exchange for Native {
     ) -> impl std::future::Future<Output = Result<Vec<Value>, Fault>> + Send {
         self.pipelined_call(request, deadline)
     }
+
+    fn close(
+        &self,
+        conn: ConnId,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<Admin, Fault>> + Send {
+        self.admin(kill_cmd(conn), deadline)
+    }
+
+    fn blocking(&self) -> &dyn Transport {
+        &*self.blocking
+    }
 }
 
 impl AsyncTransport for Native {
-    fn place(&self) -> &Arc<dyn Transport> {
-        &self.place
+    fn blocking(&self) -> &Arc<dyn Transport> {
+        &self.blocking
     }
 
     fn call<'a>(
@@ -202,11 +215,11 @@ impl AsyncTransport for Native {
     }
 
     fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.admin(server::unblock_cmd(conn), deadline))
+        Box::pin(self.admin(unblock_cmd(conn), deadline))
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.admin(server::kill_cmd(conn), deadline))
+        Box::pin(self.admin(kill_cmd(conn), deadline))
     }
 
     fn waiter(
@@ -238,10 +251,6 @@ impl AsyncTransport for Native {
             idle.lock()
                 .retain(|(since, _, _)| since.elapsed() < IDLE_FOR);
         });
-    }
-
-    fn waits(&self) -> &Waits {
-        &self.waits
     }
 }
 

@@ -12,31 +12,25 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::oneshot;
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
-use crate::aio::waits::Waits;
 use crate::protocol::requests::Request;
 use crate::transport::{Admin, ConnId, Fault, Transport};
 
 /// A blocking transport, run on the blocking pool.
 pub(crate) struct Pooled {
-    place: Arc<dyn Transport>,
-    waits: Waits,
+    blocking: Arc<dyn Transport>,
 }
 
 impl Pooled {
-    /// The async side of `place`, shared by every async handle on it while any is alive.
-    pub(crate) fn shared(place: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
+    /// The async side of `blocking`, shared by every async handle on it while any is alive.
+    pub(crate) fn shared(blocking: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
         static ALL: LazyLock<Mutex<Vec<Weak<Pooled>>>> = LazyLock::new(Default::default);
         let mut all = ALL.lock();
         all.retain(|pooled| pooled.strong_count() > 0);
-        let found = all
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|pooled| Arc::ptr_eq(&pooled.place, &place));
+        let found = all.iter().filter_map(Weak::upgrade).find(|pooled| {
+            std::ptr::addr_eq(Arc::as_ptr(&pooled.blocking), Arc::as_ptr(&blocking))
+        });
         found.unwrap_or_else(|| {
-            let pooled = Arc::new(Pooled {
-                place,
-                waits: Waits::default(),
-            });
+            let pooled = Arc::new(Pooled { blocking });
             all.push(Arc::downgrade(&pooled));
             pooled
         })
@@ -44,16 +38,16 @@ impl Pooled {
 
     /// Runs `work` on the blocking pool (on this thread when no runtime is running), so that
     /// it blocks no task.
-    async fn blocking<R: Send + 'static>(
+    async fn on_pool<R: Send + 'static>(
         &self,
         work: impl FnOnce(&dyn Transport) -> Result<R, Fault> + Send + 'static,
     ) -> Result<R, Fault> {
-        let place = Arc::clone(&self.place);
+        let blocking = Arc::clone(&self.blocking);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return work(&*place);
+            return work(&*blocking);
         };
         runtime
-            .spawn_blocking(move || work(&*place))
+            .spawn_blocking(move || work(&*blocking))
             .await
             .unwrap_or_else(|e| {
                 Err(Fault::Lost {
@@ -69,8 +63,8 @@ fn gone(what: &str) -> RedisError {
 }
 
 impl AsyncTransport for Pooled {
-    fn place(&self) -> &Arc<dyn Transport> {
-        &self.place
+    fn blocking(&self) -> &Arc<dyn Transport> {
+        &self.blocking
     }
 
     fn call<'a>(
@@ -79,15 +73,15 @@ impl AsyncTransport for Pooled {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
         let request = request.clone();
-        Box::pin(self.blocking(move |place| place.call(&request, deadline)))
+        Box::pin(self.on_pool(move |blocking| blocking.call(&request, deadline)))
     }
 
     fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.blocking(move |place| place.unblock(conn, deadline)))
+        Box::pin(self.on_pool(move |blocking| blocking.unblock(conn, deadline)))
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.blocking(move |place| place.kill(conn, deadline)))
+        Box::pin(self.on_pool(move |blocking| blocking.kill(conn, deadline)))
     }
 
     fn waiter(
@@ -95,24 +89,20 @@ impl AsyncTransport for Pooled {
         slot: u16,
         deadline: Instant,
     ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
-        let place = Arc::clone(&self.place);
+        let blocking = Arc::clone(&self.blocking);
         Box::pin(async move {
             let (jobs, taken) = crossbeam_channel::unbounded();
             let (opened, open) = oneshot::channel();
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return Err(Fault::NotSent(gone("no tokio runtime to wait on")));
             };
-            runtime.spawn_blocking(move || serve(&*place, slot, deadline, &taken, opened));
+            runtime.spawn_blocking(move || serve(&*blocking, slot, deadline, &taken, opened));
             match open.await {
                 Ok(Ok(())) => Ok(Box::new(ThreadWaiter { jobs, id: None }) as Box<dyn AsyncWaiter>),
                 Ok(Err(fault)) => Err(fault),
                 Err(_) => Err(Fault::NotSent(gone("the waiting thread ended"))),
             }
         })
-    }
-
-    fn waits(&self) -> &Waits {
-        &self.waits
     }
 }
 
@@ -125,13 +115,13 @@ enum Job {
 /// A blocking waiter's thread: takes the connection, then runs the jobs sent to it until
 /// their sender is dropped.
 fn serve(
-    place: &dyn Transport,
+    blocking: &dyn Transport,
     slot: u16,
     deadline: Instant,
     jobs: &Receiver<Job>,
     opened: oneshot::Sender<Result<(), Fault>>,
 ) {
-    let mut waiter = match place.waiter(slot, deadline) {
+    let mut waiter = match blocking.waiter(slot, deadline) {
         Ok(waiter) => {
             let _ = opened.send(Ok(()));
             waiter

@@ -1,48 +1,31 @@
-//! How the driver's shared path runs on an async transport: waits share one `BLPOP` per name
-//! ([`waits`](super::waits)), renewal is a task, and a dropped handle settles on a task.
+//! The driver on tokio: waits share one `BLPOP` per name ([`waits`](super::waits)), renewal
+//! is a task, and a dropped handle settles on a task.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Value;
-
-use super::finish;
-use super::waits::{Ticket, Waited, Waits, Woken};
-use crate::driver::{self, Exchange, Inner, Io, Renewing, Tried};
+use super::waits::{give_back_unattended, Ticket, Waited, Waits, Woken};
+use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::lease::Wait;
 use crate::protocol::requests::Request;
-use crate::transport::aio::Async;
-use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::transport::aio::AsyncTransport;
+use crate::transport::ConnId;
 use crate::{CancelToken, Error};
 
-impl Exchange for Async {
-    async fn exchange(&self, request: &Request, deadline: Instant) -> Result<Vec<Value>, Fault> {
-        if finish::blocking_here() {
-            return finish::call_blocking(self.0.place(), deadline, |place| {
-                place.call(request, deadline)
-            });
-        }
-        self.0.call(request, deadline).await
-    }
+/// The runtime the async API spawns its tasks on: the caller's.
+pub(crate) fn runtime() -> Result<tokio::runtime::Handle, Error> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::invalid(crate::transport::aio::NO_RUNTIME))
 }
 
-impl Io for Async {
+/// The async runtime: tokio's.
+pub(crate) struct Tokio;
+
+impl Runtime for Tokio {
+    type Transport = dyn AsyncTransport;
     type Waiting<'a> = Ticket;
 
-    fn place(&self) -> &dyn Transport {
-        &**self.0.place()
-    }
-
-    async fn close(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        if finish::blocking_here() {
-            return finish::call_blocking(self.0.place(), deadline, |place| {
-                place.kill(conn, deadline)
-            });
-        }
-        self.0.kill(conn, deadline).await
-    }
-
-    async fn pause(&self, pause: Duration, cancel: &CancelToken) -> bool {
+    async fn pause(pause: Duration, cancel: &CancelToken) -> bool {
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = cancel.cancelled() => {}
@@ -57,8 +40,8 @@ impl Io for Async {
         wait: Wait,
         cancel: &'a CancelToken,
     ) -> Result<Tried, Error> {
-        let ticket = slot
-            .get_or_insert_with(|| Waits::join(&inner.transport.0, &inner.keys, &inner.settings));
+        let ticket =
+            slot.get_or_insert_with(|| Waits::join(&inner.transport, &inner.keys, &inner.settings));
         let reply_by = inner.io_deadline_after(until, wait);
         let tried = match ticket.wait(until, reply_by, cancel).await {
             Woken::Waited(waited) => {
@@ -95,7 +78,7 @@ impl Io for Async {
     }
 
     fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error> {
-        let runtime = super::runtime()?;
+        let runtime = runtime()?;
         let weak = Arc::downgrade(inner);
         let task = runtime.spawn(async move {
             let mut wait = first;
@@ -112,12 +95,12 @@ impl Io for Async {
     }
 
     fn settle_dropped(
-        transport: &Arc<Self>,
+        transport: &Arc<dyn AsyncTransport>,
         conn: Option<ConnId>,
         unlock: Request,
         deadline: Instant,
     ) {
-        give_back(
+        give_back_unattended(
             Arc::clone(transport),
             conn,
             unlock,
@@ -148,43 +131,6 @@ impl Io for Async {
                 }
             }
         }
-    }
-}
-
-/// Gives back a lock that a request nobody waits for may have taken: closes `conn`, where
-/// that request may yet run, then sends `unlock`, by `deadline`; unattended (see
-/// [`finish`]), a failure logged after `failed`.
-pub(crate) fn give_back(
-    transport: Arc<Async>,
-    conn: Option<ConnId>,
-    unlock: Request,
-    deadline: Instant,
-    failed: String,
-) {
-    let giving = settle(
-        Arc::clone(&transport),
-        conn,
-        unlock.clone(),
-        deadline,
-        failed.clone(),
-    );
-    finish::spawn_or_block(giving, move || {
-        settle(transport, conn, unlock, deadline, failed)
-    });
-}
-
-async fn settle(
-    transport: Arc<Async>,
-    conn: Option<ConnId>,
-    unlock: Request,
-    deadline: Instant,
-    failed: String,
-) {
-    if let Some(conn) = conn {
-        let _ = transport.close(conn, deadline).await;
-    }
-    if let Err(e) = driver::send_repeatable(&*transport, &unlock, deadline).await {
-        log::error!("{failed}: {e}");
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::transport::server;
-use crate::transport::{Fault, Transport};
+use super::super::send::now;
+use super::super::{Fault, Transport};
 
 thread_local! {
     /// Whether this thread is finishing work its runtime dropped: its requests go over the
@@ -26,26 +26,27 @@ pub(crate) fn blocking_here() -> bool {
     BLOCKING.get()
 }
 
-/// A place that let a request of finishing work time out, and until when it is taken to be
+/// A transport that let a request of finishing work time out, and until when it is taken to be
 /// silent: a runtime's end drops its tasks one after another, and against a server that does
 /// not answer each release would wait out its own I/O timeout; the ones after the first fail
 /// at once instead, so the end takes about one I/O timeout per silent server.
 static SILENT: Mutex<Option<(usize, Instant)>> = Mutex::new(None);
 
-/// Runs `call`, which ends by `deadline`, on the blocking transport `place`: for finishing
+/// Runs `call`, which ends by `deadline`, on the blocking transport `blocking`: for finishing
 /// work.
 pub(crate) fn call_blocking<R>(
-    place: &Arc<dyn Transport>,
+    blocking: &Arc<dyn Transport>,
     deadline: Instant,
     call: impl FnOnce(&dyn Transport) -> Result<R, Fault>,
 ) -> Result<R, Fault> {
-    // The place's address says which it is: places live as long as the handles on them.
-    let which = Arc::as_ptr(place).cast::<()>() as usize;
+    // The transport's address says which it is: transports live as long as the handles on
+    // them.
+    let which = Arc::as_ptr(blocking).cast::<()>() as usize;
     let started = Instant::now();
     if matches!(*SILENT.lock(), Some((silent, until)) if silent == which && started < until) {
-        return Err(Fault::NotSent(server::timed_out()));
+        return Err(Fault::NotSent(super::super::conn::timed_out()));
     }
-    let outcome = call(&**place);
+    let outcome = call(&**blocking);
     if let Err(Fault::NotSent(e) | Fault::Lost { error: e, .. }) = &outcome {
         if e.is_timeout() {
             let silent_for = deadline.saturating_duration_since(started);
@@ -76,7 +77,7 @@ pub(crate) fn spawn_or_block<A: Future<Output = ()>>(
 /// Runs the future `again` makes to its end on this thread, its requests blocking.
 fn block<A: Future<Output = ()>>(again: impl FnOnce() -> A) {
     let before = BLOCKING.replace(true);
-    crate::driver::now(again());
+    now(again());
     BLOCKING.set(before);
 }
 

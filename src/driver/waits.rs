@@ -6,27 +6,34 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::Notify;
 
-use crate::driver::{longer, FIRST_PAUSE};
 use crate::protocol::keys::Keys;
 use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
 use crate::settings::Settings;
-use crate::transport::aio::{Async, AsyncTransport, AsyncWaiter};
+use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
+use crate::transport::send::{longer, send_repeatable, AnyTransport, FIRST_PAUSE};
 use crate::transport::{Admin, ConnId, Fault};
 use crate::CancelToken;
 
-/// The shared waits at one place, by signal key.
+/// The shared waits on one transport, by signal key.
 #[derive(Default)]
 pub(crate) struct Waits {
     queues: Mutex<HashMap<String, Arc<Queue>>>,
 }
+
+/// The shared waits of each transport alive, kept here rather than by the transport, which
+/// knows nothing of waiting.
+static ALL: LazyLock<Mutex<Vec<WaitsOf>>> = LazyLock::new(Default::default);
+
+/// A transport, and its shared waits.
+type WaitsOf = (Weak<dyn AsyncTransport>, Arc<Waits>);
 
 /// The tasks waiting on one name, and the one `BLPOP` they share.
 struct Queue {
@@ -113,6 +120,21 @@ pub(crate) struct Ticket {
 }
 
 impl Waits {
+    /// The shared waits on `transport`.
+    fn of(transport: &Arc<dyn AsyncTransport>) -> Arc<Waits> {
+        let mut all = ALL.lock();
+        all.retain(|(alive, _)| alive.strong_count() > 0);
+        let found = all
+            .iter()
+            .find(|(alive, _)| std::ptr::addr_eq(alive.as_ptr(), Arc::as_ptr(transport)));
+        if let Some((_, waits)) = found {
+            return Arc::clone(waits);
+        }
+        let waits = Arc::new(Waits::default());
+        all.push((Arc::downgrade(transport), Arc::clone(&waits)));
+        waits
+    }
+
     /// A place at the end of the queue of lock `keys`, for a handle with `settings`; the
     /// queue's `BLPOP` starts if none runs.
     pub(crate) fn join(
@@ -120,7 +142,8 @@ impl Waits {
         keys: &Keys,
         settings: &Settings,
     ) -> Ticket {
-        let mut queues = transport.waits().queues.lock();
+        let waits = Waits::of(transport);
+        let mut queues = waits.queues.lock();
         let queue = queues.entry(keys.signal.clone()).or_insert_with(|| {
             Arc::new(Queue {
                 keys: keys.clone(),
@@ -281,7 +304,8 @@ enum Step {
 impl Queue {
     /// The first seat, marked in flight; or what to do when there is none.
     fn next_step(self: &Arc<Self>, transport: &Arc<dyn AsyncTransport>) -> Step {
-        let mut queues = transport.waits().queues.lock();
+        let waits = Waits::of(transport);
+        let mut queues = waits.queues.lock();
         let mut state = self.state.lock();
         if let Some(seat) = state.seats.values().next() {
             if seat.answered.load(Ordering::SeqCst) {
@@ -371,8 +395,8 @@ fn give_back_on(
     );
     let deadline = Instant::now() + queue.io_timeout;
     let name = &queue.keys.lock;
-    super::io::give_back(
-        Arc::new(Async(Arc::clone(transport))),
+    give_back_unattended(
+        Arc::clone(transport),
         lost_on,
         unlock,
         deadline,
@@ -586,5 +610,42 @@ async fn end(
         if at_once {
             let _ = transport.kill(id, deadline).await;
         }
+    }
+}
+
+/// Gives back a lock that a request nobody waits for may have taken: closes `conn`, where
+/// that request may yet run, then sends `unlock`, by `deadline`; unattended (see
+/// [`finish`](crate::transport::aio::finish)), a failure logged after `failed`.
+pub(crate) fn give_back_unattended(
+    transport: Arc<dyn AsyncTransport>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    let giving = settle(
+        Arc::clone(&transport),
+        conn,
+        unlock.clone(),
+        deadline,
+        failed.clone(),
+    );
+    finish::spawn_or_block(giving, move || {
+        settle(transport, conn, unlock, deadline, failed)
+    });
+}
+
+async fn settle(
+    transport: Arc<dyn AsyncTransport>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    if let Some(conn) = conn {
+        let _ = transport.close(conn, deadline).await;
+    }
+    if let Err(e) = send_repeatable(&*transport, &unlock, deadline).await {
+        log::error!("{failed}: {e}");
     }
 }

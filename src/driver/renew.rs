@@ -36,7 +36,7 @@ impl Renewal {
     }
 }
 
-impl crate::driver::Renewing for Renewal {
+impl super::Renewing for Renewal {
     /// Stops the thread and waits for it, unless this is that thread (the last reference to
     /// the lock can be dropped there), which is about to end anyway.
     fn stop(self: Box<Self>) {

@@ -1,0 +1,457 @@
+//! The acquire path: one try on a short connection, then waits for a wake-up signal (the
+//! runtime's) and tries again, until the lock is ours, the wait is over or it is cancelled. A
+//! lock taken is confirmed (replicas, a try that followed a wait) before it counts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::settle::Claim;
+use super::{Confirmed, Inner, Runtime, Tried};
+use crate::observe;
+use crate::observe::Hold;
+use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
+use crate::protocol::redirect;
+use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
+use crate::transport::send::{longer, send, AnyTransport};
+use crate::transport::{ConnId, Fault};
+use crate::{CancelToken, Error};
+
+impl<R: Runtime> Inner<R> {
+    /// The acquire path: one try on a short connection, then waits for a wake-up signal and
+    /// tries again, until the lock is ours, the wait is over, or `cancel` is cancelled.
+    /// Returns the acquisition's epoch.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        let settings = &self.settings;
+        let acquire = self.acquire_unobserved(wait, cancel);
+        observe::acquiring(&settings.label, &settings.name, &settings.id, acquire).await
+    }
+
+    pub(super) async fn acquire_unobserved(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        if cancel.is_cancelled() {
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        self.transport.blocking().check_acquire(&self.settings)?;
+        if let Some(epoch) = self.before_acquire(wait, cancel).await? {
+            return Ok(Some(epoch));
+        }
+        log::debug!("lock {:?}: acquiring", self.name());
+        let mut waiting_slot: Option<R::Waiting<'_>> = None;
+        let mut waiting = Waiting::new(wait);
+        let mut tried = self.try_short(wait, cancel).await?;
+        let mut woken = false;
+        loop {
+            match tried {
+                Tried::Acquired {
+                    mut valid_until,
+                    token,
+                    attempt,
+                    mut acks,
+                } => {
+                    // A lock found ours by a read was not acknowledged by replicas yet: an
+                    // extend, with its `WAIT`, confirms it.
+                    let unacknowledged =
+                        self.settings.replicas.is_some() && matches!(acks, Ok(None));
+                    let confirming = self.settings.expire_ms.filter(|_| {
+                        unacknowledged
+                            || attempt.needs_confirming(
+                                Instant::now(),
+                                self.settings.expire(),
+                                self.settings.auto_renewal,
+                            )
+                    });
+                    if let Some(ms) = confirming {
+                        match self.confirm(wait, ms).await {
+                            Ok(Some(confirmed)) => {
+                                valid_until = confirmed.valid_until;
+                                if confirmed.acks.is_some() {
+                                    acks = Ok(confirmed.acks);
+                                }
+                            }
+                            Ok(None) => {
+                                tried = self.try_short(wait, cancel).await?;
+                                continue;
+                            }
+                            // Taken but not confirmed: give it back rather than leave it.
+                            Err(e) => {
+                                self.unlock_quietly().await;
+                                return Err(e);
+                            }
+                        }
+                    }
+                    if let Err(e) = self.replicated("acquire", acks) {
+                        // Not confirmed: a failover could hand it to someone else as well.
+                        self.unlock_quietly().await;
+                        return Err(e);
+                    }
+                    if cancel.is_cancelled() {
+                        // Granted just as the wait was cancelled: give it back, which also
+                        // passes the wake-up on to the next waiter.
+                        self.unlock_quietly().await;
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    if let Some(waiting) = waiting_slot.take() {
+                        R::keep_for_holder(waiting);
+                    }
+                    if woken {
+                        observe::handoff(&self.settings.label);
+                    }
+                    return self.acquired(valid_until, token).map(Some);
+                }
+                Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
+                    return Err(self.error(|name| Error::AlreadyAcquired { name }));
+                }
+                Tried::Busy { pttl, at, .. } => {
+                    if cancel.is_cancelled() {
+                        return Err(self.error(|name| Error::Cancelled { name }));
+                    }
+                    tried = match waiting.after_busy(at, pttl) {
+                        Next::GiveUp => {
+                            log::debug!("lock {:?}: not acquired in time", self.name());
+                            return Ok(None);
+                        }
+                        Next::TryNow => self.try_short(wait, cancel).await?,
+                        Next::Block(block) => {
+                            woken = true;
+                            R::wait_once(self, &mut waiting_slot, at + block, wait, cancel).await?
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    /// One try on a short connection; a lost reply is settled by reading the owner.
+    pub(crate) async fn try_short(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
+        let request = requests::try_lock(
+            &self.keys,
+            &self.settings.id,
+            self.settings.expire_ms,
+            self.settings.fencing,
+        )
+        .replicated(self.settings.replicas);
+        let deadline = self.io_deadline(wait);
+        let sent = Instant::now();
+        match send(&*self.transport, &request, deadline).await {
+            Ok(mut replies) => {
+                // The `WAIT`'s reply comes off first; if it failed, a lock taken is given back.
+                let acks = request.acks(&mut replies);
+                self.tried(&replies, Attempting::new(sent, false), acks)
+            }
+            Err(Fault::NotSent(e)) => Err(e.into()),
+            Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait, cancel).await,
+        }
+    }
+
+    /// What a wait's `BLPOP` + try came to: `replies` are all of `request`'s (the `BLPOP`'s
+    /// first), or the fault that cut them off, the try having been sent at `sent`.
+    pub(crate) async fn after_wait(
+        &self,
+        request: &Request,
+        sent: Instant,
+        replies: Result<Vec<Value>, Fault>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        let mut replies = match replies {
+            Ok(replies) => replies,
+            Err(Fault::NotSent(e)) => return Err(e.into()),
+            Err(Fault::Lost { conn, error }) => {
+                return self.settle_try(conn, error, wait, cancel).await
+            }
+        };
+        // The `BLPOP`'s own reply says only whether it was refused (the signal key is not a
+        // list) or turned away by a cluster or a changing primary, in which case it did not
+        // wait and the try says what to do.
+        let blpop = if replies.is_empty() {
+            Value::Nil
+        } else {
+            replies.remove(0)
+        };
+        let refused = match blpop {
+            Value::ServerError(e) if redirect::of(&e).is_none() => Some(e),
+            _ => None,
+        };
+        // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
+        if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
+            match self
+                .transport
+                .exchange(&retry, self.io_deadline(wait))
+                .await
+            {
+                Ok(retried) => request.patch(&mut replies, at, retried),
+                Err(Fault::NotSent(e)) => return Err(e.into()),
+                Err(Fault::Lost { conn, error }) => {
+                    return self.settle_try(conn, error, wait, cancel).await
+                }
+            }
+        }
+        // Turned away whole after the wait (the key moved, the primary is changing): the
+        // next try goes by the short path, which finds where the key lives now.
+        if requests::try_redirected(&replies) {
+            return Ok(Tried::Busy {
+                owner: None,
+                pttl: Pttl::Gone,
+                at: Instant::now(),
+            });
+        }
+        let acks = request.acks(&mut replies);
+        match (
+            self.tried(&replies, Attempting::new(sent, true), acks)?,
+            refused,
+        ) {
+            (Tried::Busy { .. }, Some(e)) => Err(self.refused(e)),
+            (tried, _) => Ok(tried),
+        }
+    }
+
+    /// The error of a wait whose `BLPOP` the server refused.
+    pub(crate) fn refused(&self, e: redis::ServerError) -> Error {
+        if e.code() == "WRONGTYPE" {
+            return Error::Corrupt {
+                key: self.keys.signal.clone(),
+                reason: "it holds a value that is not a list, so waiters cannot block on it".into(),
+            };
+        }
+        Error::Redis(e.into())
+    }
+
+    /// The lock as a try would find it, read again after pauses while the server is away:
+    /// for a waiter whose wait failed, a try of its own perhaps among what failed.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn look(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
+        let (observed, sent) = self.settle(None, wait, cancel).await?;
+        Ok(self.found(observed, sent))
+    }
+
+    /// What a read sent at `sent` found, as a try's outcome: the lock is ours if it holds our
+    /// id (a try whose reply was lost took it), valid from the read's send.
+    pub(super) fn found(&self, observed: Observed, sent: Instant) -> Tried {
+        if self.is_ours(observed.owner.as_deref()) {
+            return Tried::Acquired {
+                valid_until: self.less_drift(lease::valid_from_read(sent, observed.pttl)),
+                token: observed.fence,
+                attempt: Attempting::new(sent, false),
+                acks: Ok(None),
+            };
+        }
+        Tried::Busy {
+            owner: observed.owner,
+            pttl: observed.pttl,
+            at: Instant::now(),
+        }
+    }
+
+    pub(crate) fn tried(
+        &self,
+        replies: &[Value],
+        attempt: Attempting,
+        acks: Result<Option<u64>, Error>,
+    ) -> Result<Tried, Error> {
+        Ok(match requests::parse_try(&self.keys, replies)? {
+            Attempt::Acquired { token } => Tried::Acquired {
+                valid_until: self.less_drift(attempt.valid_until(self.settings.expire())),
+                token,
+                attempt,
+                acks,
+            },
+            Attempt::Busy { owner, pttl } => Tried::Busy {
+                owner,
+                pttl,
+                at: Instant::now(),
+            },
+        })
+    }
+
+    /// A try whose reply was lost: close its connection at the server, so the try cannot run
+    /// after the read, then read whose id the key holds. If that cannot be done in time the
+    /// outcome is unknown, and the next call asks Redis first.
+    pub(crate) async fn settle_try(
+        &self,
+        conn: Option<ConnId>,
+        error: redis::RedisError,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        log::warn!(
+            "lock {:?}: reply to a try lost ({error}); settling",
+            self.name()
+        );
+        let settled = self.settle(conn, wait, cancel).await;
+        observe::settle(&self.settings.label, self.name(), settled.is_ok());
+        match settled {
+            Ok((observed, sent)) => Ok(self.found(observed, sent)),
+            Err(settling) => {
+                self.unsure(Unsure {
+                    conn,
+                    releasing: false,
+                });
+                match settling {
+                    // Redis answered, but refused the read (an ACL): that is what to fix.
+                    Error::Redis(e) if !e.is_io_error() => Err(Error::Redis(e)),
+                    _ => Err(self.unknown("acquire", error)),
+                }
+            }
+        }
+    }
+
+    /// When a step that keeps failing for want of a connection stops trying: the caller's
+    /// deadline plus the grace, or the I/O timeout when there is none.
+    pub(crate) fn give_up(&self, wait: Wait) -> Instant {
+        match wait {
+            Wait::Until(deadline) => deadline + self.settings.grace(),
+            Wait::Never | Wait::Forever => Instant::now() + self.settings.io_timeout,
+        }
+    }
+
+    /// A step's outcome, or `None` after a pause when it failed for want of a connection and
+    /// there is time to try again before `give_up`. Backoff for a server that is away, never
+    /// a way of waiting for the lock.
+    pub(crate) async fn away<O>(
+        &self,
+        outcome: Result<O, Error>,
+        give_up: Instant,
+        pause: &mut Duration,
+        cancel: &CancelToken,
+    ) -> Option<Result<O, Error>> {
+        let error = match outcome {
+            Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => e,
+            other => return Some(other),
+        };
+        let left = give_up.saturating_duration_since(Instant::now());
+        if left <= *pause {
+            return Some(Err(error.into()));
+        }
+        log::debug!(
+            "lock {:?}: server away ({error}); trying again",
+            self.name()
+        );
+        if R::pause(*pause, cancel).await {
+            return Some(Err(self.error(|name| Error::Cancelled { name })));
+        }
+        *pause = longer(*pause);
+        None
+    }
+
+    /// Before a new acquisition: a handle that holds the lock may not take it again; one
+    /// whose lock was lost may; one that is unsure asks Redis, and if the lock turns out to be
+    /// ours it is acquired (its epoch is returned).
+    pub(super) async fn before_acquire(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        if let Some((unsure, claim)) = self.claim("acquire", self.give_up(wait), cancel).await? {
+            return self.ask_redis(unsure, claim, wait, cancel).await;
+        }
+        let belief = self.state.lock().belief;
+        match belief {
+            // Unsure again: made so meanwhile by a call on another thread, which settles it.
+            Belief::Free | Belief::Unsure(_) => Ok(None),
+            Belief::Held(lease) if !lease.is_lost(Instant::now()) => {
+                Err(self.error(|name| Error::AlreadyAcquired { name }))
+            }
+            Belief::Held(_) => {
+                self.forget();
+                Ok(None)
+            }
+        }
+    }
+
+    /// The unsure belief settled by this call: reads whose id the key holds, after closing
+    /// the connection that may still take it. Ours, it is acquired, its expiry counted from
+    /// the read: the handle's own request took it, and a handle never takes its own id in the
+    /// key for someone else's lock (`AlreadyAcquired`). Not settled in time, the background
+    /// settle goes on.
+    pub(super) async fn ask_redis(
+        self: &Arc<Self>,
+        unsure: Unsure,
+        _claim: Claim<'_>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        let (observed, sent) = match self.settle(unsure.conn, wait, cancel).await {
+            Ok(settled) => settled,
+            Err(e) => {
+                self.unsure(unsure);
+                return Err(e);
+            }
+        };
+        self.forget();
+        if !self.is_ours(observed.owner.as_deref()) {
+            return Ok(None);
+        }
+        if cancel.is_cancelled() {
+            self.unlock_quietly().await;
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
+        self.acquired(valid_until, observed.fence).map(Some)
+    }
+
+    /// Restarts the expiry of a lock just taken; `None` if it is not ours. Says until when it
+    /// is valid, and how many replicas acknowledged it when that was asked.
+    pub(super) async fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Confirmed>, Error> {
+        let request =
+            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let mut answered = self.call_again(&request, self.io_deadline(wait)).await?;
+        let acks = request.acks(&mut answered.replies)?;
+        Ok(
+            match requests::parse_extend(&self.keys, answered.first())? {
+                Extended::NotOurs => None,
+                Extended::Yes | Extended::NoExpiry => Some(Confirmed {
+                    valid_until: self.less_drift(
+                        Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
+                    ),
+                    acks,
+                }),
+            },
+        )
+    }
+
+    pub(super) fn acquired(
+        self: &Arc<Self>,
+        valid_until: Option<Instant>,
+        token: Option<u64>,
+    ) -> Result<u64, Error> {
+        let renewal = match self
+            .settings
+            .expire()
+            .filter(|_| self.settings.auto_renewal)
+        {
+            Some(expire) => match R::renewal(self, self.renewal_due(valid_until, expire)) {
+                Ok(renewal) => Some(renewal),
+                Err(e) => {
+                    // Without its renewal the lock would expire under the holder: give it back.
+                    R::settle_dropped(
+                        &self.transport,
+                        None,
+                        self.unlock_request(),
+                        self.io_deadline(Wait::Never),
+                    );
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        // Made before the state is locked: a subscriber's code runs when a span is made.
+        let hold = Hold::start(self.name(), &self.settings.id);
+        let mut state = self.state.lock();
+        state.epoch += 1;
+        state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
+        state.renewal = renewal;
+        state.hold = Some(hold);
+        self.lease_changed();
+        log::debug!("lock {:?}: acquired", self.name());
+        Ok(state.epoch)
+    }
+}

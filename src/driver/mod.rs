@@ -1,0 +1,259 @@
+//! The driver: a lock handle's engine, written once, as futures, for both APIs. Over the
+//! transport layer's sending (`crate::transport::send`) it keeps what the handle knows (the
+//! lease) and runs the three paths of a lock's life, one file each:
+//! - [`acquire`]: one try, then waits for a wake-up signal and tries again;
+//! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
+//! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background.
+//!
+//! How it waits, pauses and runs work apart from the caller is its [`Runtime`]'s:
+//! [`blocking::Blocking`] (each future is ready when first polled) or [`tokio::Tokio`].
+
+mod acquire;
+pub(crate) mod blocking;
+mod hold;
+pub(crate) mod renew;
+mod settle;
+#[cfg(feature = "tokio")]
+pub(crate) mod tokio;
+#[cfg(feature = "tokio")]
+pub(crate) mod waits;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::observe::Hold;
+use crate::protocol::keys::Keys;
+use crate::protocol::lease::{Attempting, Belief, Wait};
+use crate::protocol::requests::{self, Observed, Pttl, Request};
+use crate::settings::Settings;
+use crate::transport::send::{send_repeatable, Answered, AnyTransport};
+use crate::transport::ConnId;
+use crate::{CancelToken, Error};
+
+pub use hold::Holder;
+
+/// How the driver runs on one API: where its requests go, how it waits for the lock, pauses
+/// while a server is away, renews, and does work apart from the caller.
+pub(crate) trait Runtime: Sized + Send + Sync + 'static {
+    /// Where requests go. `'static`: the background settle keeps it beyond the call.
+    type Transport: AnyTransport + ?Sized + 'static;
+
+    /// What an acquire keeps between its waits (a connection, a place in a queue).
+    type Waiting<'a>: Send;
+
+    /// Pauses for `pause` (a backoff while the server is away); true if `cancel` was
+    /// cancelled by the end.
+    fn pause(pause: Duration, cancel: &CancelToken) -> impl Future<Output = bool> + Send;
+
+    /// Waits for a wake-up signal until `until` at the latest, then tries the lock.
+    fn wait_once<'a>(
+        inner: &'a Inner<Self>,
+        slot: &mut Option<Self::Waiting<'a>>,
+        until: Instant,
+        wait: Wait,
+        cancel: &'a CancelToken,
+    ) -> impl Future<Output = Result<Tried, Error>> + Send;
+
+    /// Done with what the waits kept, because they took the lock.
+    fn keep_for_holder(waiting: Self::Waiting<'_>);
+
+    /// Starts renewing the lock `inner` just took, first after `first`.
+    fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error>;
+
+    /// Settles an unsure request of a handle being dropped: closes `conn`, then sends
+    /// `unlock` (the handle's own release), by `deadline`, now or from a task of its own.
+    fn settle_dropped(
+        transport: &Arc<Self::Transport>,
+        conn: Option<ConnId>,
+        unlock: Request,
+        deadline: Instant,
+    );
+
+    /// Runs `work` apart from the caller: on a thread of its own, or a task.
+    fn in_background(work: impl Future<Output = ()> + Send + 'static);
+}
+
+/// A renewal under way, scheduled or a task.
+pub(crate) trait Renewing: Send {
+    /// Stops it; it renews no more once this returns.
+    fn stop(self: Box<Self>);
+}
+
+/// A lock handle's settings, keys and what it knows, on runtime `R`.
+pub(crate) struct Inner<R: Runtime> {
+    pub(crate) settings: Settings,
+    pub(crate) keys: Keys,
+    pub(crate) transport: Arc<R::Transport>,
+    /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
+    /// every validity.
+    drift: Duration,
+    /// Shared with the background settle, which may outlive the handle.
+    state: Arc<Mutex<State>>,
+    /// Told whenever the lease changes, for the async guard's `when_lost`.
+    #[cfg(feature = "tokio")]
+    pub(crate) lease_changed: ::tokio::sync::Notify,
+}
+
+struct State {
+    belief: Belief,
+    /// The epoch of the latest acquisition.
+    epoch: u64,
+    renewal: Option<Box<dyn Renewing>>,
+    /// Whether the unsure belief is being settled now, by a call of the handle or by the
+    /// background settle: one at a time (see [`Claim`]).
+    settling: bool,
+    /// Until when the background settle runs, while it does.
+    settler: Option<Instant>,
+    /// The lock held, for its metrics and span, until released or its loss is noticed.
+    hold: Option<Hold>,
+}
+
+/// What one try found, settled: a lost reply has been resolved by reading the owner.
+pub(crate) enum Tried {
+    Acquired {
+        valid_until: Option<Instant>,
+        token: Option<u64>,
+        /// When it followed a wait, the send that may have set the key, to be confirmed.
+        attempt: Attempting,
+        /// How many replicas acknowledged it, when the request asked (`WAIT`), or why the
+        /// `WAIT` failed.
+        acks: Result<Option<u64>, Error>,
+    },
+    Busy {
+        owner: Option<Vec<u8>>,
+        pttl: Pttl,
+        /// When the reply came: the holder's TTL counts from no later than this.
+        at: Instant,
+    },
+}
+
+/// A lock just taken, confirmed by an extend.
+struct Confirmed {
+    valid_until: Option<Instant>,
+    /// How many replicas acknowledged the extend, when that was asked.
+    acks: Option<u64>,
+}
+
+impl<R: Runtime> Inner<R> {
+    pub(crate) fn new(settings: Settings, transport: Arc<R::Transport>) -> Self {
+        let blocking = transport.blocking();
+        Inner {
+            keys: Keys::new(&settings.name, blocking.hash_tags()),
+            drift: settings
+                .expire()
+                .map_or(Duration::ZERO, |e| blocking.drift(e)),
+            settings,
+            transport,
+            state: Arc::new(Mutex::new(State {
+                belief: Belief::Free,
+                epoch: 0,
+                renewal: None,
+                settling: false,
+                settler: None,
+                hold: None,
+            })),
+            #[cfg(feature = "tokio")]
+            lease_changed: ::tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn error(&self, make: impl FnOnce(String) -> Error) -> Error {
+        make(self.settings.name.clone())
+    }
+
+    pub(super) fn unknown(&self, operation: &'static str, source: redis::RedisError) -> Error {
+        Error::OutcomeUnknown {
+            name: self.settings.name.clone(),
+            operation,
+            source,
+        }
+    }
+
+    /// `valid_until` less the drift.
+    pub(super) fn less_drift(&self, valid_until: Option<Instant>) -> Option<Instant> {
+        valid_until.map(|t| t.checked_sub(self.drift).unwrap_or(t))
+    }
+
+    pub(crate) fn is_ours(&self, owner: Option<&[u8]>) -> bool {
+        owner == Some(self.settings.id.as_bytes())
+    }
+
+    /// The end of a round trip started now: the I/O timeout, and for a wait with a deadline,
+    /// no later than the deadline plus the grace.
+    pub(crate) fn io_deadline(&self, wait: Wait) -> Instant {
+        self.io_deadline_after(Instant::now(), wait)
+    }
+
+    /// The end of a round trip whose reply is due at `due` rather than now: a wait's `BLPOP`.
+    /// A `WAIT` for replicas may add its own timeout.
+    pub(crate) fn io_deadline_after(&self, due: Instant, wait: Wait) -> Instant {
+        let replicas = self.settings.replicas_timeout();
+        let io = due + self.settings.io_timeout + replicas;
+        match wait {
+            Wait::Until(deadline) => io.min(deadline + self.settings.grace() + replicas),
+            Wait::Never | Wait::Forever => io,
+        }
+    }
+
+    pub(super) async fn call_again(
+        &self,
+        request: &Request,
+        deadline: Instant,
+    ) -> Result<Answered, Error> {
+        Ok(send_repeatable(&*self.transport, request, deadline).await?)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// Reads owner, TTL and (with fencing) the counter in one round trip.
+    pub(super) async fn observe_by(&self, deadline: Instant) -> Result<(Observed, Instant), Error> {
+        let request = requests::observe(&self.keys, self.settings.fencing);
+        let answered = self.call_again(&request, deadline).await?;
+        Ok((
+            requests::parse_observe(&self.keys, &answered.replies)?,
+            answered.sent,
+        ))
+    }
+
+    /// Who holds the lock and for how much longer, read in one round trip.
+    pub(crate) async fn holder(&self) -> Result<Option<Holder>, Error> {
+        let (observed, _) = self.observe_by(self.io_deadline(Wait::Never)).await?;
+        Ok(observed.owner.map(|id| Holder {
+            id: String::from_utf8_lossy(&id).into_owned(),
+            ttl: match observed.pttl {
+                Pttl::Left(left) => Some(left),
+                Pttl::Forever | Pttl::Gone => None,
+            },
+        }))
+    }
+}
+
+impl<R: Runtime> Drop for Inner<R> {
+    fn drop(&mut self) {
+        // A held lock is left to expire, as python-redis-lock does; only renewing stops.
+        let (renewal, belief, settler) = {
+            let mut state = self.state.lock();
+            (state.renewal.take(), state.belief, state.settler)
+        };
+        if let Some(renewal) = renewal {
+            renewal.stop();
+        }
+        // But an unsettled request may have taken the lock for nobody: settle it now, or a
+        // lock without expiry would stay held for good. A background settle under way goes on
+        // without the handle.
+        if let (Belief::Unsure(unsure), None) = (belief, settler) {
+            let deadline = Instant::now() + self.settings.io_timeout;
+            R::settle_dropped(
+                &self.transport,
+                unsure.conn,
+                self.unlock_request(),
+                deadline,
+            );
+        }
+    }
+}
