@@ -1,21 +1,85 @@
-//! The renewal thread: keeps an expiring lock alive while its holder works.
+//! The renewal scheduler: keeps the blocking API's expiring locks alive while their holders
+//! work, from one thread per process however many locks it holds.
 //!
 //! It holds only a `Weak` reference to what it renews, so dropping the handle stops the
-//! renewing and the lock then expires on its own; release stops it through a channel and
-//! joins it. What one renewal does is the lock's business: this is only the thread.
+//! renewing and the lock then expires on its own. The thread sleeps until the earliest renewal
+//! is due, runs it, and ends when no renewal is left (the stop that removed the last one joins
+//! it, so a release leaves no thread behind).
+//!
+//! One renewal stuck on a frozen server (up to its I/O deadline) must not make the others late.
+//! So each renewal runs under a watchdog on the timer thread: still running after [`PATIENCE`]
+//! with no thread free to keep the schedule, it starts another scheduler thread, which ends
+//! once two are idle again. A frozen server costs one extra thread for as long as its renewals
+//! hang, never a late renewal elsewhere. What one renewal does is the lock's business: this is
+//! only the scheduling.
 
-use std::sync::{Arc, Weak};
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Weak};
+use std::thread::{self, JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::transport::timer;
 
 /// What the renewal threads are called (Linux shows the first 15 bytes).
 const THREAD_NAME: &str = "redis-lock-renew";
 
+/// How long a renewal may run before the schedule is handed to another thread: a round trip
+/// to a healthy server takes far less, and a renewal is due a third of the expiry early.
+const PATIENCE: Duration = Duration::from_millis(100);
+
+/// One renewal: the wait before the next, or `None` to stop (or its handle is gone).
+type Renew = Box<dyn FnMut() -> Option<Duration> + Send>;
+
+static SCHEDULE: LazyLock<Schedule> = LazyLock::new(|| Schedule {
+    state: Mutex::new(State::default()),
+    changed: Condvar::new(),
+});
+
+struct Schedule {
+    state: Mutex<State>,
+    /// Told when a renewal is added, removed or ends, and when a thread ends.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    due: BTreeMap<(Instant, u64), Renew>,
+    /// When each scheduled renewal is due, by key.
+    when: HashMap<u64, Instant>,
+    /// The renewals running now, and on which thread.
+    running: HashMap<u64, ThreadId>,
+    /// Renewals stopped while running: not scheduled again.
+    stopped: HashSet<u64>,
+    next_key: u64,
+    /// The scheduler threads, for the last stop to join.
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl State {
+    fn idle_threads(&self) -> usize {
+        self.threads.len().saturating_sub(self.running.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.due.is_empty() && self.running.is_empty()
+    }
+
+    /// Starts a scheduler thread.
+    fn spawn(&mut self) -> std::io::Result<()> {
+        // A fixed name: lock names may hold bytes a thread name cannot (NUL).
+        let thread = thread::Builder::new()
+            .name(THREAD_NAME.to_string())
+            .spawn(serve)?;
+        self.threads.push(thread);
+        Ok(())
+    }
+}
+
+/// One lock's renewals, scheduled.
 pub(crate) struct Renewal {
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
+    key: u64,
 }
 
 impl Renewal {
@@ -26,44 +90,119 @@ impl Renewal {
         first: Duration,
         renew: fn(&T) -> Option<Duration>,
     ) -> std::io::Result<Renewal> {
-        let (stop, stopped) = crossbeam_channel::bounded(0);
-        let weak = Arc::downgrade(target);
-        // A fixed name: lock names may hold bytes a thread name cannot (NUL).
-        let thread = thread::Builder::new()
-            .name(THREAD_NAME.to_string())
-            .spawn(move || renew_until_stopped(&weak, &stopped, first, renew))?;
-        Ok(Renewal { stop, thread })
+        let weak: Weak<T> = Arc::downgrade(target);
+        let mut state = SCHEDULE.state.lock();
+        if state.threads.is_empty() {
+            state.spawn()?;
+        }
+        let key = state.next_key;
+        state.next_key += 1;
+        let at = Instant::now() + first;
+        state.when.insert(key, at);
+        state
+            .due
+            .insert((at, key), Box::new(move || renew(&*weak.upgrade()?)));
+        SCHEDULE.changed.notify_all();
+        Ok(Renewal { key })
     }
 }
 
 impl super::Renewing for Renewal {
-    /// Stops the thread and waits for it, unless this is that thread (the last reference to
-    /// the lock can be dropped there), which is about to end anyway.
+    /// Unschedules the renewal, and waits for it if it is running on another thread (on this
+    /// one, the last reference to the lock was dropped by the renewal itself). The stop that
+    /// leaves nothing to renew joins the scheduler threads.
     fn stop(self: Box<Self>) {
-        drop(self.stop);
-        if self.thread.thread().id() != thread::current().id() && self.thread.join().is_err() {
-            log::error!("a lock renewal thread panicked");
+        let me = thread::current().id();
+        let mut state = SCHEDULE.state.lock();
+        if let Some(at) = state.when.remove(&self.key) {
+            state.due.remove(&(at, self.key));
+        }
+        if state.running.contains_key(&self.key) {
+            state.stopped.insert(self.key);
+        }
+        while state.running.get(&self.key).is_some_and(|on| *on != me) {
+            SCHEDULE.changed.wait(&mut state);
+        }
+        if !state.is_empty() {
+            return;
+        }
+        SCHEDULE.changed.notify_all();
+        let threads = std::mem::take(&mut state.threads);
+        drop(state);
+        for thread in threads {
+            if thread.thread().id() != me && thread.join().is_err() {
+                log::error!("a lock renewal thread panicked");
+            }
         }
     }
 }
 
-fn renew_until_stopped<T>(
-    target: &Weak<T>,
-    stopped: &Receiver<()>,
-    first: Duration,
-    renew: fn(&T) -> Option<Duration>,
-) {
-    let mut wait = first;
+/// A scheduler thread: runs each renewal when it is due, until none is left, or it is an extra
+/// thread and another is idle.
+fn serve() {
+    let me = thread::current().id();
+    let mut state = SCHEDULE.state.lock();
     loop {
-        if stopped.recv_timeout(wait) != Err(RecvTimeoutError::Timeout) {
+        let ours = state.threads.iter().any(|t| t.thread().id() == me);
+        if !ours || state.is_empty() {
+            // Joined by the stop that emptied the schedule, or detached if it was not.
+            leave(&mut state, me);
             return;
         }
-        let Some(target) = target.upgrade() else {
+        if state.idle_threads() > 1 && first_due(&state).is_none_or(|at| at > Instant::now()) {
+            leave(&mut state, me);
             return;
+        }
+        let Some(at) = first_due(&state) else {
+            SCHEDULE.changed.wait(&mut state);
+            continue;
         };
-        match renew(&target) {
-            Some(next) => wait = next,
-            None => return,
+        if at > Instant::now() {
+            SCHEDULE.changed.wait_until(&mut state, at);
+            continue;
+        }
+        let Some(((_, key), mut renew)) = state.due.pop_first() else {
+            continue;
+        };
+        state.when.remove(&key);
+        state.running.insert(key, me);
+        drop(state);
+        let watchdog = timer::call_at(Instant::now() + PATIENCE, keep_schedule);
+        let next = renew();
+        drop(watchdog);
+        // Dropped outside the lock: the last reference to a lock may go with it.
+        let next = next.map(|wait| (wait, renew));
+        state = SCHEDULE.state.lock();
+        state.running.remove(&key);
+        let stopped = state.stopped.remove(&key);
+        if let (Some((wait, renew)), false) = (next, stopped) {
+            let at = Instant::now() + wait;
+            state.when.insert(key, at);
+            state.due.insert((at, key), renew);
+        }
+        SCHEDULE.changed.notify_all();
+    }
+}
+
+/// When the earliest scheduled renewal is due.
+fn first_due(state: &State) -> Option<Instant> {
+    state.due.keys().next().map(|(at, _)| *at)
+}
+
+/// This thread ends: it leaves the schedule's threads, unless a stop took them to join.
+fn leave(state: &mut State, me: ThreadId) {
+    state.threads.retain(|t| t.thread().id() != me);
+    SCHEDULE.changed.notify_all();
+}
+
+/// The watchdog of a renewal still running after [`PATIENCE`]: with no thread idle to keep the
+/// schedule, starts another.
+fn keep_schedule() {
+    let mut state = SCHEDULE.state.lock();
+    if state.idle_threads() == 0 && !state.due.is_empty() {
+        log::debug!("a lock renewal is slow: another renewal thread keeps the schedule");
+        if let Err(e) = state.spawn() {
+            log::warn!("no thread to keep the renewal schedule ({e}); renewals may be late");
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The waits' clock: ends a wait's `BLPOP` at its deadline with `CLIENT UNBLOCK`, from one
-//! thread per process.
+//! The process's clock: ends a wait's `BLPOP` at its deadline with `CLIENT UNBLOCK`, and runs
+//! the renewal scheduler's watchdog, from one thread per process.
 //!
 //! Redis checks blocked clients' timeouts only `hz` times a second (every 100 ms by default),
 //! and a socket's read timeout fires late too (tens of milliseconds on a loaded VM). A thread
@@ -44,9 +44,14 @@ struct State {
     running: bool,
 }
 
-struct Due {
-    transport: Arc<dyn Transport>,
-    conn: ConnId,
+enum Due {
+    /// `CLIENT UNBLOCK` of connection `conn`.
+    Unblock {
+        transport: Arc<dyn Transport>,
+        conn: ConnId,
+    },
+    /// Work that is quick and does no I/O, so the other alarms are not held up.
+    Call(Box<dyn FnOnce() + Send>),
 }
 
 /// A pending unblock; dropping it takes it back.
@@ -57,6 +62,17 @@ pub(crate) struct Alarm {
 /// Ends the `BLPOP` of connection `conn` at `at`, unless the alarm is dropped first. Without a
 /// thread to keep the time (the system refused one) the wait ends at the server's timer.
 pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: ConnId) -> Alarm {
+    let transport = Arc::clone(transport);
+    schedule(at, Due::Unblock { transport, conn })
+}
+
+/// Runs `call` at `at` on the timer thread, unless the alarm is dropped first; `call` must be
+/// quick and do no I/O. Without a thread to keep the time it never runs.
+pub(crate) fn call_at(at: Instant, call: impl FnOnce() + Send + 'static) -> Alarm {
+    schedule(at, Due::Call(Box::new(call)))
+}
+
+fn schedule(at: Instant, due: Due) -> Alarm {
     let mut state = CLOCK.state.lock();
     if !state.running {
         let spawned = thread::Builder::new()
@@ -77,13 +93,7 @@ pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: ConnId) -> 
         .keys()
         .next()
         .is_none_or(|(first, _)| at < *first);
-    state.alarms.insert(
-        (at, key),
-        Due {
-            transport: Arc::clone(transport),
-            conn,
-        },
-    );
+    state.alarms.insert((at, key), due);
     if earliest {
         CLOCK.changed.notify_one();
     }
@@ -127,8 +137,16 @@ fn keep_time() {
             continue;
         };
         drop(state);
+        let (transport, conn) = match due {
+            Due::Unblock { transport, conn } => (transport, conn),
+            Due::Call(call) => {
+                call();
+                state = CLOCK.state.lock();
+                continue;
+            }
+        };
         let deadline = Instant::now() + UNBLOCK_DEADLINE;
-        match due.transport.unblock(due.conn, deadline) {
+        match transport.unblock(conn, deadline) {
             Ok(Admin::Refused) if !REFUSED.swap(true, Ordering::Relaxed) => log::warn!(
                 "the server refuses CLIENT UNBLOCK: waits end at its own timer, up to 1/hz \
                  late; see the ACL rule in the crate docs"

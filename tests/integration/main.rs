@@ -38,6 +38,7 @@ mod observe;
 mod outcomes;
 mod quorum;
 mod quorum_faults;
+mod renewals;
 mod replicas;
 mod seams_conn;
 mod security;
@@ -67,6 +68,7 @@ fn child_process_role() {
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
+        "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
         #[cfg(feature = "sentinel")]
         "sentinel::listeners_end" => sentinel::listeners_end(&args),

@@ -9,7 +9,7 @@ use redis_blpop_lock::Lock;
 use crate::support::{eventually, ChildProcess, RedisServer};
 
 /// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
-fn renewal_threads() -> usize {
+pub fn renewal_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
