@@ -13,6 +13,8 @@ pub(crate) mod blocking;
 mod hold;
 pub(crate) mod renew;
 mod settle;
+#[cfg(test)]
+mod tests;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
 #[cfg(feature = "tokio")]

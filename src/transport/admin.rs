@@ -97,3 +97,22 @@ impl Interrupt for Blocked {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::testing::server_error;
+
+    #[test]
+    fn a_server_that_refuses_a_new_connection_for_maxclients_is_an_error() {
+        let refused = server_error("ERR max number of clients reached");
+        assert!(client_id(refused).is_err());
+    }
+
+    #[test]
+    fn an_acl_that_refuses_client_id_leaves_a_working_connection_without_an_id() {
+        let refused =
+            server_error("NOPERM this user has no permissions to run the 'client|id' command");
+        assert_eq!(client_id(refused).unwrap(), None);
+    }
+}

@@ -13,6 +13,8 @@ pub(crate) mod nodes;
 pub(crate) mod quorum;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod routed;
+#[cfg(test)]
+pub(crate) mod scripted;
 pub(crate) mod send;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
