@@ -660,7 +660,8 @@
 //! A reply can be lost: the connection is killed, the network drops, the server stalls past the
 //! deadline. The request may or may not have run, and on a stalled server it may still run
 //! later. Every request the lock sends is in one of two classes, and the rule for each is
-//! enforced in one place (`src/transport/mod.rs` and the driver's settle path):
+//! enforced in one place (`src/transport/send.rs` and the driver's settle path,
+//! `src/driver/settle.rs`), and pinned by unit tests without a server (`src/driver/tests.rs`):
 //!
 //! - **Safe to send twice**, because a second run does no more than the first: reads (owner and
 //!   TTL in one `MULTI`, `SCAN`, `MGET`); the unlock, which deletes only the owner it is given

@@ -401,21 +401,18 @@ impl<R: Runtime> Inner<R> {
     /// Restarts the expiry of a lock just taken; `None` if it is not ours. Says until when it
     /// is valid, and how many replicas acknowledged it when that was asked.
     pub(super) async fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Confirmed>, Error> {
-        let request =
-            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let request = self.leasing.extend(ms).replicated(self.settings.replicas);
         let mut answered = self.call_again(&request, self.io_deadline(wait)).await?;
         let acks = request.acks(&mut answered.replies)?;
-        Ok(
-            match requests::parse_extend(&self.keys, answered.first())? {
-                Extended::NotOurs => None,
-                Extended::Yes | Extended::NoExpiry => Some(Confirmed {
-                    valid_until: self.less_drift(
-                        Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
-                    ),
-                    acks,
-                }),
-            },
-        )
+        Ok(match self.leasing.extended(answered.first())? {
+            Extended::NotOurs => None,
+            Extended::Yes | Extended::NoExpiry => Some(Confirmed {
+                valid_until: self.less_drift(
+                    Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
+                ),
+                acks,
+            }),
+        })
     }
 
     pub(super) fn acquired(
@@ -435,7 +432,7 @@ impl<R: Runtime> Inner<R> {
                     R::settle_dropped(
                         &self.transport,
                         None,
-                        self.unlock_request(),
+                        self.leasing.release(),
                         self.io_deadline(Wait::Never),
                     );
                     return Err(e);

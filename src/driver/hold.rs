@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Inner, Runtime};
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
-use crate::protocol::requests::{self, Extended, Request};
+use crate::protocol::requests::Extended;
 use crate::settings::millis;
 use crate::transport::send::AnyTransport;
 use crate::{CancelToken, Error};
@@ -80,11 +80,11 @@ impl<R: Runtime> Inner<R> {
                 }
             }
         }
-        let request = self.unlock_request().replicated(self.settings.replicas);
+        let request = self.leasing.release().replicated(self.settings.replicas);
         let outcome = match self.call_again(&request, deadline).await {
             Ok(mut answered) => {
                 let acks = request.acks(&mut answered.replies);
-                let released = requests::parse_unlock(&self.keys, answered.first())?;
+                let released = self.leasing.released(answered.first())?;
                 self.state.lock().belief = Belief::Free;
                 if released || answered.lost_before || unsure_release {
                     self.replicated("release", acks)
@@ -112,20 +112,10 @@ impl<R: Runtime> Inner<R> {
         outcome
     }
 
-    /// This handle's release: deletes the key if it holds this handle's id, and wakes one
-    /// waiter.
-    pub(super) fn unlock_request(&self) -> Request {
-        requests::unlock(
-            &self.keys,
-            self.settings.id.as_bytes(),
-            self.settings.signal_expire_ms,
-        )
-    }
-
     /// Gives back a lock no caller will hold; a failure is logged, and the lock frees itself
     /// at its expiry.
     pub(crate) async fn unlock_quietly(&self) {
-        let request = self.unlock_request();
+        let request = self.leasing.release();
         if let Err(e) = self
             .call_again(&request, self.io_deadline(Wait::Never))
             .await
@@ -155,13 +145,12 @@ impl<R: Runtime> Inner<R> {
 
     /// Sets a new expiry of `ms` if the lock is ours, and moves the known deadline with it.
     pub(super) async fn extend_ms(&self, ms: u64) -> Result<Extended, Error> {
-        let request =
-            requests::extend(&self.keys, &self.settings.id, ms).replicated(self.settings.replicas);
+        let request = self.leasing.extend(ms).replicated(self.settings.replicas);
         let mut answered = self
             .call_again(&request, self.io_deadline(Wait::Never))
             .await?;
         let acks = request.acks(&mut answered.replies);
-        let extended = requests::parse_extend(&self.keys, answered.first())?;
+        let extended = self.leasing.extended(answered.first())?;
         if extended == Extended::Yes {
             // Not replicated, the longer expiry may not survive a failover: the lease keeps
             // the old one.
@@ -186,11 +175,11 @@ impl<R: Runtime> Inner<R> {
         if self.is_ours(Some(&owner)) {
             self.forget();
         }
-        let request = requests::reset(&self.keys, &owner, self.settings.signal_expire_ms, false);
+        let request = self.leasing.reset(&owner);
         let answered = self.call_again(&request, deadline).await?;
         // Deleted now, or released by its owner in between: either way that owner's lock is
         // gone, and no later one was touched.
-        requests::parse_reset(&self.keys, answered.first())?;
+        self.leasing.parse_reset(answered.first())?;
         log::info!("lock {:?} reset", self.name());
         Ok(true)
     }

@@ -11,6 +11,7 @@
 mod acquire;
 pub(crate) mod blocking;
 mod hold;
+mod leasing;
 pub(crate) mod renew;
 mod settle;
 #[cfg(test)]
@@ -29,11 +30,12 @@ use parking_lot::Mutex;
 use crate::observe::Hold;
 use crate::protocol::keys::Keys;
 use crate::protocol::lease::{Attempting, Belief, Wait};
-use crate::protocol::requests::{self, Observed, Pttl, Request};
+use crate::protocol::requests::{Observed, Pttl, Request};
 use crate::settings::Settings;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::ConnId;
 use crate::{CancelToken, Error};
+use leasing::{Leasing, LockLeasing};
 
 pub use hold::Holder;
 
@@ -88,6 +90,8 @@ pub(crate) trait Renewing: Send {
 pub(crate) struct Inner<R: Runtime> {
     pub(crate) settings: Settings,
     pub(crate) keys: Keys,
+    /// What holding the lease sends: the lock's own requests.
+    leasing: Box<dyn Leasing>,
     pub(crate) transport: Arc<R::Transport>,
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
@@ -142,8 +146,10 @@ struct Confirmed {
 impl<R: Runtime> Inner<R> {
     pub(crate) fn new(settings: Settings, transport: Arc<R::Transport>) -> Self {
         let blocking = transport.blocking();
+        let keys = Keys::new(&settings.name, blocking.hash_tags());
         Inner {
-            keys: Keys::new(&settings.name, blocking.hash_tags()),
+            leasing: Box::new(LockLeasing::new(&keys, &settings)),
+            keys,
             drift: settings
                 .expire()
                 .map_or(Duration::ZERO, |e| blocking.drift(e)),
@@ -214,12 +220,9 @@ impl<R: Runtime> Inner<R> {
 
     /// Reads owner, TTL and (with fencing) the counter in one round trip.
     pub(super) async fn observe_by(&self, deadline: Instant) -> Result<(Observed, Instant), Error> {
-        let request = requests::observe(&self.keys, self.settings.fencing);
+        let request = self.leasing.read();
         let answered = self.call_again(&request, deadline).await?;
-        Ok((
-            requests::parse_observe(&self.keys, &answered.replies)?,
-            answered.sent,
-        ))
+        Ok((self.leasing.parse_read(&answered.replies)?, answered.sent))
     }
 
     /// Who holds the lock and for how much longer, read in one round trip.
@@ -253,7 +256,7 @@ impl<R: Runtime> Drop for Inner<R> {
             R::settle_dropped(
                 &self.transport,
                 unsure.conn,
-                self.unlock_request(),
+                self.leasing.release(),
                 deadline,
             );
         }

@@ -168,14 +168,14 @@ fn serve() {
         state.running.insert(key, me);
         drop(state);
         let watchdog = timer::call_at(Instant::now() + PATIENCE, keep_schedule);
+        // Not under the schedule's lock: the renewal may drop the last reference to its lock,
+        // whose drop stops the renewal.
         let next = renew();
         drop(watchdog);
-        // Dropped outside the lock: the last reference to a lock may go with it.
-        let next = next.map(|wait| (wait, renew));
         state = SCHEDULE.state.lock();
         state.running.remove(&key);
         let stopped = state.stopped.remove(&key);
-        if let (Some((wait, renew)), false) = (next, stopped) {
+        if let (Some(wait), false) = (next, stopped) {
             let at = Instant::now() + wait;
             state.when.insert(key, at);
             state.due.insert((at, key), renew);

@@ -79,7 +79,7 @@ impl<R: Runtime> Inner<R> {
                 Settler::<R> {
                     state: Arc::clone(&self.state),
                     transport: Arc::clone(&self.transport),
-                    unlock: self.unlock_request(),
+                    unlock: self.leasing.release(),
                     io_timeout: self.settings.io_timeout,
                     name: self.settings.name.clone(),
                     label: self.settings.label.clone(),

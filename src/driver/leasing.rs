@@ -1,0 +1,92 @@
+//! What a primitive sends to hold a lease, and how it reads the replies: the hold, renewal,
+//! settle and guard machinery is written once over [`Leasing`], and each primitive gives its
+//! own requests (the lock's are [`LockLeasing`], python-redis-lock's wire format).
+
+use redis::Value;
+
+use crate::protocol::keys::Keys;
+use crate::protocol::requests::{self, Extended, Observed, Request};
+use crate::settings::Settings;
+use crate::Error;
+
+/// The owner-checked requests of one holder's lease, and their replies' parsers.
+pub(crate) trait Leasing: Send + Sync + 'static {
+    /// Gives back what this holder holds, waking whoever can proceed. Repeatable: it only
+    /// ever gives back what holds this holder's id.
+    fn release(&self) -> Request;
+
+    /// Whether [`release`](Self::release) found the lease held by this holder.
+    fn released(&self, reply: &Value) -> Result<bool, Error>;
+
+    /// Sets the lease's expiry to `ms` from now, if this holder holds it. Repeatable.
+    fn extend(&self, ms: u64) -> Request;
+
+    /// What [`extend`](Self::extend) found.
+    fn extended(&self, reply: &Value) -> Result<Extended, Error>;
+
+    /// Reads the owner, TTL and fencing counter in one round trip. Repeatable.
+    fn read(&self) -> Request;
+
+    /// What [`read`](Self::read) found.
+    fn parse_read(&self, replies: &[Value]) -> Result<Observed, Error>;
+
+    /// Frees the lease held by `owner`, if `owner` still holds it (an operator's reset).
+    fn reset(&self, owner: &[u8]) -> Request;
+
+    /// Checks what [`reset`](Self::reset) answered: whether deleted now or let go meanwhile,
+    /// that owner's lease is gone.
+    fn parse_reset(&self, reply: &Value) -> Result<(), Error>;
+}
+
+/// A lock's lease: `lock:<name>` holding the owner's id.
+pub(crate) struct LockLeasing {
+    keys: Keys,
+    id: String,
+    signal_expire_ms: u64,
+    fencing: bool,
+}
+
+impl LockLeasing {
+    pub(crate) fn new(keys: &Keys, settings: &Settings) -> LockLeasing {
+        LockLeasing {
+            keys: keys.clone(),
+            id: settings.id.clone(),
+            signal_expire_ms: settings.signal_expire_ms,
+            fencing: settings.fencing,
+        }
+    }
+}
+
+impl Leasing for LockLeasing {
+    fn release(&self) -> Request {
+        requests::unlock(&self.keys, self.id.as_bytes(), self.signal_expire_ms)
+    }
+
+    fn released(&self, reply: &Value) -> Result<bool, Error> {
+        requests::parse_unlock(&self.keys, reply)
+    }
+
+    fn extend(&self, ms: u64) -> Request {
+        requests::extend(&self.keys, &self.id, ms)
+    }
+
+    fn extended(&self, reply: &Value) -> Result<Extended, Error> {
+        requests::parse_extend(&self.keys, reply)
+    }
+
+    fn read(&self) -> Request {
+        requests::observe(&self.keys, self.fencing)
+    }
+
+    fn parse_read(&self, replies: &[Value]) -> Result<Observed, Error> {
+        requests::parse_observe(&self.keys, replies)
+    }
+
+    fn reset(&self, owner: &[u8]) -> Request {
+        requests::reset(&self.keys, owner, self.signal_expire_ms, false)
+    }
+
+    fn parse_reset(&self, reply: &Value) -> Result<(), Error> {
+        requests::parse_reset(&self.keys, reply).map(drop)
+    }
+}
