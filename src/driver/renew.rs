@@ -196,10 +196,10 @@ fn leave(state: &mut State, me: ThreadId) {
 }
 
 /// The watchdog of a renewal still running after [`PATIENCE`]: with no thread idle to keep the
-/// schedule, starts another.
+/// schedule, starts another, even with nothing else scheduled yet (a lock taken meanwhile).
 fn keep_schedule() {
     let mut state = SCHEDULE.state.lock();
-    if state.idle_threads() == 0 && !state.due.is_empty() {
+    if state.idle_threads() == 0 {
         log::debug!("a lock renewal is slow: another renewal thread keeps the schedule");
         if let Err(e) = state.spawn() {
             log::warn!("no thread to keep the renewal schedule ({e}); renewals may be late");

@@ -68,6 +68,7 @@ fn child_process_role() {
         "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
+        "renewals::frozen" => renewals::frozen(&client, &args),
         "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
         #[cfg(feature = "sentinel")]
