@@ -808,6 +808,7 @@ pub mod inspect;
 mod lock;
 pub mod observe;
 mod protocol;
+mod queue;
 mod quorum;
 mod renew;
 mod reset_all;
