@@ -6,19 +6,15 @@
 -- again: the earliest event that could let it in, and at most half the lapse window (its
 -- heartbeat). {-1, k, reason} when KEYS[k] is corrupt, and nothing was written.
 local id, units, lease, lapse, mode = ARGV[1], whole(2), whole(4), whole(5), ARGV[6]
-local capacity, refused = capacity_at(3)
-if not capacity then
-    return refused
-end
 if not (units and units >= 1 and lease and lapse and lapse >= 2) or (mode ~= "try" and mode ~= "wait") then
     return redis.error_reply("ERR queue_acquire: bad arguments")
 end
+local s, capacity = start(3)
+if not s then
+    return capacity
+end
 if units > capacity then
     return redis.error_reply("ERR " .. ARGV[2] .. " units asked of a capacity of " .. ARGV[3])
-end
-local s, bad = load()
-if not s then
-    return bad
 end
 
 -- The reply to a holder, whose grant's signal (if it has not read it) is spent.

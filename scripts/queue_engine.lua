@@ -208,11 +208,16 @@ local function settle(s, capacity, tail, me)
     return grants
 end
 
--- The capacity argument at ARGV[i]: at least 1.
-local function capacity_at(i)
+-- The capacity at ARGV[i] (at least 1) and the state, or nil and the reply that refuses
+-- the call.
+local function start(i)
     local capacity = whole(i)
     if not capacity or capacity < 1 then
         return nil, redis.error_reply("ERR the capacity must be a whole number from 1")
     end
-    return capacity
+    local s, bad = load()
+    if not s then
+        return nil, bad
+    end
+    return s, capacity
 end

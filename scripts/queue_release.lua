@@ -1,25 +1,22 @@
--- Gives back what the id holds, and hands the units on. Safe to send again.
+-- Gives back what the id holds and takes it out of the queue, and hands the units on: a
+-- holder's release, and a waiter's leaving (its deadline, a cancel) with any grant that came
+-- meanwhile. Safe to send again.
 -- ARGV[1] acquisition id, ARGV[2] capacity.
--- Returns 1 when the id held, 0 when it held nothing (its lease expired, or it was reset);
--- {-1, k, reason} when KEYS[k] is corrupt, and nothing was written.
+-- Returns 1 when the id held (and gave back), 0 when it held nothing (a waiter's grant had not
+-- come; a holder's lease expired, or it was reset); {-1, k, reason} when KEYS[k] is corrupt,
+-- and nothing was written.
 local id = ARGV[1]
-local capacity, refused = capacity_at(2)
-if not capacity then
-    return refused
-end
-local s, bad = load()
+local s, capacity = start(2)
 if not s then
-    return bad
+    return capacity
 end
 local held = s.held[id] ~= nil
 if held then
     drop(s, id)
 end
+forget(s, id)
 local grants, corrupt = settle(s, capacity)
 if not grants then
     return corrupt
 end
-if held then
-    return 1
-end
-return 0
+return held and 1 or 0

@@ -3,13 +3,9 @@
 -- Returns how many holders it removed; {-1, k, reason} when KEYS[k] is corrupt, and nothing
 -- was written.
 local id = ARGV[1]
-local capacity, refused = capacity_at(2)
-if not capacity then
-    return refused
-end
-local s, bad = load()
+local s, capacity = start(2)
 if not s then
-    return bad
+    return capacity
 end
 local ids = {}
 for holder in pairs(s.held) do

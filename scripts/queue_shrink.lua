@@ -5,16 +5,12 @@
 -- Returns 1 when the id holds that many now, 0 when it holds nothing; {-1, k, reason} when
 -- KEYS[k] is corrupt, and nothing was written.
 local id, units = ARGV[1], whole(2)
-local capacity, refused = capacity_at(3)
-if not capacity then
-    return refused
-end
 if not units or units < 1 then
     return redis.error_reply("ERR queue_shrink: the units kept must be a whole number from 1")
 end
-local s, bad = load()
+local s, capacity = start(3)
 if not s then
-    return bad
+    return capacity
 end
 local held = s.held[id]
 if held and units > held.units then

@@ -18,8 +18,7 @@ use redis::Value;
 use super::keys::QueueKeys;
 use super::requests::Request;
 use super::scripts::{
-    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_LEAVE, QUEUE_RELEASE, QUEUE_RESET, QUEUE_SHRINK,
-    QUEUE_STATE,
+    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_SHRINK, QUEUE_STATE,
 };
 use crate::Error;
 
@@ -138,6 +137,8 @@ pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
 }
 
 /// Gives back what `ask`'s id holds (`queue_release.lua`): [`parse_held`] says whether it held.
+/// The same script as [`leave`]: a holder is in no queue, and a waiter holds nothing unless a
+/// grant came.
 pub(crate) fn release(keys: &QueueKeys, ask: &Ask) -> Request {
     script(
         keys,
@@ -146,10 +147,10 @@ pub(crate) fn release(keys: &QueueKeys, ask: &Ask) -> Request {
     )
 }
 
-/// Leaves the queue, giving back a grant received meanwhile (`queue_leave.lua`):
+/// Leaves the queue, giving back a grant received meanwhile (`queue_release.lua`):
 /// [`parse_held`] says whether there was one.
 pub(crate) fn leave(keys: &QueueKeys, ask: &Ask) -> Request {
-    script(keys, &QUEUE_LEAVE, &[ask.id.as_bytes(), &num(ask.capacity)])
+    release(keys, ask)
 }
 
 /// Sets the lease of what `ask`'s id holds to `ask`'s lease from now (`queue_extend.lua`):

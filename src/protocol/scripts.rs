@@ -69,7 +69,6 @@ macro_rules! queue_script {
 pub(crate) static QUEUE_ACQUIRE: LazyLock<Script> = queue_script!("queue_acquire.lua");
 pub(crate) static QUEUE_RELEASE: LazyLock<Script> = queue_script!("queue_release.lua");
 pub(crate) static QUEUE_EXTEND: LazyLock<Script> = queue_script!("queue_extend.lua");
-pub(crate) static QUEUE_LEAVE: LazyLock<Script> = queue_script!("queue_leave.lua");
 pub(crate) static QUEUE_SHRINK: LazyLock<Script> = queue_script!("queue_shrink.lua");
 pub(crate) static QUEUE_RESET: LazyLock<Script> = queue_script!("queue_reset.lua");
 pub(crate) static QUEUE_STATE: LazyLock<Script> = queue_script!("queue_state.lua");
