@@ -17,9 +17,8 @@ if units > capacity then
     return redis.error_reply("ERR " .. ARGV[2] .. " units asked of a capacity of " .. ARGV[3])
 end
 
--- The reply to a holder, whose grant's signal (if it has not read it) is spent.
+-- The reply to a holder.
 local function holds(token, expiry)
-    redis.call("del", KEYS[8] .. id)
     local left = -1
     if expiry ~= "inf" then
         left = math.max(1, tonumber(expiry) - NOW)
@@ -29,10 +28,12 @@ end
 
 local held = s.held[id]
 if held then
+    -- Granted by another's script: the token pushed to its list, if not read, is spent.
+    redis.call("del", KEYS[8] .. id)
     return holds(held.token, held.expiry)
 end
 -- A waiter whose entry lapsed (it was stopped) is new again, and joins at the back.
-local queued = live_beat(s, id) ~= nil
+local queued = live_beat(s, id) ~= nil and redis.call("zscore", KEYS[3], id) ~= false
 local tail
 if not queued then
     tail = {id = id, units = units, lease = lease}

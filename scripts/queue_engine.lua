@@ -41,49 +41,91 @@ end
 
 local KINDS = {"zset", "hash", "zset", "zset", "hash", "string", "string"}
 
--- The reply that names the first key holding something the engine never writes, or nil.
-local function corrupt_key()
-    for k, kind in ipairs(KINDS) do
-        local found = redis.call("type", KEYS[k]).ok
-        if found ~= "none" and found ~= kind then
-            return {-1, k, "it holds a " .. found .. ", not a " .. kind}
-        end
+-- A read of KEYS[k], or nil and the reply naming it when it holds another type. A read that
+-- happens anyway checks the type for free: each call costs a script about a microsecond.
+local function read(k, ...)
+    local reply = redis.pcall(...)
+    if type(reply) == "table" and reply.err then
+        return nil, {-1, k, "it is not a " .. KINDS[k] .. ": " .. reply.err}
     end
-    for k = 6, 7 do
-        local n = redis.call("get", KEYS[k])
-        -- At most 15 digits: the counter stays exact in Lua's doubles, and INCR cannot overflow.
-        if n and not (string.match(n, "^%d+$") and #n <= 15) then
-            return {-1, k, "the counter is not an integer from 0 to 999999999999999"}
-        end
+    return reply
+end
+
+-- nil, or the reply naming KEYS[k] when it holds something other than its kind.
+local function wrong_type(k)
+    local found = redis.call("type", KEYS[k]).ok
+    if found ~= "none" and found ~= KINDS[k] then
+        return {-1, k, "it holds a " .. found .. ", not a " .. KINDS[k]}
     end
+end
+
+-- nil, or the reply naming counter KEYS[k] when it is not a whole number.
+local function bad_counter(k)
+    local n, bad = read(k, "get", KEYS[k])
+    -- At most 15 digits: the counter stays exact in Lua's doubles, and INCR cannot overflow.
+    if n and not (string.match(n, "^%d+$") and #n <= 15) then
+        return {-1, k, "the counter is not an integer from 0 to 999999999999999"}
+    end
+    return bad
 end
 
 -- The state as the purge will leave it, read and checked, nothing written yet: the live
 -- holders (expiry > now) with their units, token and expiry ("inf": none), the units they
--- use, and what the purge removes: held entries of no live holder, and waiters whose
--- heartbeat lapsed. Returns nil and the reply when a key is corrupt.
+-- use, and what the purge removes: expired holders, and waiters whose heartbeat lapsed.
+-- Returns nil and the reply when a key is corrupt. Held entries of no holder (which only a
+-- hand could write) are not looked for: that would cost a read of them all.
 local function load()
-    local bad = corrupt_key()
+    local bad = wrong_type(3) or wrong_type(5) or bad_counter(6) or bad_counter(7)
     if bad then
         return nil, bad
     end
-    local s = {held = {}, used = 0, stale = {}, dropped = {}, lapsed = {}, gone = {}}
-    local live = redis.call("zrangebyscore", KEYS[1], "(" .. int(NOW), "+inf", "withscores")
-    for i = 1, #live, 2 do
-        local id = live[i]
-        local units, token = pair(redis.call("hget", KEYS[2], id))
-        if not units then
-            return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
-        end
-        s.held[id] = {units = units, token = token, expiry = live[i + 1]}
-        s.used = s.used + units
+    local holders
+    holders, bad = read(1, "zrange", KEYS[1], 0, -1, "withscores")
+    if not holders then
+        return nil, bad
     end
-    for _, id in ipairs(redis.call("hkeys", KEYS[2])) do
-        if not s.held[id] then
-            table.insert(s.stale, id)
+    local s = {held = {}, used = 0, expired = {}, dropped = {}, lapsed = {}, gone = {}}
+    local live = {}
+    for i = 1, #holders, 2 do
+        local score = holders[i + 1]
+        if score == "inf" or tonumber(score) > NOW then
+            table.insert(live, i)
+        else
+            table.insert(s.expired, holders[i])
         end
     end
-    for _, id in ipairs(redis.call("zrangebyscore", KEYS[4], "-inf", int(NOW))) do
+    if #live == 0 then
+        bad = wrong_type(2)
+    end
+    -- By a thousand: a Lua call takes only so many arguments.
+    for from = 1, #live, 1000 do
+        local ids = {}
+        for j = from, math.min(from + 999, #live) do
+            table.insert(ids, holders[live[j]])
+        end
+        local entries
+        entries, bad = read(2, "hmget", KEYS[2], unpack(ids))
+        if not entries then
+            break
+        end
+        for j, id in ipairs(ids) do
+            local units, token = pair(entries[j])
+            if not units then
+                return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+            end
+            s.held[id] = {units = units, token = token, expiry = holders[live[from + j - 1] + 1]}
+            s.used = s.used + units
+        end
+    end
+    if bad then
+        return nil, bad
+    end
+    local lapsed
+    lapsed, bad = read(4, "zrangebyscore", KEYS[4], "-inf", int(NOW))
+    if not lapsed then
+        return nil, bad
+    end
+    for _, id in ipairs(lapsed) do
         s.gone[id] = true
         table.insert(s.lapsed, id)
     end
@@ -105,13 +147,13 @@ local function forget(s, id)
     end
 end
 
--- The waiter's heartbeat time when it is still live in the queue, else nil.
+-- A queued waiter's heartbeat time when it is still live, else nil.
 local function live_beat(s, id)
     if s.gone[id] then
         return nil
     end
     local beat = tonumber(redis.call("zscore", KEYS[4], id))
-    if beat and beat > NOW and redis.call("zscore", KEYS[3], id) then
+    if beat and beat > NOW then
         return beat
     end
 end
@@ -140,7 +182,7 @@ local function plan(s, capacity, tail)
                         return grants
                     end
                     s.used = s.used + units
-                    table.insert(grants, {id = id, units = units, lease = lease, beat = beat})
+                    table.insert(grants, {id = id, units = units, lease = lease, beat = beat, queued = true})
                 end
             end
         end
@@ -160,8 +202,8 @@ end
 -- token and its lease from now; each granted waiter but `me` (who gets the reply) finds its
 -- token in its signal list, kept until its entry would have lapsed.
 local function apply(s, grants, me)
-    redis.call("zremrangebyscore", KEYS[1], "-inf", int(NOW))
-    for _, id in ipairs(s.stale) do
+    for _, id in ipairs(s.expired) do
+        redis.call("zrem", KEYS[1], id)
         redis.call("hdel", KEYS[2], id)
     end
     for _, id in ipairs(s.dropped) do
@@ -175,10 +217,14 @@ local function apply(s, grants, me)
         redis.call("hdel", KEYS[5], id)
         redis.call("del", KEYS[8] .. id)
     end
+    local left_queue = #s.lapsed > 0
     for _, g in ipairs(grants) do
-        redis.call("zrem", KEYS[3], g.id)
-        redis.call("zrem", KEYS[4], g.id)
-        redis.call("hdel", KEYS[5], g.id)
+        if g.queued then
+            left_queue = true
+            redis.call("zrem", KEYS[3], g.id)
+            redis.call("zrem", KEYS[4], g.id)
+            redis.call("hdel", KEYS[5], g.id)
+        end
         g.token = redis.call("incr", KEYS[7])
         local expiry = "+inf"
         if g.lease > 0 then
@@ -192,7 +238,7 @@ local function apply(s, grants, me)
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
         end
     end
-    if redis.call("zcard", KEYS[3]) == 0 then
+    if left_queue and redis.call("zcard", KEYS[3]) == 0 then
         redis.call("del", KEYS[6])
     end
 end
@@ -220,4 +266,14 @@ local function start(i)
         return nil, bad
     end
     return s, capacity
+end
+
+-- Runs the grant pass and answers `reply`, or the reply of a corrupt waiter entry (then
+-- nothing was written).
+local function finish(s, capacity, reply)
+    local grants, corrupt = settle(s, capacity)
+    if not grants then
+        return corrupt
+    end
+    return reply
 end

@@ -6,13 +6,21 @@ local id, lease = ARGV[1], whole(2)
 if not lease then
     return redis.error_reply("ERR queue_extend: the lease must be a whole number of ms")
 end
-local bad = corrupt_key()
+local score, bad = read(1, "zscore", KEYS[1], id)
 if bad then
     return bad
 end
-local expiry = tonumber(redis.call("zscore", KEYS[1], id))
+local entry
+entry, bad = read(2, "hget", KEYS[2], id)
+if bad then
+    return bad
+end
+local expiry = tonumber(score)
 if not expiry or expiry <= NOW then
     return 0
+end
+if not pair(entry) then
+    return {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
 end
 if lease > 0 then
     redis.call("zadd", KEYS[1], "xx", int(NOW + lease), id)

@@ -11,12 +11,10 @@ if not s then
     return capacity
 end
 local held = s.held[id] ~= nil
+-- A holder is in no queue: it left it when granted.
 if held then
     drop(s, id)
+else
+    forget(s, id)
 end
-forget(s, id)
-local grants, corrupt = settle(s, capacity)
-if not grants then
-    return corrupt
-end
-return held and 1 or 0
+return finish(s, capacity, held and 1 or 0)

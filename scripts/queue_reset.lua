@@ -16,8 +16,4 @@ end
 for _, holder in ipairs(ids) do
     drop(s, holder)
 end
-local grants, corrupt = settle(s, capacity)
-if not grants then
-    return corrupt
-end
-return #ids
+return finish(s, capacity, #ids)

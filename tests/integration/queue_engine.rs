@@ -25,7 +25,7 @@ const LONG: u64 = 60_000;
 
 /// A semaphore named `db`, reached through the scripts alone.
 struct Queue {
-    _server: RedisServer,
+    _server: Option<RedisServer>,
     conn: redis::Connection,
 }
 
@@ -42,7 +42,7 @@ impl Queue {
         let server = RedisServer::start();
         let conn = server.conn();
         Queue {
-            _server: server,
+            _server: Some(server),
             conn,
         }
     }
@@ -351,7 +351,6 @@ fn a_key_of_the_wrong_type_is_refused_and_nothing_is_written() {
             q.wait("c", 1, 1),
             q.release("a", 1),
             q.leave("b", 1),
-            q.extend("a", 100),
             q.shrink("a", 1, 1),
             q.reset("", 1),
             q.state(),
@@ -365,6 +364,23 @@ fn a_key_of_the_wrong_type_is_refused_and_nothing_is_written() {
                 "{part}"
             );
         }
+        assert_eq!(q.snapshot(), before, "{part}");
+    }
+}
+
+#[test]
+fn an_extend_is_refused_when_a_key_it_reads_is_corrupt_and_writes_nothing() {
+    // It reads the holder's expiry and entry, nothing else: the renewal path stays short.
+    for (k, part) in [(1, "holders"), (2, "held")] {
+        let mut q = Queue::new();
+        granted(&q.wait("a", 1, 1));
+        let _: () = q.conn.del(key(part)).unwrap();
+        let _: () = q.conn.rpush(key(part), "x").unwrap();
+        let before = q.snapshot();
+        let Value::Array(reply) = q.extend("a", 100) else {
+            panic!("{part}")
+        };
+        assert_eq!(reply[..2], [Value::Int(-1), Value::Int(k)], "{part}");
         assert_eq!(q.snapshot(), before, "{part}");
     }
 }
@@ -501,4 +517,22 @@ fn state_shows_holders_and_waiters_in_order_and_writes_nothing() {
     };
     let ids: Vec<_> = waiters.chunks(3).map(|w| w[0].clone()).collect();
     assert_eq!(ids, [b"b", b"c"].map(|id| Value::BulkString(id.to_vec())));
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn on_a_cluster_a_grant_reaches_another_waiters_list_in_the_same_slot() {
+    use crate::support::RedisCluster;
+    let cluster = RedisCluster::shared();
+    let mut q = Queue {
+        _server: None,
+        conn: cluster.primary_for(&key("holders")).conn(),
+    };
+    granted(&q.wait("a", 1, 1));
+    q.wait("b", 1, 1);
+    // The script reaches b's list by name, beside the keys it was given.
+    assert_eq!(q.release("a", 1), Value::Int(1));
+    assert_eq!(q.signals("b").len(), 1);
+    assert_eq!(q.release("b", 1), Value::Int(1));
+    let _: () = q.conn.del(key("fence")).unwrap();
 }
