@@ -338,6 +338,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pop_reply_is_a_token_or_nothing() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(token(&Value::Nil).unwrap(), None);
+        let popped = Value::Array(vec![bulk("semaphore:{db}:signal:w"), bulk("7")]);
+        assert_eq!(token(&popped).unwrap(), Some(7));
+        for garbage in [
+            Value::Array(vec![bulk("k"), bulk("x")]),
+            Value::Array(vec![bulk("k")]),
+            Value::Int(7),
+        ] {
+            assert!(matches!(token(&garbage), Err(Error::UnexpectedReply(_))));
+        }
+    }
+
+    #[test]
     fn a_waiter_gets_the_token_a_release_hands_it() {
         let fixture = Fixture::new();
         let holder = fixture.hold("h");
