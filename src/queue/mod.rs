@@ -20,9 +20,9 @@ use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::requests::Request;
-use crate::timer;
 use crate::transport::{self, Fault, Transport, Waiter};
 use crate::Error;
+use crate::{driver, timer};
 
 /// How a wait came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,9 +44,10 @@ pub(crate) struct Line<'a> {
 }
 
 impl Line<'_> {
-    /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. On any error
-    /// the waiter leaves the queue first (as far as the server can be reached), so it holds
-    /// nothing it does not know about.
+    /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. While the
+    /// server is away (a restart, a failover) it asks again after a backoff. On any other
+    /// error, and on a cancel, the waiter leaves the queue first (as far as the server can be
+    /// reached), so it holds nothing it does not know about.
     pub(crate) fn wait(
         &self,
         ask: &Ask,
@@ -56,6 +57,7 @@ impl Line<'_> {
         let mut queued = Queued::new(deadline);
         let mut conn = None;
         let mut step = Step::Ask;
+        let mut pause = driver::FIRST_PAUSE;
         loop {
             let outcome = match step {
                 Step::Ask => self
@@ -78,20 +80,25 @@ impl Line<'_> {
                     });
                 }
             };
+            if cancel.is_cancelled() {
+                self.leave_quietly(ask, "a cancel");
+                return Err(Error::Cancelled {
+                    name: self.name.into(),
+                });
+            }
             step = match outcome {
-                Ok(_) if cancel.is_cancelled() => {
-                    self.leave(ask)?;
-                    return Err(Error::Cancelled {
-                        name: self.name.into(),
-                    });
+                Ok(next) => {
+                    pause = driver::FIRST_PAUSE;
+                    next
                 }
-                Ok(next) => next,
+                Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + pause < d) => {
+                    log::debug!("{:?}: server away ({e}); asking again", self.name);
+                    cancel.pause(pause);
+                    pause = driver::longer(pause);
+                    Step::Ask
+                }
                 Err(e) => {
-                    // Best effort: an entry left behind lapses by itself, but a grant to it
-                    // would be held until its lease ends.
-                    if let Err(left) = self.leave(ask) {
-                        log::warn!("{:?}: leaving the queue after {e}: {left}", self.name);
-                    }
+                    self.leave_quietly(ask, &e.to_string());
                     return Err(e);
                 }
             };
@@ -110,6 +117,14 @@ impl Line<'_> {
         queue::parse_held(self.keys, &reply).map(drop)
     }
 
+    /// Leaves after `why`, as far as the server can be reached: an entry left behind lapses
+    /// by itself, but a grant to it would be held until its lease ends.
+    fn leave_quietly(&self, ask: &Ask, why: &str) {
+        if let Err(e) = self.leave(ask) {
+            log::warn!("{:?}: leaving the queue after {why}: {e}", self.name);
+        }
+    }
+
     /// Sends a script call, once more if its reply was lost (each is safe to run twice).
     fn send(&self, request: &Request) -> Result<Value, Error> {
         let deadline = Instant::now() + self.io_timeout;
@@ -118,7 +133,8 @@ impl Line<'_> {
     }
 
     /// Blocks in `BLPOP` on the waiter's list until `until`: the token of a grant, or none.
-    /// A connection that failed is dropped, and the next ask settles what happened.
+    /// A connection that failed is dropped, and the next ask settles what happened (a token
+    /// popped and lost is a grant that ask finds).
     fn pop<'t>(
         &'t self,
         conn: &mut Option<Box<dyn Waiter + 't>>,
@@ -141,11 +157,7 @@ impl Line<'_> {
         match popped {
             Ok(reply) => token(&reply),
             Err(PopFault::Cancelled) => Ok(None),
-            // The token may have been popped and lost: the next ask finds the grant.
-            Err(PopFault::Io(e)) => {
-                log::debug!("{:?}: a wait's BLPOP failed ({e}); asking again", self.name);
-                Ok(None)
-            }
+            Err(PopFault::Io(e)) => Err(e.into()),
         }
     }
 
@@ -183,6 +195,11 @@ impl Line<'_> {
     }
 }
 
+/// Whether `e` says the server cannot be reached now, rather than refusing the request.
+fn away(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if e.is_io_error() || e.is_connection_refusal())
+}
+
 /// Why a `BLPOP` did not answer.
 enum PopFault {
     Cancelled,
@@ -218,13 +235,16 @@ mod tests {
     use std::process::{Child, Command, Stdio};
     use std::thread;
 
+    use parking_lot::Mutex;
+
     use super::*;
     use crate::protocol::keys::Primitive;
     use crate::protocol::queue::{Asked, QueueState};
 
     /// A private `redis-server` on a free port, killed on drop.
     struct Server {
-        child: Child,
+        child: Mutex<Child>,
+        port: u16,
         client: redis::Client,
     }
 
@@ -235,37 +255,59 @@ mod tests {
                     .and_then(|l| l.local_addr())
                     .expect("a free port")
                     .port();
-                let child = Command::new("redis-server")
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("redis-server on PATH");
-                let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-                let mut server = Server { child, client };
-                for _ in 0..100 {
-                    let ping = server
-                        .client
-                        .get_connection()
-                        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-                    if ping.is_ok() {
-                        return server;
-                    }
-                    if server.child.try_wait().unwrap().is_some() {
-                        break;
-                    }
-                    thread::sleep(Duration::from_millis(50));
+                let server = Server {
+                    child: Mutex::new(spawn(port)),
+                    port,
+                    client: redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap(),
+                };
+                if server.until_answering() {
+                    return server;
                 }
-                let _ = server.child.kill();
             }
             panic!("could not start redis-server");
         }
+
+        fn until_answering(&self) -> bool {
+            for _ in 0..100 {
+                let ping = (self.client.get_connection())
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+                if ping.is_ok() {
+                    return true;
+                }
+                if self.child.lock().try_wait().unwrap().is_some() {
+                    return false;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            false
+        }
+
+        /// Kills the server and starts an empty one on its port, as a crash and restart.
+        fn restart(&self) {
+            let mut child = self.child.lock();
+            let _ = child.kill();
+            let _ = child.wait();
+            thread::sleep(Duration::from_millis(300));
+            *child = spawn(self.port);
+            drop(child);
+            assert!(self.until_answering(), "redis-server did not restart");
+        }
+    }
+
+    fn spawn(port: u16) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH")
     }
 
     impl Drop for Server {
         fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let child = self.child.get_mut();
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 
@@ -395,6 +437,26 @@ mod tests {
         let base = "semaphore:{db}:";
         let left = ["fence", "held", "holders"].map(|k| format!("{base}{k}"));
         assert_eq!(fixture.keys_left(), left);
+    }
+
+    #[test]
+    fn a_waiter_asks_again_when_a_restarted_server_comes_back() {
+        let fixture = Fixture::new();
+        fixture.hold("h");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let line = fixture.line();
+                line.wait(&waiter(), Some(deadline), &CancelToken::new())
+            });
+            fixture.until_waiters(1);
+            // The holder's entry is gone with the old server: the waiter's next ask takes it.
+            fixture.server.restart();
+            assert!(matches!(
+                waiting.join().unwrap(),
+                Ok(Waited::Granted { token: 1, .. })
+            ));
+        });
     }
 
     #[test]
