@@ -460,6 +460,44 @@ mod tests {
     }
 
     #[test]
+    fn contenders_never_hold_more_than_the_capacity_and_all_are_served() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let fixture = Fixture::new();
+        let (capacity, threads, rounds) = (3, 8, 20);
+        let holding = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        thread::scope(|s| {
+            for t in 0..threads {
+                let (fixture, holding, most) = (&fixture, &holding, &most);
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        let id = format!("t{t}r{r}");
+                        let ask = Ask::new(&id, 1, capacity, None, Duration::from_secs(2)).unwrap();
+                        let line = fixture.line();
+                        let waited = line.wait(&ask, Some(deadline), &CancelToken::new());
+                        assert!(matches!(waited, Ok(Waited::Granted { .. })), "{waited:?}");
+                        let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        thread::sleep(Duration::from_millis(2));
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                        let released = line.send(&queue::release(&fixture.keys, &ask)).unwrap();
+                        assert!(queue::parse_held(&fixture.keys, &released).unwrap());
+                    }
+                });
+            }
+        });
+        assert!(most.load(Ordering::SeqCst) <= capacity as usize);
+        let state = fixture.state();
+        assert!(
+            state.holders.is_empty() && state.waiters.is_empty(),
+            "{state:?}"
+        );
+        let base = "semaphore:{db}:";
+        assert_eq!(fixture.keys_left(), [format!("{base}fence")]);
+    }
+
+    #[test]
     fn a_cancelled_waiter_leaves_the_queue_and_holds_nothing() {
         let fixture = Fixture::new();
         fixture.hold("h");
