@@ -809,6 +809,7 @@ pub mod inspect;
 mod lock;
 pub mod observe;
 mod protocol;
+mod queue;
 mod quorum;
 mod reset_all;
 #[cfg(feature = "sentinel")]

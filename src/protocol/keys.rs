@@ -137,3 +137,103 @@ mod tests {
         assert_eq!(signal_of(b"lockx"), None);
     }
 }
+
+// ---- The fair queue engine's keys (semaphore, fair lock, read-write lock) ----
+//
+// `<kind>:{name}:<part>`, always hash-tagged, even on one server: so that a primitive's keys,
+// and the signal list of each of its waiters, which a script reaches by name, share a slot.
+
+/// The primitive a queue's keys belong to, which gives them their prefix.
+#[cfg_attr(not(test), allow(dead_code))] // Used by the handles (Semaphore, fair Lock, RwLock): next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    Semaphore,
+    FairLock,
+    RwLock,
+}
+
+impl Primitive {
+    fn prefix(self) -> &'static str {
+        match self {
+            Primitive::Semaphore => "semaphore:",
+            Primitive::FairLock => "fair-lock:",
+            Primitive::RwLock => "rwlock:",
+        }
+    }
+}
+
+/// The keys of one queue-engine primitive (`scripts/queue_engine.lua` says what each holds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueKeys {
+    pub(crate) holders: String,
+    pub(crate) held: String,
+    pub(crate) queue: String,
+    pub(crate) beats: String,
+    pub(crate) wants: String,
+    pub(crate) tickets: String,
+    pub(crate) fence: String,
+    /// What each waiter's signal list is named with its id appended.
+    pub(crate) signals: String,
+    pub(crate) slot: u16,
+}
+
+impl QueueKeys {
+    #[cfg_attr(not(test), allow(dead_code))] // Used by the handles: next.
+    pub(crate) fn new(kind: Primitive, name: &str) -> QueueKeys {
+        let base = format!("{}{}:", kind.prefix(), same_slot(name));
+        let key = |part: &str| format!("{base}{part}");
+        QueueKeys {
+            slot: slot(base.as_bytes()),
+            holders: key("holders"),
+            held: key("held"),
+            queue: key("queue"),
+            beats: key("beats"),
+            wants: key("wants"),
+            tickets: key("tickets"),
+            fence: key("fence"),
+            signals: key("signal:"),
+        }
+    }
+
+    /// The signal list of waiter `id`.
+    pub(crate) fn signal(&self, id: &str) -> String {
+        format!("{}{id}", self.signals)
+    }
+
+    /// The scripts' `KEYS`, in their order.
+    pub(crate) fn all(&self) -> [&str; 8] {
+        [
+            &self.holders,
+            &self.held,
+            &self.queue,
+            &self.beats,
+            &self.wants,
+            &self.tickets,
+            &self.fence,
+            &self.signals,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    #[test]
+    fn a_primitives_keys_are_tagged_with_its_name_and_share_its_slot() {
+        let keys = QueueKeys::new(Primitive::Semaphore, "db");
+        assert_eq!(keys.holders, "semaphore:{db}:holders");
+        assert_eq!(keys.signal("w1"), "semaphore:{db}:signal:w1");
+        for key in keys.all() {
+            assert_eq!(slot(key.as_bytes()), keys.slot, "{key}");
+        }
+        assert_eq!(
+            QueueKeys::new(Primitive::FairLock, "{jobs}").queue,
+            "fair-lock:{jobs}:queue"
+        );
+        assert_eq!(
+            QueueKeys::new(Primitive::RwLock, "a").fence,
+            "rwlock:{a}:fence"
+        );
+    }
+}

@@ -3,6 +3,7 @@
 
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod queue;
 pub(crate) mod quorum;
 pub(crate) mod redirect;
 pub(crate) mod requests;

@@ -127,7 +127,12 @@ impl Request {
         Request::new(vec![cmd], repeatable)
     }
 
-    fn with_script(mut self, script: &'static Script, keys: &[&[u8]], args: &[&[u8]]) -> Self {
+    pub(crate) fn with_script(
+        mut self,
+        script: &'static Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Self {
         self.eval = Some((self.cmds.len(), script));
         self.cmds.push(script.evalsha(keys, args));
         self

@@ -54,3 +54,21 @@ pub(crate) static RESET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset.lua")));
 pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));
+
+/// A fair queue engine script: the engine's shared part, then the script's own.
+macro_rules! queue_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../../scripts/queue_engine.lua"),
+                include_str!(concat!("../../scripts/", $file))
+            ))
+        })
+    };
+}
+pub(crate) static QUEUE_ACQUIRE: LazyLock<Script> = queue_script!("queue_acquire.lua");
+pub(crate) static QUEUE_RELEASE: LazyLock<Script> = queue_script!("queue_release.lua");
+pub(crate) static QUEUE_EXTEND: LazyLock<Script> = queue_script!("queue_extend.lua");
+pub(crate) static QUEUE_SHRINK: LazyLock<Script> = queue_script!("queue_shrink.lua");
+pub(crate) static QUEUE_RESET: LazyLock<Script> = queue_script!("queue_reset.lua");
+pub(crate) static QUEUE_STATE: LazyLock<Script> = queue_script!("queue_state.lua");

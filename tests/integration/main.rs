@@ -36,6 +36,7 @@ mod lock;
 #[cfg(all(feature = "metrics", feature = "tracing"))]
 mod observe;
 mod outcomes;
+mod queue_engine;
 mod quorum;
 mod quorum_faults;
 mod renewals;

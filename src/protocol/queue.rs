@@ -1,0 +1,641 @@
+#![allow(dead_code)] // Used by the handles (Semaphore, fair Lock, RwLock): next.
+//! The fair queue engine's requests and replies, and a waiter's way through the queue: no I/O,
+//! time passed in.
+//!
+//! One engine carries three primitives: a fair, weighted, leased semaphore of `capacity` units
+//! (a semaphore: its permits; a fair lock: 1; a read-write lock: [`RW_CAPACITY`], a reader
+//! taking 1 and a writer all). Grants go in arrival order, and a request that does not fit
+//! blocks those behind it. `scripts/queue_engine.lua` has the rules; every script is safe to
+//! send twice, as each does what it does by acquisition id.
+//!
+//! The capacity comes from each caller: handles with another count see another limit. Raising
+//! it lets in the waiters that now fit at the next script run; lowering it takes nothing back.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::keys::QueueKeys;
+use super::requests::Request;
+use super::scripts::{
+    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_SHRINK, QUEUE_STATE,
+};
+use crate::Error;
+
+/// A read-write lock's capacity: the most readers at once; a writer takes all of it.
+pub(crate) const RW_CAPACITY: u64 = 1_000_000;
+
+/// The largest count or time in milliseconds a script takes: 15 digits stay exact in Lua.
+const MAX_NUMBER: u64 = 999_999_999_999_999;
+
+/// One acquisition's request: who asks, for how much of what, held for how long.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Ask {
+    id: String,
+    units: u64,
+    capacity: u64,
+    /// 0: no expiry.
+    lease_ms: u64,
+    lapse_ms: u64,
+}
+
+impl Ask {
+    /// `units` of `capacity` for `id`, held for `lease` (`None`: until released), queued as
+    /// long as the waiter heartbeats within `lapse`. Refuses what would wait for ever (more
+    /// units than there are) and numbers a script cannot take.
+    pub(crate) fn new(
+        id: &str,
+        units: u64,
+        capacity: u64,
+        lease: Option<Duration>,
+        lapse: Duration,
+    ) -> Result<Ask, Error> {
+        let invalid = |what: String| Err(Error::InvalidArgument(what));
+        if !(1..=MAX_NUMBER).contains(&capacity) {
+            return invalid(format!("a capacity of {capacity}: it must be 1 or more"));
+        }
+        if !(1..=capacity).contains(&units) {
+            return invalid(format!(
+                "{units} units of {capacity}: from 1 to all of them"
+            ));
+        }
+        let lease_ms = match lease {
+            None => 0,
+            Some(lease) => match whole_ms(lease) {
+                Some(ms) if ms > 0 => ms,
+                _ => return invalid(format!("a lease of {lease:?}")),
+            },
+        };
+        // Under 2 ms there is no half of it to heartbeat in.
+        let lapse_ms = match whole_ms(lapse) {
+            Some(ms) if ms >= 2 => ms,
+            _ => return invalid(format!("a lapse window of {lapse:?}")),
+        };
+        Ok(Ask {
+            id: id.into(),
+            units,
+            capacity,
+            lease_ms,
+            lapse_ms,
+        })
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// When this waiter must ask again at the latest to stay in the queue.
+    pub(crate) fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.lapse_ms / 2)
+    }
+}
+
+/// `d` in whole milliseconds, rounded up, if a script takes it.
+fn whole_ms(d: Duration) -> Option<u64> {
+    let ms = u64::try_from(d.as_nanos().div_ceil(1_000_000)).ok()?;
+    (ms <= MAX_NUMBER).then_some(ms)
+}
+
+/// Whether an acquire may queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Granted at once or not at all, never queued.
+    Try,
+    /// Queued when it cannot be granted now.
+    Wait,
+}
+
+fn script(keys: &QueueKeys, script: &'static Script, args: &[&[u8]]) -> Request {
+    let names = keys.all().map(str::as_bytes);
+    Request::repeatable(Vec::new())
+        .with_script(script, &names, args)
+        .on_slot(keys.slot)
+}
+
+fn num(n: u64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// Asks for the units, or asks again as a waiter's heartbeat (`queue_acquire.lua`).
+pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
+    let mode: &[u8] = match mode {
+        Mode::Try => b"try",
+        Mode::Wait => b"wait",
+    };
+    script(
+        keys,
+        &QUEUE_ACQUIRE,
+        &[
+            ask.id.as_bytes(),
+            &num(ask.units),
+            &num(ask.capacity),
+            &num(ask.lease_ms),
+            &num(ask.lapse_ms),
+            mode,
+        ],
+    )
+}
+
+/// Gives back what `ask`'s id holds (`queue_release.lua`): [`parse_held`] says whether it held.
+/// The same script as [`leave`]: a holder is in no queue, and a waiter holds nothing unless a
+/// grant came.
+pub(crate) fn release(keys: &QueueKeys, ask: &Ask) -> Request {
+    script(
+        keys,
+        &QUEUE_RELEASE,
+        &[ask.id.as_bytes(), &num(ask.capacity)],
+    )
+}
+
+/// Leaves the queue, giving back a grant received meanwhile (`queue_release.lua`):
+/// [`parse_held`] says whether there was one.
+pub(crate) fn leave(keys: &QueueKeys, ask: &Ask) -> Request {
+    release(keys, ask)
+}
+
+/// Sets the lease of what `ask`'s id holds to `ask`'s lease from now (`queue_extend.lua`):
+/// [`parse_held`] says whether it still held.
+pub(crate) fn extend(keys: &QueueKeys, ask: &Ask) -> Request {
+    script(
+        keys,
+        &QUEUE_EXTEND,
+        &[ask.id.as_bytes(), &num(ask.lease_ms)],
+    )
+}
+
+/// Keeps `units` of what `ask`'s id holds (`queue_shrink.lua`, a downgrade): [`parse_held`]
+/// says whether it held.
+pub(crate) fn shrink(keys: &QueueKeys, ask: &Ask, units: u64) -> Request {
+    script(
+        keys,
+        &QUEUE_SHRINK,
+        &[ask.id.as_bytes(), &num(units), &num(ask.capacity)],
+    )
+}
+
+/// Removes holder `id`, or every holder with `None`, whatever their leases
+/// (`queue_reset.lua`): [`parse_reset`] says how many.
+pub(crate) fn reset(keys: &QueueKeys, id: Option<&str>, capacity: u64) -> Request {
+    let id = id.unwrap_or_default();
+    script(keys, &QUEUE_RESET, &[id.as_bytes(), &num(capacity)])
+}
+
+/// Reads holders and waiters (`queue_state.lua`), writing nothing.
+pub(crate) fn state(keys: &QueueKeys) -> Request {
+    script(keys, &QUEUE_STATE, &[])
+}
+
+/// How an acquire came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// The id holds its units, with this token, for this long from the server's look (`None`:
+    /// no expiry).
+    Granted {
+        token: u64,
+        lease_left: Option<Duration>,
+    },
+    /// Queued at `position` (from 1): ask again after `next` at the latest.
+    Waiting { position: u64, next: Duration },
+    /// A try that could not be granted at once, and was not queued.
+    Refused,
+}
+
+pub(crate) fn parse_acquire(keys: &QueueKeys, reply: &Value) -> Result<Asked, Error> {
+    let items = array(keys, reply)?;
+    let number = |at: usize| items.get(at).and_then(int);
+    match (number(0), number(1), number(2)) {
+        (Some(1), Some(token), Some(left)) => Ok(Asked::Granted {
+            token: u64::try_from(token).map_err(|_| Error::unexpected(reply))?,
+            lease_left: u64::try_from(left).ok().map(Duration::from_millis),
+        }),
+        (Some(0), Some(0), Some(_)) => Ok(Asked::Refused),
+        (Some(0), Some(position), Some(next)) => Ok(Asked::Waiting {
+            position: u64::try_from(position).map_err(|_| Error::unexpected(reply))?,
+            next: Duration::from_millis(u64::try_from(next).unwrap_or(1).max(1)),
+        }),
+        _ => Err(Error::unexpected(reply)),
+    }
+}
+
+/// The reply of release, leave, extend or shrink: whether the id held.
+pub(crate) fn parse_held(keys: &QueueKeys, reply: &Value) -> Result<bool, Error> {
+    match reply {
+        Value::Int(0) => Ok(false),
+        Value::Int(1) => Ok(true),
+        other => Err(array(keys, other)
+            .err()
+            .unwrap_or_else(|| Error::unexpected(other))),
+    }
+}
+
+/// The reply of a reset: how many holders it removed.
+pub(crate) fn parse_reset(keys: &QueueKeys, reply: &Value) -> Result<u64, Error> {
+    match reply {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| Error::unexpected(reply)),
+        other => Err(array(keys, other)
+            .err()
+            .unwrap_or_else(|| Error::unexpected(other))),
+    }
+}
+
+/// A holder, as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueHolder {
+    pub(crate) id: Vec<u8>,
+    pub(crate) units: u64,
+    /// `None`: no expiry.
+    pub(crate) left: Option<Duration>,
+    pub(crate) token: u64,
+}
+
+/// A waiter, as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueWaiter {
+    pub(crate) id: Vec<u8>,
+    pub(crate) units: u64,
+    /// Until its heartbeat lapses.
+    pub(crate) lapses_in: Duration,
+}
+
+/// A primitive's state: units in use, holders, and waiters in arrival order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct QueueState {
+    pub(crate) used: u64,
+    pub(crate) holders: Vec<QueueHolder>,
+    pub(crate) waiters: Vec<QueueWaiter>,
+}
+
+pub(crate) fn parse_state(keys: &QueueKeys, reply: &Value) -> Result<QueueState, Error> {
+    let unexpected = || Error::unexpected(reply);
+    let items = array(keys, reply)?;
+    let [used, Value::Array(holders), Value::Array(waiters)] = items else {
+        return Err(unexpected());
+    };
+    let count = |v: &Value| int(v).and_then(|n| u64::try_from(n).ok());
+    let ms = |v: &Value| count(v).map(Duration::from_millis);
+    let mut state = QueueState {
+        used: count(used).ok_or_else(unexpected)?,
+        ..QueueState::default()
+    };
+    for fields in holders.chunks(4) {
+        let [Value::BulkString(id), units, left, token] = fields else {
+            return Err(unexpected());
+        };
+        state.holders.push(QueueHolder {
+            id: id.clone(),
+            units: count(units).ok_or_else(unexpected)?,
+            left: ms(left),
+            token: count(token).ok_or_else(unexpected)?,
+        });
+    }
+    for fields in waiters.chunks(3) {
+        let [Value::BulkString(id), units, lapses_in] = fields else {
+            return Err(unexpected());
+        };
+        state.waiters.push(QueueWaiter {
+            id: id.clone(),
+            units: count(units).ok_or_else(unexpected)?,
+            lapses_in: ms(lapses_in).ok_or_else(unexpected)?,
+        });
+    }
+    Ok(state)
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A script's array reply; a corrupt key's `{-1, k, reason}` and error replies as errors.
+fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value], Error> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(-1), Value::Int(k), Value::BulkString(reason)] => Err(Error::Corrupt {
+                key: usize::try_from(*k - 1)
+                    .ok()
+                    .and_then(|at| keys.all().get(at).map(|key| key.to_string()))
+                    .ok_or_else(|| Error::unexpected(reply))?,
+                reason: String::from_utf8_lossy(reason).into_owned(),
+            }),
+            items => Ok(items),
+        },
+        Value::ServerError(e) => Err(Error::Redis(e.clone().into())),
+        other => Err(Error::unexpected(other)),
+    }
+}
+
+/// What a waiter does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Send an acquire (`Mode::Wait`): the first ask, or a heartbeat.
+    Ask,
+    /// Block in `BLPOP` on its own signal list until then.
+    Block { until: Instant },
+    /// Its time is up: leave the queue (giving back any grant that came meanwhile).
+    Leave,
+    /// It holds its units. The lease started no earlier than `believed_start`: the send of
+    /// the last ask that found it not granted (or of the ask that granted it).
+    Granted { token: u64, believed_start: Instant },
+}
+
+/// One waiter's way through the queue, up to `deadline` (`None`: no limit).
+#[derive(Debug)]
+pub(crate) struct Queued {
+    deadline: Option<Instant>,
+    /// When the last ask that found it waiting was sent: a grant came after.
+    waiting_since: Option<Instant>,
+}
+
+impl Queued {
+    pub(crate) fn new(deadline: Option<Instant>) -> Self {
+        Queued {
+            deadline,
+            waiting_since: None,
+        }
+    }
+
+    /// After an ask sent at `sent` was answered at `now`.
+    pub(crate) fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Step {
+        match answer {
+            Asked::Granted { token, .. } => Step::Granted {
+                token,
+                believed_start: self.waiting_since.unwrap_or(sent),
+            },
+            Asked::Waiting { next, .. } => {
+                self.waiting_since = Some(sent);
+                match self.deadline {
+                    Some(deadline) if now >= deadline => Step::Leave,
+                    deadline => Step::Block {
+                        until: deadline.map_or(now + next, |d| d.min(now + next)),
+                    },
+                }
+            }
+            // Only a try is refused; a waiter that meets it (against the protocol) stops.
+            Asked::Refused => Step::Leave,
+        }
+    }
+
+    /// After a `BLPOP` that ended at `now`, with the token a grant pushed, or none (its time
+    /// ran out, or it was ended early).
+    pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Step {
+        match token {
+            Some(token) => Step::Granted {
+                token,
+                believed_start: self.waiting_since.unwrap_or(now),
+            },
+            None if self.deadline.is_some_and(|d| now >= d) => Step::Leave,
+            None => Step::Ask,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::keys::Primitive;
+    use crate::protocol::testing::{bulk, server_error};
+
+    fn keys() -> QueueKeys {
+        QueueKeys::new(Primitive::Semaphore, "db")
+    }
+
+    fn ints(ns: &[i64]) -> Value {
+        Value::Array(ns.iter().map(|&n| Value::Int(n)).collect())
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn an_ask_for_more_than_there_is_is_refused_before_it_is_sent() {
+        let ask = |units, capacity| Ask::new("w", units, capacity, None, secs(2));
+        assert!(ask(1, 1).is_ok());
+        assert!(matches!(ask(2, 1), Err(Error::InvalidArgument(_))));
+        assert!(matches!(ask(0, 1), Err(Error::InvalidArgument(_))));
+        assert!(matches!(ask(1, 0), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            ask(1, MAX_NUMBER + 1),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(Ask::new("w", 1, 1, Some(Duration::MAX), secs(2)).is_err());
+        assert!(Ask::new("w", 1, 1, Some(Duration::ZERO), secs(2)).is_err());
+        assert!(Ask::new("w", 1, 1, None, Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn a_lease_rounds_up_to_whole_milliseconds_and_the_heartbeat_is_half_the_lapse() {
+        let ask = Ask::new("w", 1, 4, Some(Duration::from_nanos(1)), secs(4)).unwrap();
+        assert_eq!(ask.lease_ms, 1);
+        assert_eq!(ask.heartbeat(), secs(2));
+    }
+
+    #[test]
+    fn acquire_sends_the_keys_in_the_scripts_order_and_may_be_sent_again() {
+        let ask = Ask::new("w", 2, 4, Some(secs(10)), secs(2)).unwrap();
+        let request = acquire(&keys(), &ask, Mode::Wait);
+        assert!(request.repeatable);
+        assert_eq!(request.slot, Some(keys().slot));
+        let packed = String::from_utf8(request.packed()).unwrap();
+        let holders = packed.find("semaphore:{db}:holders").unwrap();
+        let signals = packed.find("semaphore:{db}:signal:").unwrap();
+        assert!(holders < signals);
+        assert!(packed.ends_with(
+            "$1\r\nw\r\n$1\r\n2\r\n$1\r\n4\r\n$5\r\n10000\r\n$4\r\n2000\r\n$4\r\nwait\r\n"
+        ));
+    }
+
+    #[test]
+    fn acquire_replies_parse_into_granted_waiting_or_refused() {
+        let keys = keys();
+        assert_eq!(
+            parse_acquire(&keys, &ints(&[1, 7, 9000])).unwrap(),
+            Asked::Granted {
+                token: 7,
+                lease_left: Some(Duration::from_millis(9000))
+            }
+        );
+        assert_eq!(
+            parse_acquire(&keys, &ints(&[1, 7, -1])).unwrap(),
+            Asked::Granted {
+                token: 7,
+                lease_left: None
+            }
+        );
+        assert_eq!(
+            parse_acquire(&keys, &ints(&[0, 3, 250])).unwrap(),
+            Asked::Waiting {
+                position: 3,
+                next: Duration::from_millis(250)
+            }
+        );
+        assert_eq!(
+            parse_acquire(&keys, &ints(&[0, 0, 0])).unwrap(),
+            Asked::Refused
+        );
+        assert!(matches!(
+            parse_acquire(&keys, &ints(&[1, -7, 0])),
+            Err(Error::UnexpectedReply(_))
+        ));
+        assert!(matches!(
+            parse_acquire(&keys, &Value::Int(1)),
+            Err(Error::UnexpectedReply(_))
+        ));
+        assert!(matches!(
+            parse_acquire(&keys, &server_error("ERR 3 units asked of a capacity of 2")),
+            Err(Error::Redis(_))
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_key_is_named_by_its_place_in_the_scripts_keys() {
+        let keys = keys();
+        let corrupt =
+            |k| Value::Array(vec![Value::Int(-1), Value::Int(k), bulk("it holds a list")]);
+        for (k, key) in keys.all().iter().enumerate() {
+            let reply = corrupt(k as i64 + 1);
+            match parse_held(&keys, &reply) {
+                Err(Error::Corrupt { key: found, .. }) => assert_eq!(found, *key),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            parse_acquire(&keys, &corrupt(9)),
+            Err(Error::UnexpectedReply(_))
+        ));
+        assert!(matches!(
+            parse_reset(&keys, &corrupt(0)),
+            Err(Error::UnexpectedReply(_))
+        ));
+    }
+
+    #[test]
+    fn held_and_reset_replies_are_counts() {
+        let keys = keys();
+        assert!(parse_held(&keys, &Value::Int(1)).unwrap());
+        assert!(!parse_held(&keys, &Value::Int(0)).unwrap());
+        assert!(parse_held(&keys, &Value::Int(2)).is_err());
+        assert_eq!(parse_reset(&keys, &Value::Int(3)).unwrap(), 3);
+        assert!(parse_reset(&keys, &Value::Int(-3)).is_err());
+    }
+
+    #[test]
+    fn state_lists_holders_and_waiters_in_order() {
+        let reply = Value::Array(vec![
+            Value::Int(3),
+            Value::Array(vec![
+                bulk("a"),
+                Value::Int(2),
+                Value::Int(-1),
+                Value::Int(5),
+                bulk("b"),
+                Value::Int(1),
+                Value::Int(900),
+                Value::Int(6),
+            ]),
+            Value::Array(vec![bulk("c"), Value::Int(4), Value::Int(1500)]),
+        ]);
+        let state = parse_state(&keys(), &reply).unwrap();
+        assert_eq!(state.used, 3);
+        assert_eq!(state.holders[0].left, None);
+        assert_eq!(state.holders[1].left, Some(Duration::from_millis(900)));
+        assert_eq!(state.holders[1].token, 6);
+        assert_eq!(
+            state.waiters,
+            vec![QueueWaiter {
+                id: b"c".to_vec(),
+                units: 4,
+                lapses_in: Duration::from_millis(1500)
+            }]
+        );
+        let truncated = Value::Array(vec![
+            Value::Int(0),
+            Value::Array(vec![bulk("a"), Value::Int(2)]),
+            Value::Array(vec![]),
+        ]);
+        assert!(parse_state(&keys(), &truncated).is_err());
+    }
+
+    #[test]
+    fn a_waiter_blocks_until_its_next_event_or_its_deadline_whichever_is_first() {
+        let t0 = Instant::now();
+        let waiting = |ms| Asked::Waiting {
+            position: 2,
+            next: Duration::from_millis(ms),
+        };
+        let mut queued = Queued::new(Some(t0 + secs(5)));
+        assert_eq!(
+            queued.asked(t0, waiting(1000), t0),
+            Step::Block {
+                until: t0 + secs(1)
+            }
+        );
+        assert_eq!(
+            queued.asked(t0, waiting(9000), t0),
+            Step::Block {
+                until: t0 + secs(5)
+            }
+        );
+        let mut forever = Queued::new(None);
+        assert_eq!(
+            forever.asked(t0, waiting(1000), t0),
+            Step::Block {
+                until: t0 + secs(1)
+            }
+        );
+    }
+
+    #[test]
+    fn a_waiter_that_pops_nothing_asks_again_until_its_deadline_then_leaves() {
+        let t0 = Instant::now();
+        let mut queued = Queued::new(Some(t0 + secs(5)));
+        assert_eq!(queued.popped(None, t0 + secs(1)), Step::Ask);
+        assert_eq!(queued.popped(None, t0 + secs(5)), Step::Leave);
+        let waiting = Asked::Waiting {
+            position: 1,
+            next: secs(1),
+        };
+        assert_eq!(queued.asked(t0, waiting, t0 + secs(6)), Step::Leave);
+    }
+
+    #[test]
+    fn a_grant_counts_its_lease_from_the_last_ask_that_found_it_waiting() {
+        let t0 = Instant::now();
+        let mut queued = Queued::new(None);
+        let waiting = Asked::Waiting {
+            position: 1,
+            next: secs(1),
+        };
+        queued.asked(t0, waiting, t0);
+        queued.asked(t0 + secs(1), waiting, t0 + secs(1));
+        assert_eq!(
+            queued.popped(Some(4), t0 + secs(2)),
+            Step::Granted {
+                token: 4,
+                believed_start: t0 + secs(1)
+            }
+        );
+        // A grant found by an ask (its signal was lost, or the reply to the pop) started
+        // after the ask before it, too.
+        let granted = Asked::Granted {
+            token: 4,
+            lease_left: None,
+        };
+        assert_eq!(
+            queued.asked(t0 + secs(3), granted, t0 + secs(3)),
+            Step::Granted {
+                token: 4,
+                believed_start: t0 + secs(1)
+            }
+        );
+        assert_eq!(
+            Queued::new(None).asked(t0, granted, t0),
+            Step::Granted {
+                token: 4,
+                believed_start: t0
+            }
+        );
+    }
+}

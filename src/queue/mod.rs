@@ -1,0 +1,518 @@
+#![allow(dead_code)] // Used by the handles (Semaphore, fair Lock, RwLock): next.
+//! The blocking wait of the fair queue engine: a thin loop of I/O around
+//! [`Queued`](crate::protocol::queue::Queued), which decides every step.
+//!
+//! A waiter asks (`queue_acquire.lua`); not granted, it blocks in `BLPOP` on its own signal
+//! list, on a connection of its own, until its next event (a holder's expiry, the lapse of the
+//! waiter ahead, its own heartbeat) or its deadline, whichever is first; the timer thread ends
+//! the `BLPOP` at that instant. A grant pushes its token there, so no wake-up is lost; a `BLPOP`
+//! that ends empty asks again, which is also its heartbeat. At the deadline, or on a cancel, it
+//! leaves the queue, giving back any grant that came meanwhile. Every request it sends is safe
+//! to send twice, so a lost reply is sent again or settled by the next ask, which reads what
+//! the id holds.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::cancel::CancelToken;
+use crate::protocol::keys::QueueKeys;
+use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
+use crate::protocol::requests::Request;
+use crate::transport::{self, Fault, Transport, Waiter};
+use crate::Error;
+use crate::{driver, timer};
+
+/// How a wait came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Granted with `token`; the lease started no earlier than `believed_start`.
+    Granted { token: u64, believed_start: Instant },
+    /// The deadline passed first; nothing is held, and the waiter left the queue.
+    TimedOut,
+}
+
+/// One primitive's queue, as a waiter reaches it.
+pub(crate) struct Line<'a> {
+    pub(crate) transport: &'a Arc<dyn Transport>,
+    pub(crate) keys: &'a QueueKeys,
+    /// The primitive's name, for errors.
+    pub(crate) name: &'a str,
+    /// The bound of each request's round trip.
+    pub(crate) io_timeout: Duration,
+}
+
+impl Line<'_> {
+    /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. While the
+    /// server is away (a restart, a failover) it asks again after a backoff. On any other
+    /// error, and on a cancel, the waiter leaves the queue first (as far as the server can be
+    /// reached), so it holds nothing it does not know about.
+    pub(crate) fn wait(
+        &self,
+        ask: &Ask,
+        deadline: Option<Instant>,
+        cancel: &CancelToken,
+    ) -> Result<Waited, Error> {
+        let mut queued = Queued::new(deadline);
+        let mut conn = None;
+        let mut step = Step::Ask;
+        let mut pause = driver::FIRST_PAUSE;
+        loop {
+            let outcome = match step {
+                Step::Ask => self
+                    .ask(ask)
+                    .map(|(sent, asked)| queued.asked(sent, asked, Instant::now())),
+                Step::Block { until } => self
+                    .pop(&mut conn, ask, until, cancel)
+                    .map(|token| queued.popped(token, Instant::now())),
+                Step::Leave => return self.leave(ask).map(|()| Waited::TimedOut),
+                Step::Granted {
+                    token,
+                    believed_start,
+                } => {
+                    if let Some(conn) = conn {
+                        conn.keep_for_holder();
+                    }
+                    return Ok(Waited::Granted {
+                        token,
+                        believed_start,
+                    });
+                }
+            };
+            if cancel.is_cancelled() {
+                self.leave_quietly(ask, "a cancel");
+                return Err(Error::Cancelled {
+                    name: self.name.into(),
+                });
+            }
+            step = match outcome {
+                Ok(next) => {
+                    pause = driver::FIRST_PAUSE;
+                    next
+                }
+                Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + pause < d) => {
+                    log::debug!("{:?}: server away ({e}); asking again", self.name);
+                    cancel.pause(pause);
+                    pause = driver::longer(pause);
+                    Step::Ask
+                }
+                Err(e) => {
+                    self.leave_quietly(ask, &e.to_string());
+                    return Err(e);
+                }
+            };
+        }
+    }
+
+    /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
+    fn ask(&self, ask: &Ask) -> Result<(Instant, queue::Asked), Error> {
+        let sent = Instant::now();
+        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Wait))?;
+        Ok((sent, queue::parse_acquire(self.keys, &answered)?))
+    }
+
+    fn leave(&self, ask: &Ask) -> Result<(), Error> {
+        let reply = self.send(&queue::leave(self.keys, ask))?;
+        queue::parse_held(self.keys, &reply).map(drop)
+    }
+
+    /// Leaves after `why`, as far as the server can be reached: an entry left behind lapses
+    /// by itself, but a grant to it would be held until its lease ends.
+    fn leave_quietly(&self, ask: &Ask, why: &str) {
+        if let Err(e) = self.leave(ask) {
+            log::warn!("{:?}: leaving the queue after {why}: {e}", self.name);
+        }
+    }
+
+    /// Sends a script call, once more if its reply was lost (each is safe to run twice).
+    fn send(&self, request: &Request) -> Result<Value, Error> {
+        let deadline = Instant::now() + self.io_timeout;
+        let mut answered = transport::send_repeatable(&**self.transport, request, deadline)?;
+        Ok(answered.replies.swap_remove(0))
+    }
+
+    /// Blocks in `BLPOP` on the waiter's list until `until`: the token of a grant, or none.
+    /// A connection that failed is dropped, and the next ask settles what happened (a token
+    /// popped and lost is a grant that ask finds).
+    fn pop<'t>(
+        &'t self,
+        conn: &mut Option<Box<dyn Waiter + 't>>,
+        ask: &Ask,
+        until: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        let waiter = match conn {
+            Some(waiter) => waiter,
+            None => {
+                let deadline = Instant::now() + self.io_timeout;
+                let waiter = self.transport.waiter(self.keys.slot, deadline);
+                conn.insert(waiter.map_err(Fault::into_error)?)
+            }
+        };
+        let popped = self.blpop(waiter.as_mut(), ask, until, cancel);
+        if popped.is_err() {
+            *conn = None;
+        }
+        match popped {
+            Ok(reply) => token(&reply),
+            Err(PopFault::Cancelled) => Ok(None),
+            Err(PopFault::Io(e)) => Err(e.into()),
+        }
+    }
+
+    fn blpop(
+        &self,
+        waiter: &mut dyn Waiter,
+        ask: &Ask,
+        until: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Value, PopFault> {
+        waiter.ready(Instant::now() + self.io_timeout)?;
+        let registration = match waiter.id() {
+            Some(id) => Some(
+                cancel
+                    .blocking(self.transport, id)
+                    .ok_or(PopFault::Cancelled)?,
+            ),
+            None => None,
+        };
+        let ms = until
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .max(1);
+        let mut blpop = redis::cmd("BLPOP");
+        blpop
+            .arg(self.keys.signal(ask.id()))
+            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+        let request = Request::single(blpop, false).on_slot(self.keys.slot);
+        waiter.send(&request, Instant::now() + self.io_timeout)?;
+        let alarm = waiter.id().map(|id| timer::set(until, self.transport, id));
+        let reply = waiter.recv(until + self.io_timeout);
+        drop(alarm);
+        drop(registration);
+        Ok(reply?)
+    }
+}
+
+/// Whether `e` says the server cannot be reached now, rather than refusing the request.
+fn away(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if e.is_io_error() || e.is_connection_refusal())
+}
+
+/// Why a `BLPOP` did not answer.
+enum PopFault {
+    Cancelled,
+    Io(redis::RedisError),
+}
+
+impl From<Fault> for PopFault {
+    fn from(fault: Fault) -> Self {
+        PopFault::Io(fault.into_error())
+    }
+}
+
+/// The token in a `BLPOP` reply; `nil` when it timed out or was ended.
+fn token(reply: &Value) -> Result<Option<u64>, Error> {
+    let token = match reply {
+        Value::Nil => return Ok(None),
+        Value::Array(pair) => pair.get(1),
+        other => return Err(Error::unexpected(other)),
+    };
+    match token {
+        Some(Value::BulkString(text)) => std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .map(Some)
+            .ok_or_else(|| Error::unexpected(reply)),
+        _ => Err(Error::unexpected(reply)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::thread;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::protocol::keys::Primitive;
+    use crate::protocol::queue::{Asked, QueueState};
+
+    /// A private `redis-server` on a free port, killed on drop.
+    struct Server {
+        child: Mutex<Child>,
+        port: u16,
+        client: redis::Client,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            for _ in 0..20 {
+                let port = TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port();
+                let server = Server {
+                    child: Mutex::new(spawn(port)),
+                    port,
+                    client: redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap(),
+                };
+                if server.until_answering() {
+                    return server;
+                }
+            }
+            panic!("could not start redis-server");
+        }
+
+        fn until_answering(&self) -> bool {
+            for _ in 0..100 {
+                let ping = (self.client.get_connection())
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+                if ping.is_ok() {
+                    return true;
+                }
+                if self.child.lock().try_wait().unwrap().is_some() {
+                    return false;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            false
+        }
+
+        /// Kills the server and starts an empty one on its port, as a crash and restart.
+        fn restart(&self) {
+            let mut child = self.child.lock();
+            let _ = child.kill();
+            let _ = child.wait();
+            thread::sleep(Duration::from_millis(300));
+            *child = spawn(self.port);
+            drop(child);
+            assert!(self.until_answering(), "redis-server did not restart");
+        }
+    }
+
+    fn spawn(port: u16) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH")
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let child = self.child.get_mut();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    struct Fixture {
+        server: Server,
+        transport: Arc<dyn Transport>,
+        keys: QueueKeys,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let server = Server::start();
+            let transport = crate::backend::transport_of(&server.client).unwrap();
+            let keys = QueueKeys::new(Primitive::Semaphore, "db");
+            Fixture {
+                server,
+                transport,
+                keys,
+            }
+        }
+
+        fn line(&self) -> Line<'_> {
+            Line {
+                transport: &self.transport,
+                keys: &self.keys,
+                name: "db",
+                io_timeout: Duration::from_secs(5),
+            }
+        }
+
+        /// A holder of all of a capacity of 1, until released.
+        fn hold(&self, id: &str) -> Ask {
+            let ask = Ask::new(id, 1, 1, None, Duration::from_secs(2)).unwrap();
+            let reply = self
+                .line()
+                .send(&queue::acquire(&self.keys, &ask, Mode::Try));
+            let asked = queue::parse_acquire(&self.keys, &reply.unwrap()).unwrap();
+            assert!(matches!(asked, Asked::Granted { .. }), "{asked:?}");
+            ask
+        }
+
+        fn state(&self) -> QueueState {
+            let reply = self.line().send(&queue::state(&self.keys)).unwrap();
+            queue::parse_state(&self.keys, &reply).unwrap()
+        }
+
+        /// Until `n` waiters are in the queue (a test's own check, not a way of waiting).
+        fn until_waiters(&self, n: usize) {
+            let start = Instant::now();
+            while self.state().waiters.len() != n {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{:?}",
+                    self.state()
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        fn keys_left(&self) -> Vec<String> {
+            let mut conn = self.server.client.get_connection().unwrap();
+            let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+            keys.sort();
+            keys
+        }
+    }
+
+    fn waiter() -> Ask {
+        Ask::new("w", 1, 1, None, Duration::from_secs(2)).unwrap()
+    }
+
+    #[test]
+    fn a_pop_reply_is_a_token_or_nothing() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(token(&Value::Nil).unwrap(), None);
+        let popped = Value::Array(vec![bulk("semaphore:{db}:signal:w"), bulk("7")]);
+        assert_eq!(token(&popped).unwrap(), Some(7));
+        for garbage in [
+            Value::Array(vec![bulk("k"), bulk("x")]),
+            Value::Array(vec![bulk("k")]),
+            Value::Int(7),
+        ] {
+            assert!(matches!(token(&garbage), Err(Error::UnexpectedReply(_))));
+        }
+    }
+
+    #[test]
+    fn a_waiter_gets_the_token_a_release_hands_it() {
+        let fixture = Fixture::new();
+        let holder = fixture.hold("h");
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let line = fixture.line();
+                line.wait(&waiter(), None, &CancelToken::new())
+            });
+            fixture.until_waiters(1);
+            let released = fixture.line().send(&queue::release(&fixture.keys, &holder));
+            assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
+            match waiting.join().unwrap().unwrap() {
+                Waited::Granted { token, .. } => assert_eq!(token, 2),
+                other => panic!("{other:?}"),
+            }
+        });
+        assert_eq!(fixture.state().holders[0].id, b"w");
+    }
+
+    #[test]
+    fn a_waiter_heartbeats_past_its_lapse_window_then_leaves_at_its_deadline() {
+        let fixture = Fixture::new();
+        fixture.hold("h");
+        let ask = Ask::new("w", 1, 1, None, Duration::from_millis(200)).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                fixture
+                    .line()
+                    .wait(&ask, Some(deadline), &CancelToken::new())
+            });
+            fixture.until_waiters(1);
+            // Five lapse windows on, it is still in line: its heartbeats kept it there.
+            thread::sleep(Duration::from_secs(1));
+            assert_eq!(fixture.state().waiters.len(), 1);
+            assert_eq!(waiting.join().unwrap().unwrap(), Waited::TimedOut);
+        });
+        assert!(Instant::now() >= deadline);
+        assert!(fixture.state().waiters.is_empty());
+        let base = "semaphore:{db}:";
+        let left = ["fence", "held", "holders"].map(|k| format!("{base}{k}"));
+        assert_eq!(fixture.keys_left(), left);
+    }
+
+    #[test]
+    fn a_waiter_asks_again_when_a_restarted_server_comes_back() {
+        let fixture = Fixture::new();
+        fixture.hold("h");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let line = fixture.line();
+                line.wait(&waiter(), Some(deadline), &CancelToken::new())
+            });
+            fixture.until_waiters(1);
+            // The holder's entry is gone with the old server: the waiter's next ask takes it.
+            fixture.server.restart();
+            assert!(matches!(
+                waiting.join().unwrap(),
+                Ok(Waited::Granted { token: 1, .. })
+            ));
+        });
+    }
+
+    #[test]
+    fn contenders_never_hold_more_than_the_capacity_and_all_are_served() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let fixture = Fixture::new();
+        let (capacity, threads, rounds) = (3, 8, 20);
+        let holding = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        thread::scope(|s| {
+            for t in 0..threads {
+                let (fixture, holding, most) = (&fixture, &holding, &most);
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        let id = format!("t{t}r{r}");
+                        let ask = Ask::new(&id, 1, capacity, None, Duration::from_secs(2)).unwrap();
+                        let line = fixture.line();
+                        let waited = line.wait(&ask, Some(deadline), &CancelToken::new());
+                        assert!(matches!(waited, Ok(Waited::Granted { .. })), "{waited:?}");
+                        let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        thread::sleep(Duration::from_millis(2));
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                        let released = line.send(&queue::release(&fixture.keys, &ask)).unwrap();
+                        assert!(queue::parse_held(&fixture.keys, &released).unwrap());
+                    }
+                });
+            }
+        });
+        assert!(most.load(Ordering::SeqCst) <= capacity as usize);
+        let state = fixture.state();
+        assert!(
+            state.holders.is_empty() && state.waiters.is_empty(),
+            "{state:?}"
+        );
+        let base = "semaphore:{db}:";
+        assert_eq!(fixture.keys_left(), [format!("{base}fence")]);
+    }
+
+    #[test]
+    fn a_cancelled_waiter_leaves_the_queue_and_holds_nothing() {
+        let fixture = Fixture::new();
+        fixture.hold("h");
+        let cancel = CancelToken::new();
+        thread::scope(|s| {
+            let waiting = s.spawn(|| fixture.line().wait(&waiter(), None, &cancel));
+            fixture.until_waiters(1);
+            cancel.cancel();
+            assert!(matches!(
+                waiting.join().unwrap(),
+                Err(Error::Cancelled { .. })
+            ));
+        });
+        let state = fixture.state();
+        assert!(state.waiters.is_empty());
+        assert_eq!(state.holders.len(), 1);
+    }
+}

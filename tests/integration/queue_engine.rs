@@ -1,0 +1,538 @@
+//! The fair queue engine's scripts, driven directly against a real server: FIFO grants, hand-offs
+//! by signal list to exactly the waiters that fit, purges of lapsed waiters and expired holders,
+//! idempotent re-runs, and corrupt keys refused with nothing written.
+
+use std::collections::BTreeMap;
+use std::thread;
+
+use redis::{Commands, Value};
+
+use crate::support::{ms, RedisServer};
+
+const ENGINE: &str = include_str!("../../scripts/queue_engine.lua");
+
+macro_rules! script {
+    ($file:literal) => {
+        redis::Script::new(&format!(
+            "{ENGINE}{}",
+            include_str!(concat!("../../scripts/", $file))
+        ))
+    };
+}
+
+/// A lapse window no test outlives: waiters stay queued without heartbeats.
+const LONG: u64 = 60_000;
+
+/// A semaphore named `db`, reached through the scripts alone.
+struct Queue {
+    _server: Option<RedisServer>,
+    conn: redis::Connection,
+}
+
+fn key(part: &str) -> String {
+    format!("semaphore:{{db}}:{part}")
+}
+
+fn signal(id: &str) -> String {
+    key(&format!("signal:{id}"))
+}
+
+impl Queue {
+    fn new() -> Queue {
+        let server = RedisServer::start();
+        let conn = server.conn();
+        Queue {
+            _server: Some(server),
+            conn,
+        }
+    }
+
+    fn run(&mut self, script: &redis::Script, args: &[&str]) -> Value {
+        let mut invocation = script.prepare_invoke();
+        for part in [
+            "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:",
+        ] {
+            invocation.key(key(part));
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        match invocation.invoke::<Value>(&mut self.conn) {
+            Ok(value) => value,
+            // An error reply, as text the tests can look into.
+            Err(e) => Value::SimpleString(format!("error: {e}")),
+        }
+    }
+
+    /// `queue_acquire.lua` in `mode`: `units` of `capacity`, lease and lapse in ms.
+    fn ask(
+        &mut self,
+        id: &str,
+        units: u64,
+        capacity: u64,
+        lease: u64,
+        lapse: u64,
+        mode: &str,
+    ) -> Value {
+        let args = [
+            id.to_string(),
+            units.to_string(),
+            capacity.to_string(),
+            lease.to_string(),
+            lapse.to_string(),
+            mode.to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.run(&script!("queue_acquire.lua"), &args)
+    }
+
+    /// A waiter for `units` of `capacity`, no lease, that needs no heartbeat in a test.
+    fn wait(&mut self, id: &str, units: u64, capacity: u64) -> Value {
+        self.ask(id, units, capacity, 0, LONG, "wait")
+    }
+
+    fn release(&mut self, id: &str, capacity: u64) -> Value {
+        self.run(&script!("queue_release.lua"), &[id, &capacity.to_string()])
+    }
+
+    fn leave(&mut self, id: &str, capacity: u64) -> Value {
+        // A waiter's leaving is a release: a holder is in no queue.
+        self.release(id, capacity)
+    }
+
+    fn extend(&mut self, id: &str, lease: u64) -> Value {
+        self.run(&script!("queue_extend.lua"), &[id, &lease.to_string()])
+    }
+
+    fn shrink(&mut self, id: &str, units: u64, capacity: u64) -> Value {
+        let args = [id, &units.to_string(), &capacity.to_string()];
+        self.run(&script!("queue_shrink.lua"), &args)
+    }
+
+    fn reset(&mut self, id: &str, capacity: u64) -> Value {
+        self.run(&script!("queue_reset.lua"), &[id, &capacity.to_string()])
+    }
+
+    fn state(&mut self) -> Value {
+        self.run(&script!("queue_state.lua"), &[])
+    }
+
+    /// The tokens pushed to waiter `id`'s signal list.
+    fn signals(&mut self, id: &str) -> Vec<u64> {
+        self.conn.lrange(signal(id), 0, -1).unwrap()
+    }
+
+    /// The holders' ids, sorted.
+    fn holders(&mut self) -> Vec<String> {
+        self.conn.zrange(key("holders"), 0, -1).map(sorted).unwrap()
+    }
+
+    /// The waiters' ids in queue order.
+    fn waiters(&mut self) -> Vec<String> {
+        self.conn.zrange(key("queue"), 0, -1).unwrap()
+    }
+
+    /// Every key with its serialized value and TTL: equal snapshots, nothing written.
+    fn snapshot(&mut self) -> BTreeMap<String, (Vec<u8>, i64)> {
+        let keys: Vec<String> = self.conn.keys("*").unwrap();
+        keys.into_iter()
+            .map(|k| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut self.conn).unwrap();
+                let ttl: i64 = self.conn.pttl(&k).unwrap();
+                (k, (dump, ttl))
+            })
+            .collect()
+    }
+
+    fn keys(&mut self) -> Vec<String> {
+        self.conn.keys("*").map(sorted).unwrap()
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// An array reply of integers.
+fn ints(reply: &Value) -> Vec<i64> {
+    match reply {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(n) => *n,
+                other => panic!("not an integer: {other:?} in {reply:?}"),
+            })
+            .collect(),
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+fn is_error(reply: &Value, saying: &str) -> bool {
+    matches!(reply, Value::SimpleString(e) if e.starts_with("error: ") && e.contains(saying))
+}
+
+/// The token of a grant `{1, token, left}`.
+fn granted(reply: &Value) -> u64 {
+    let reply = ints(reply);
+    assert_eq!(reply[0], 1, "not granted: {reply:?}");
+    reply[1] as u64
+}
+
+/// The position of a waiter `{0, position, next}`.
+fn position(reply: &Value) -> i64 {
+    let reply = ints(reply);
+    assert_eq!(reply[0], 0, "not waiting: {reply:?}");
+    reply[1]
+}
+
+#[test]
+fn grants_go_in_arrival_order() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 1));
+    for (id, at) in [("b", 1), ("c", 2), ("d", 3)] {
+        assert_eq!(position(&q.wait(id, 1, 1)), at);
+    }
+    q.release("a", 1);
+    assert_eq!(q.holders(), ["b"]);
+    assert_eq!(q.signals("b"), [2]);
+    q.release("b", 1);
+    assert_eq!(q.holders(), ["c"]);
+    assert_eq!(q.signals("c"), [3]);
+    assert_eq!(q.waiters(), ["d"]);
+}
+
+#[test]
+fn released_units_wake_exactly_the_waiters_that_now_fit() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 3, 4));
+    for id in ["b", "c", "d", "e"] {
+        q.wait(id, 1, 4);
+    }
+    // One unit was free: b has it already.
+    assert_eq!(q.holders(), ["a", "b"]);
+    assert_eq!(q.release("a", 4), Value::Int(1));
+    assert_eq!(q.holders(), ["b", "c", "d", "e"]);
+    for id in ["c", "d", "e"] {
+        assert_eq!(q.signals(id).len(), 1, "{id}");
+    }
+    let mut q = Queue::new();
+    granted(&q.wait("a", 4, 4));
+    for id in ["b", "c", "d", "e", "f"] {
+        q.wait(id, 1, 4);
+    }
+    q.release("a", 4);
+    assert_eq!(q.holders(), ["b", "c", "d", "e"]);
+    assert!(q.signals("f").is_empty());
+    assert_eq!(q.waiters(), ["f"]);
+}
+
+#[test]
+fn a_big_request_at_the_head_blocks_smaller_ones_behind_it() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 2, 3));
+    assert_eq!(position(&q.wait("big", 2, 3)), 1);
+    // One unit is free, but the small request arrived after the big one.
+    assert_eq!(position(&q.wait("small", 1, 3)), 2);
+    assert_eq!(q.holders(), ["a"]);
+    q.release("a", 3);
+    assert_eq!(q.holders(), ["big", "small"]);
+}
+
+#[test]
+fn a_lapsed_waiter_is_purged_and_the_one_behind_it_granted() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 2));
+    assert_eq!(position(&q.ask("dead", 2, 2, 0, 200, "wait")), 1);
+    // Behind the dead waiter, told to look again when it lapses.
+    let behind = ints(&q.wait("next", 1, 2));
+    assert_eq!(behind[1], 2);
+    assert!((1..=200).contains(&behind[2]), "{behind:?}");
+    thread::sleep(ms(300));
+    granted(&q.wait("next", 1, 2));
+    assert_eq!(q.holders(), ["a", "next"]);
+    assert!(q.waiters().is_empty());
+    let wants: Vec<String> = q.conn.hkeys(key("wants")).unwrap();
+    assert!(wants.is_empty());
+}
+
+#[test]
+fn a_waiter_that_lapsed_rejoins_at_the_back() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 1));
+    assert_eq!(position(&q.ask("stopped", 1, 1, 0, 200, "wait")), 1);
+    q.wait("b", 1, 1);
+    thread::sleep(ms(300));
+    assert_eq!(position(&q.ask("stopped", 1, 1, 0, 200, "wait")), 2);
+    assert_eq!(q.waiters(), ["b", "stopped"]);
+    q.release("a", 1);
+    assert_eq!(q.holders(), ["b"]);
+    assert!(q.signals("stopped").is_empty());
+}
+
+#[test]
+fn an_expired_holders_units_go_to_the_head_at_the_next_script_run() {
+    let mut q = Queue::new();
+    granted(&q.ask("crashed", 1, 1, 300, LONG, "wait"));
+    // The head is told to look again when the holder expires.
+    let head = ints(&q.wait("b", 1, 1));
+    assert!((1..=300).contains(&head[2]), "{head:?}");
+    thread::sleep(ms(400));
+    // Any script run hands the units on: here another waiter's ask.
+    assert_eq!(position(&q.wait("c", 1, 1)), 1);
+    assert_eq!(q.holders(), ["b"]);
+    assert_eq!(q.signals("b"), [2]);
+    assert_eq!(q.release("crashed", 1), Value::Int(0));
+}
+
+#[test]
+fn a_leaving_waiter_hands_a_grant_it_received_on() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 1));
+    q.wait("b", 1, 1);
+    q.wait("c", 1, 1);
+    q.release("a", 1);
+    assert_eq!(q.holders(), ["b"]);
+    // b's deadline passed before it read its signal.
+    assert_eq!(q.leave("b", 1), Value::Int(1));
+    assert_eq!(q.holders(), ["c"]);
+    assert_eq!(q.signals("c"), [3]);
+    assert!(q.signals("b").is_empty());
+    // A waiter that leaves before any grant gives back nothing.
+    q.wait("d", 1, 1);
+    assert_eq!(q.leave("d", 1), Value::Int(0));
+    assert!(q.waiters().is_empty());
+}
+
+#[test]
+fn every_script_run_twice_does_what_it_did_once() {
+    let mut q = Queue::new();
+    let first = q.wait("a", 1, 2);
+    assert_eq!(granted(&q.wait("a", 1, 2)), granted(&first));
+    assert_eq!(position(&q.wait("big", 2, 2)), 1);
+    assert_eq!(position(&q.wait("big", 2, 2)), 1);
+    assert_eq!(q.extend("a", 5000), Value::Int(1));
+    assert_eq!(q.extend("a", 5000), Value::Int(1));
+    let before = q.snapshot();
+    q.state();
+    q.state();
+    assert_eq!(q.snapshot(), before);
+    assert_eq!(q.release("a", 2), Value::Int(1));
+    assert_eq!(q.release("a", 2), Value::Int(0));
+    assert_eq!(q.holders(), ["big"]);
+    assert_eq!(q.signals("big"), [2]);
+    assert_eq!(q.shrink("big", 1, 2), Value::Int(1));
+    assert_eq!(q.shrink("big", 1, 2), Value::Int(1));
+    let held: String = q.conn.hget(key("held"), "big").unwrap();
+    assert_eq!(held, "1:2");
+    q.wait("c", 1, 2);
+    assert_eq!(q.leave("c", 2), Value::Int(1));
+    assert_eq!(q.leave("c", 2), Value::Int(0));
+    assert_eq!(q.reset("big", 2), Value::Int(1));
+    assert_eq!(q.reset("big", 2), Value::Int(0));
+    // Nothing left but the fencing counter.
+    assert_eq!(q.keys(), [key("fence")]);
+}
+
+#[test]
+fn a_key_of_the_wrong_type_is_refused_and_nothing_is_written() {
+    let parts = [
+        "holders", "held", "queue", "beats", "wants", "tickets", "fence",
+    ];
+    for (k, part) in parts.iter().enumerate() {
+        let mut q = Queue::new();
+        granted(&q.wait("a", 1, 1));
+        q.wait("b", 1, 1);
+        // A list where a sorted set, a hash or a counter belongs.
+        let _: () = q.conn.del(key(part)).unwrap();
+        let _: () = q.conn.rpush(key(part), "x").unwrap();
+        let before = q.snapshot();
+        for reply in [
+            q.wait("c", 1, 1),
+            q.release("a", 1),
+            q.leave("b", 1),
+            q.shrink("a", 1, 1),
+            q.reset("", 1),
+            q.state(),
+        ] {
+            let Value::Array(items) = &reply else {
+                panic!("{part}: {reply:?}")
+            };
+            assert_eq!(
+                items[..2],
+                [Value::Int(-1), Value::Int(k as i64 + 1)],
+                "{part}"
+            );
+        }
+        assert_eq!(q.snapshot(), before, "{part}");
+    }
+}
+
+#[test]
+fn an_extend_is_refused_when_a_key_it_reads_is_corrupt_and_writes_nothing() {
+    // It reads the holder's expiry and entry, nothing else: the renewal path stays short.
+    for (k, part) in [(1, "holders"), (2, "held")] {
+        let mut q = Queue::new();
+        granted(&q.wait("a", 1, 1));
+        let _: () = q.conn.del(key(part)).unwrap();
+        let _: () = q.conn.rpush(key(part), "x").unwrap();
+        let before = q.snapshot();
+        let Value::Array(reply) = q.extend("a", 100) else {
+            panic!("{part}")
+        };
+        assert_eq!(reply[..2], [Value::Int(-1), Value::Int(k)], "{part}");
+        assert_eq!(q.snapshot(), before, "{part}");
+    }
+}
+
+#[test]
+fn a_corrupt_entry_or_counter_is_refused_and_nothing_is_written() {
+    type Corrupt = fn(&mut Queue);
+    let corruptions: [(&str, Corrupt); 4] = [
+        ("held", |q| q.conn.hset(key("held"), "a", "two").unwrap()),
+        ("wants", |q| q.conn.hset(key("wants"), "b", "1").unwrap()),
+        ("tickets", |q| q.conn.set(key("tickets"), "-1").unwrap()),
+        ("fence", |q| q.conn.set(key("fence"), "1e3").unwrap()),
+    ];
+    for (part, corrupt) in corruptions {
+        let mut q = Queue::new();
+        granted(&q.wait("a", 1, 1));
+        q.wait("b", 1, 1);
+        corrupt(&mut q);
+        let before = q.snapshot();
+        // The release would grant b: it must read everything before it writes anything.
+        let reply = q.release("a", 1);
+        let Value::Array(items) = &reply else {
+            panic!("{part}: {reply:?}")
+        };
+        assert_eq!(items[0], Value::Int(-1), "{part}");
+        assert_eq!(q.snapshot(), before, "{part}");
+    }
+}
+
+#[test]
+fn more_units_than_the_capacity_is_an_error_not_a_wait() {
+    let mut q = Queue::new();
+    let reply = q.wait("a", 3, 2);
+    assert!(is_error(&reply, "capacity"), "{reply:?}");
+    assert!(q.keys().is_empty());
+}
+
+#[test]
+fn a_lease_runs_on_the_servers_clock() {
+    let mut q = Queue::new();
+    let server_ms = |q: &mut Queue| {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut q.conn).unwrap();
+        s * 1000 + us / 1000
+    };
+    let before = server_ms(&mut q);
+    granted(&q.ask("a", 1, 1, 10_000, LONG, "wait"));
+    let after = server_ms(&mut q);
+    let expiry: f64 = q.conn.zscore(key("holders"), "a").unwrap();
+    assert!(
+        (before + 10_000..=after + 10_000).contains(&(expiry as u64)),
+        "{before} {expiry} {after}"
+    );
+    let beat_before = server_ms(&mut q);
+    q.wait("b", 1, 1);
+    let lapse: f64 = q.conn.zscore(key("beats"), "b").unwrap();
+    assert!(lapse as u64 >= beat_before + LONG);
+}
+
+#[test]
+fn a_try_neither_queues_nor_overtakes_a_waiter() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 2));
+    q.wait("big", 2, 2);
+    // A unit is free, but big came first.
+    assert_eq!(ints(&q.ask("t", 1, 2, 0, LONG, "try")), [0, 0, 0]);
+    assert_eq!(q.waiters(), ["big"]);
+    let mut q = Queue::new();
+    granted(&q.ask("t", 1, 1, 0, LONG, "try"));
+}
+
+#[test]
+fn raising_the_capacity_lets_waiters_in_and_lowering_it_takes_nothing_back() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 1));
+    q.wait("b", 1, 1);
+    q.wait("c", 1, 1);
+    // A handle with a count of 3 runs a script: b and c fit now.
+    position(&q.wait("d", 3, 3));
+    assert_eq!(q.holders(), ["a", "b", "c"]);
+    // With a count of 1 again, no one loses what it holds; the next waits for all three.
+    assert_eq!(q.release("a", 1), Value::Int(1));
+    assert_eq!(q.holders(), ["b", "c"]);
+    assert_eq!(position(&q.wait("e", 1, 1)), 2);
+}
+
+#[test]
+fn a_downgraded_writer_lets_the_readers_behind_it_in_but_not_the_next_writer() {
+    let mut q = Queue::new();
+    let all = 1_000_000;
+    granted(&q.wait("writer", all, all));
+    q.wait("r1", 1, all);
+    q.wait("r2", 1, all);
+    q.wait("writer2", all, all);
+    q.wait("r3", 1, all);
+    assert_eq!(q.shrink("writer", 1, all), Value::Int(1));
+    assert_eq!(q.holders(), ["r1", "r2", "writer"]);
+    assert_eq!(q.waiters(), ["writer2", "r3"]);
+    let grow = q.shrink("writer", 2, all);
+    assert!(is_error(&grow, "cannot grow"), "{grow:?}");
+}
+
+#[test]
+fn a_reset_removes_every_holder_and_hands_on() {
+    let mut q = Queue::new();
+    granted(&q.wait("a", 1, 2));
+    granted(&q.wait("b", 1, 2));
+    q.wait("c", 2, 2);
+    assert_eq!(q.reset("", 2), Value::Int(2));
+    assert_eq!(q.holders(), ["c"]);
+    assert_eq!(q.signals("c"), [3]);
+}
+
+#[test]
+fn state_shows_holders_and_waiters_in_order_and_writes_nothing() {
+    let mut q = Queue::new();
+    granted(&q.ask("a", 2, 3, 10_000, LONG, "wait"));
+    q.wait("b", 2, 3);
+    q.wait("c", 1, 3);
+    let before = q.snapshot();
+    let Value::Array(state) = q.state() else {
+        panic!()
+    };
+    assert_eq!(q.snapshot(), before);
+    assert_eq!(state[0], Value::Int(2));
+    let Value::Array(holders) = &state[1] else {
+        panic!()
+    };
+    assert_eq!(holders[0], Value::BulkString(b"a".to_vec()));
+    assert_eq!(holders[1], Value::Int(2));
+    assert!(matches!(holders[2], Value::Int(ms) if (1..=10_000).contains(&ms)));
+    assert_eq!(holders[3], Value::Int(1));
+    let Value::Array(waiters) = &state[2] else {
+        panic!()
+    };
+    let ids: Vec<_> = waiters.chunks(3).map(|w| w[0].clone()).collect();
+    assert_eq!(ids, [b"b", b"c"].map(|id| Value::BulkString(id.to_vec())));
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn on_a_cluster_a_grant_reaches_another_waiters_list_in_the_same_slot() {
+    use crate::support::RedisCluster;
+    let cluster = RedisCluster::shared();
+    let mut q = Queue {
+        _server: None,
+        conn: cluster.primary_for(&key("holders")).conn(),
+    };
+    granted(&q.wait("a", 1, 1));
+    q.wait("b", 1, 1);
+    // The script reaches b's list by name, beside the keys it was given.
+    assert_eq!(q.release("a", 1), Value::Int(1));
+    assert_eq!(q.signals("b").len(), 1);
+    assert_eq!(q.release("b", 1), Value::Int(1));
+    let _: () = q.conn.del(key("fence")).unwrap();
+}
