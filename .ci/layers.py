@@ -7,7 +7,7 @@ import os, re, sys
 LAYERS = [
     ("base", ["error", "id", "observe", "settings", "cancel", "protocol"]),
     ("transport", ["transport", "timer"]),
-    ("driver", ["driver", "renew"]),
+    ("driver", ["driver", "renew", "queue"]),
     ("handles", ["lib", "backend", "builder", "lock", "guard", "cache", "inspect",
                  "reset_all", "quorum", "sentinel", "aio"]),
 ]

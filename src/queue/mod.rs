@@ -20,9 +20,11 @@ use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::requests::Request;
+use crate::transport::admin::Blocked;
+use crate::transport::send::{longer, FIRST_PAUSE};
+use crate::transport::timer;
 use crate::transport::{self, Fault, Transport, Waiter};
 use crate::Error;
-use crate::{driver, timer};
 
 /// How a wait came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +59,7 @@ impl Line<'_> {
         let mut queued = Queued::new(deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut pause = driver::FIRST_PAUSE;
+        let mut pause = FIRST_PAUSE;
         loop {
             let outcome = match step {
                 Step::Ask => self
@@ -88,13 +90,13 @@ impl Line<'_> {
             }
             step = match outcome {
                 Ok(next) => {
-                    pause = driver::FIRST_PAUSE;
+                    pause = FIRST_PAUSE;
                     next
                 }
                 Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + pause < d) => {
                     log::debug!("{:?}: server away ({e}); asking again", self.name);
                     cancel.pause(pause);
-                    pause = driver::longer(pause);
+                    pause = longer(pause);
                     Step::Ask
                 }
                 Err(e) => {
@@ -172,7 +174,10 @@ impl Line<'_> {
         let registration = match waiter.id() {
             Some(id) => Some(
                 cancel
-                    .blocking(self.transport, id)
+                    .blocking(Arc::new(Blocked {
+                        transport: Arc::clone(self.transport),
+                        conn: id,
+                    }))
                     .ok_or(PopFault::Cancelled)?,
             ),
             None => None,
