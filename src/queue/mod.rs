@@ -11,6 +11,9 @@
 //! to send twice, so a lost reply is sent again or settled by the next ask, which reads what
 //! the id holds.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod aio;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,9 +38,10 @@ pub(crate) enum Waited {
     TimedOut,
 }
 
-/// One primitive's queue, as a waiter reaches it.
-pub(crate) struct Line<'a> {
-    pub(crate) transport: &'a Arc<dyn Transport>,
+/// One primitive's queue, as a waiter reaches it over transport `T`: a blocking
+/// [`Transport`], or an async one ([`aio`]).
+pub(crate) struct Line<'a, T: ?Sized = dyn Transport> {
+    pub(crate) transport: &'a Arc<T>,
     pub(crate) keys: &'a QueueKeys,
     /// The primitive's name, for errors.
     pub(crate) name: &'a str,
@@ -45,7 +49,7 @@ pub(crate) struct Line<'a> {
     pub(crate) io_timeout: Duration,
 }
 
-impl Line<'_> {
+impl Line<'_, dyn Transport> {
     /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. While the
     /// server is away (a restart, a failover) it asks again after a backoff. On any other
     /// error, and on a cancel, the waiter leaves the queue first (as far as the server can be
@@ -59,7 +63,7 @@ impl Line<'_> {
         let mut queued = Queued::new(deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut pause = FIRST_PAUSE;
+        let mut backoff = Backoff::default();
         loop {
             let outcome = match step {
                 Step::Ask => self
@@ -88,16 +92,12 @@ impl Line<'_> {
                     name: self.name.into(),
                 });
             }
-            step = match outcome {
-                Ok(next) => {
-                    pause = FIRST_PAUSE;
+            step = match backoff.after(outcome, deadline, self.name) {
+                Ok((next, pause)) => {
+                    if let Some(pause) = pause {
+                        cancel.pause(pause);
+                    }
                     next
-                }
-                Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + pause < d) => {
-                    log::debug!("{:?}: server away ({e}); asking again", self.name);
-                    cancel.pause(pause);
-                    pause = longer(pause);
-                    Step::Ask
                 }
                 Err(e) => {
                     self.leave_quietly(ask, &e.to_string());
@@ -182,21 +182,63 @@ impl Line<'_> {
             ),
             None => None,
         };
-        let ms = until
-            .saturating_duration_since(Instant::now())
-            .as_millis()
-            .max(1);
-        let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(self.keys.signal(ask.id()))
-            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-        let request = Request::single(blpop, false).on_slot(self.keys.slot);
+        let request = pop_request(self.keys, ask, until);
         waiter.send(&request, Instant::now() + self.io_timeout)?;
         let alarm = waiter.id().map(|id| timer::set(until, self.transport, id));
         let reply = waiter.recv(until + self.io_timeout);
         drop(alarm);
         drop(registration);
         Ok(reply?)
+    }
+}
+
+/// A `BLPOP` on `ask`'s signal list until `until`.
+fn pop_request(keys: &QueueKeys, ask: &Ask, until: Instant) -> Request {
+    let ms = until
+        .saturating_duration_since(Instant::now())
+        .as_millis()
+        .max(1);
+    let mut blpop = redis::cmd("BLPOP");
+    blpop
+        .arg(keys.signal(ask.id()))
+        .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+    Request::single(blpop, false).on_slot(keys.slot)
+}
+
+/// A waiter's backoff while its server is away (a restart, a failover).
+struct Backoff {
+    pause: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { pause: FIRST_PAUSE }
+    }
+}
+
+impl Backoff {
+    /// The step after `outcome`, and the pause to take first, if any: after an error that
+    /// says the server is away, with time left before `deadline`, a pause then an ask. Any
+    /// other error is the wait's.
+    fn after(
+        &mut self,
+        outcome: Result<Step, Error>,
+        deadline: Option<Instant>,
+        name: &str,
+    ) -> Result<(Step, Option<Duration>), Error> {
+        match outcome {
+            Ok(next) => {
+                self.pause = FIRST_PAUSE;
+                Ok((next, None))
+            }
+            Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + self.pause < d) => {
+                log::debug!("{name:?}: server away ({e}); asking again");
+                let pause = self.pause;
+                self.pause = longer(pause);
+                Ok((Step::Ask, Some(pause)))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -235,7 +277,7 @@ fn token(reply: &Value) -> Result<Option<u64>, Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::TcpListener;
     use std::process::{Child, Command, Stdio};
     use std::thread;
@@ -247,7 +289,7 @@ mod tests {
     use crate::protocol::queue::{Asked, QueueState};
 
     /// A private `redis-server` on a free port, killed on drop.
-    struct Server {
+    pub(super) struct Server {
         child: Mutex<Child>,
         port: u16,
         client: redis::Client,
@@ -288,7 +330,7 @@ mod tests {
         }
 
         /// Kills the server and starts an empty one on its port, as a crash and restart.
-        fn restart(&self) {
+        pub(super) fn restart(&self) {
             let mut child = self.child.lock();
             let _ = child.kill();
             let _ = child.wait();
@@ -316,14 +358,14 @@ mod tests {
         }
     }
 
-    struct Fixture {
-        server: Server,
-        transport: Arc<dyn Transport>,
-        keys: QueueKeys,
+    pub(super) struct Fixture {
+        pub(super) server: Server,
+        pub(super) transport: Arc<dyn Transport>,
+        pub(super) keys: QueueKeys,
     }
 
     impl Fixture {
-        fn new() -> Fixture {
+        pub(super) fn new() -> Fixture {
             let server = Server::start();
             let transport = crate::backend::transport_of(&server.client).unwrap();
             let keys = QueueKeys::new(Primitive::Semaphore, "db");
@@ -334,7 +376,7 @@ mod tests {
             }
         }
 
-        fn line(&self) -> Line<'_> {
+        pub(super) fn line(&self) -> Line<'_> {
             Line {
                 transport: &self.transport,
                 keys: &self.keys,
@@ -344,7 +386,7 @@ mod tests {
         }
 
         /// A holder of all of a capacity of 1, until released.
-        fn hold(&self, id: &str) -> Ask {
+        pub(super) fn hold(&self, id: &str) -> Ask {
             let ask = Ask::new(id, 1, 1, None, Duration::from_secs(2)).unwrap();
             let reply = self
                 .line()
@@ -354,13 +396,13 @@ mod tests {
             ask
         }
 
-        fn state(&self) -> QueueState {
+        pub(super) fn state(&self) -> QueueState {
             let reply = self.line().send(&queue::state(&self.keys)).unwrap();
             queue::parse_state(&self.keys, &reply).unwrap()
         }
 
         /// Until `n` waiters are in the queue (a test's own check, not a way of waiting).
-        fn until_waiters(&self, n: usize) {
+        pub(super) fn until_waiters(&self, n: usize) {
             let start = Instant::now();
             while self.state().waiters.len() != n {
                 assert!(
@@ -372,7 +414,7 @@ mod tests {
             }
         }
 
-        fn keys_left(&self) -> Vec<String> {
+        pub(super) fn keys_left(&self) -> Vec<String> {
             let mut conn = self.server.client.get_connection().unwrap();
             let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
             keys.sort();
@@ -380,7 +422,7 @@ mod tests {
         }
     }
 
-    fn waiter() -> Ask {
+    pub(super) fn waiter() -> Ask {
         Ask::new("w", 1, 1, None, Duration::from_secs(2)).unwrap()
     }
 
