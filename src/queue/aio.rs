@@ -19,6 +19,7 @@ use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::requests::Request;
+use crate::settings::grace;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::send_repeatable;
 use crate::transport::{Admin, ConnId, Fault};
@@ -26,13 +27,18 @@ use crate::Error;
 
 impl Line<'_, dyn AsyncTransport> {
     /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel, as the
-    /// blocking wait does. Dropped before its end, it leaves the queue unattended.
+    /// blocking wait does; on a server that does not answer, it still ends by the deadline
+    /// and the grace. Dropped before its end, it leaves the queue unattended.
     pub(crate) async fn wait(
         &self,
         ask: &Ask,
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
+        let by = By {
+            io_timeout: self.io_timeout,
+            give_up: deadline.map(|d| d + grace(self.io_timeout)),
+        };
         let in_line = InLine(Some(Leaving {
             transport: Arc::clone(self.transport),
             keys: self.keys.clone(),
@@ -47,15 +53,15 @@ impl Line<'_, dyn AsyncTransport> {
         loop {
             let outcome = match step {
                 Step::Ask => self
-                    .ask(ask)
+                    .ask(ask, by.now())
                     .await
                     .map(|(sent, asked)| queued.asked(sent, asked, Instant::now())),
                 Step::Block { until } => self
-                    .pop(&mut conn, ask, until, cancel)
+                    .pop(&mut conn, ask, until, by, cancel)
                     .await
                     .map(|token| queued.popped(token, Instant::now())),
                 Step::Leave => {
-                    in_line.leave().await?;
+                    in_line.leave(by.now()).await?;
                     self.rest(conn);
                     return Ok(Waited::TimedOut);
                 }
@@ -72,7 +78,7 @@ impl Line<'_, dyn AsyncTransport> {
                 }
             };
             if cancel.is_cancelled() {
-                in_line.leave_quietly("a cancel").await;
+                in_line.leave_quietly(by.now(), "a cancel").await;
                 return Err(Error::Cancelled {
                     name: self.name.into(),
                 });
@@ -88,7 +94,7 @@ impl Line<'_, dyn AsyncTransport> {
                     next
                 }
                 Err(e) => {
-                    in_line.leave_quietly(&e.to_string()).await;
+                    in_line.leave_quietly(by.now(), &e.to_string()).await;
                     return Err(e);
                 }
             };
@@ -96,10 +102,10 @@ impl Line<'_, dyn AsyncTransport> {
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
-    async fn ask(&self, ask: &Ask) -> Result<(Instant, queue::Asked), Error> {
+    async fn ask(&self, ask: &Ask, by: Instant) -> Result<(Instant, queue::Asked), Error> {
         let sent = Instant::now();
         let request = queue::acquire(self.keys, ask, Mode::Wait);
-        let answered = send(self.transport, &request, Instant::now() + self.io_timeout).await?;
+        let answered = send(self.transport, &request, by).await?;
         Ok((sent, queue::parse_acquire(self.keys, &answered)?))
     }
 
@@ -110,17 +116,17 @@ impl Line<'_, dyn AsyncTransport> {
         conn: &mut Option<Box<dyn AsyncWaiter>>,
         ask: &Ask,
         until: Instant,
+        by: By,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
         let waiter = match conn {
             Some(waiter) => waiter,
             None => {
-                let deadline = Instant::now() + self.io_timeout;
-                let waiter = self.transport.waiter(self.keys.slot, deadline).await;
+                let waiter = self.transport.waiter(self.keys.slot, by.now()).await;
                 conn.insert(waiter.map_err(Fault::into_error)?)
             }
         };
-        let popped = self.blpop(waiter.as_mut(), ask, until, cancel).await;
+        let popped = self.blpop(waiter.as_mut(), ask, until, by, cancel).await;
         if popped.is_err() {
             *conn = None;
         }
@@ -132,12 +138,13 @@ impl Line<'_, dyn AsyncTransport> {
         waiter: &mut dyn AsyncWaiter,
         ask: &Ask,
         until: Instant,
+        by: By,
         cancel: &CancelToken,
     ) -> Result<Value, Fault> {
-        waiter.ready(Instant::now() + self.io_timeout).await?;
+        waiter.ready(by.now()).await?;
         let id = waiter.id();
         let request = pop_request(self.keys, ask, until);
-        let waiting = waiter.wait(&request, until + self.io_timeout);
+        let waiting = waiter.wait(&request, by.after(until));
         tokio::pin!(waiting);
         let alarm = tokio::time::sleep_until(until.into());
         tokio::pin!(alarm);
@@ -149,24 +156,23 @@ impl Line<'_, dyn AsyncTransport> {
                 replies = &mut waiting => break replies?,
                 () = &mut alarm, if !ended => {
                     ended = true;
-                    self.end(id, false).await;
+                    self.end(id, by.now(), false).await;
                 }
                 () = cancel.cancelled(), if !ended => {
                     ended = true;
-                    self.end(id, true).await;
+                    self.end(id, by.now(), true).await;
                 }
             }
         };
         Ok(replies.into_iter().next().unwrap_or(Value::Nil))
     }
 
-    /// Ends the `BLPOP` of connection `id` as if it had timed out. Without the right to (an
-    /// ACL) it ends at the server's own timer, a little later. On a cancel (`at_once`), a
-    /// `BLPOP` not blocked yet (the `UNBLOCK` overtook it) is cut off by closing the
-    /// connection instead.
-    async fn end(&self, id: Option<ConnId>, at_once: bool) {
+    /// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`. Without the
+    /// right to (an ACL) it ends at the server's own timer, a little later. On a cancel
+    /// (`at_once`), a `BLPOP` not blocked yet (the `UNBLOCK` overtook it) is cut off by
+    /// closing the connection instead.
+    async fn end(&self, id: Option<ConnId>, deadline: Instant, at_once: bool) {
         let Some(id) = id else { return };
-        let deadline = Instant::now() + self.io_timeout;
         if let Ok(Admin::Nothing) = self.transport.unblock(id, deadline).await {
             if at_once {
                 let _ = self.transport.kill(id, deadline).await;
@@ -179,6 +185,27 @@ impl Line<'_, dyn AsyncTransport> {
         if let Some(conn) = conn {
             self.transport.rest(conn);
         }
+    }
+}
+
+/// By when each round trip of a wait must end: its I/O timeout, and for a wait with a
+/// deadline, no later than the deadline and the grace.
+#[derive(Clone, Copy)]
+struct By {
+    io_timeout: Duration,
+    give_up: Option<Instant>,
+}
+
+impl By {
+    /// For a round trip started now.
+    fn now(self) -> Instant {
+        self.after(Instant::now())
+    }
+
+    /// For a round trip whose reply is due at `due`.
+    fn after(self, due: Instant) -> Instant {
+        let io = due + self.io_timeout;
+        self.give_up.map_or(io, |give_up| io.min(give_up))
     }
 }
 
@@ -198,23 +225,25 @@ async fn send(
 struct InLine(Option<Leaving>);
 
 impl InLine {
-    /// Leaves the queue, giving back a grant that came meanwhile.
-    async fn leave(mut self) -> Result<(), Error> {
+    /// Leaves the queue by `deadline`, giving back a grant that came meanwhile. Should that
+    /// fail, or this future be dropped first, it leaves again unattended.
+    async fn leave(mut self, deadline: Instant) -> Result<(), Error> {
         let Some(leaving) = &self.0 else {
             return Ok(());
         };
-        // Dropped while it leaves, it leaves again unattended; failed, it is left to lapse.
-        let left = leaving.leave().await;
-        self.0 = None;
+        let left = leaving.leave(deadline).await;
+        if left.is_ok() {
+            self.0 = None;
+        }
         left
     }
 
-    /// Leaves after `why`, as far as the server can be reached: an entry left behind lapses
-    /// by itself, but a grant to it would be held until its lease ends.
-    async fn leave_quietly(self, why: &str) {
+    /// Leaves after `why`, by `deadline` or else unattended: an entry left behind lapses by
+    /// itself, but a grant to it would be held until its lease ends.
+    async fn leave_quietly(self, deadline: Instant, why: &str) {
         let name = self.0.as_ref().map(|l| l.name.clone()).unwrap_or_default();
-        if let Err(e) = self.leave().await {
-            log::warn!("{name:?}: leaving the queue after {why}: {e}");
+        if let Err(e) = self.leave(deadline).await {
+            log::debug!("{name:?}: leaving the queue after {why}: {e}; leaving unattended");
         }
     }
 
@@ -244,14 +273,14 @@ struct Leaving {
 }
 
 impl Leaving {
-    async fn leave(&self) -> Result<(), Error> {
+    async fn leave(&self, deadline: Instant) -> Result<(), Error> {
         let request = queue::leave(&self.keys, &self.ask);
-        let reply = send(&self.transport, &request, Instant::now() + self.io_timeout).await?;
+        let reply = send(&self.transport, &request, deadline).await?;
         queue::parse_held(&self.keys, &reply).map(drop)
     }
 
     async fn unattended(self) {
-        if let Err(e) = self.leave().await {
+        if let Err(e) = self.leave(Instant::now() + self.io_timeout).await {
             log::warn!(
                 "{:?}: a dropped waiter could not leave the queue; its entry lapses: {e}",
                 self.name
