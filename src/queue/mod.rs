@@ -277,7 +277,7 @@ fn token(reply: &Value) -> Result<Option<u64>, Error> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use std::net::TcpListener;
     use std::process::{Child, Command, Stdio};
     use std::thread;
