@@ -134,6 +134,29 @@ impl Runtime for Tokio {
     }
 }
 
+impl Inner<Tokio> {
+    /// Resolves once acquisition `epoch` is lost: a renewal found it not ours or failed until
+    /// the expiry passed, an extend found it not ours, or, with no renewal, the expiry passed.
+    pub(crate) async fn when_lost(&self, epoch: u64) {
+        loop {
+            let changed = self.lease_changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before the lease is read, so a change in between is not missed.
+            changed.as_mut().enable();
+            match self.valid_until(epoch) {
+                None => return,
+                Some(None) => changed.await,
+                Some(Some(until)) => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(until.into()) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The renewal task of one acquisition.
 struct RenewalTask(tokio::task::AbortHandle);
 
