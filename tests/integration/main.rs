@@ -26,6 +26,7 @@ mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
+mod fair_lock;
 mod fault_injection;
 mod faults;
 mod hostile_input;
@@ -41,8 +42,10 @@ mod quorum;
 mod quorum_faults;
 mod renewals;
 mod replicas;
+mod rwlock;
 mod seams_conn;
 mod security;
+mod semaphore;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod threads;
@@ -72,6 +75,8 @@ fn child_process_role() {
         "renewals::frozen" => renewals::frozen(&client, &args),
         "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
+        "semaphore::hold" => semaphore::hold(&client, &args),
+        "semaphore::wait" => semaphore::wait(&client, &args),
         #[cfg(feature = "sentinel")]
         "sentinel::listeners_end" => sentinel::listeners_end(&args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
