@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{Error, Quorum, Semaphore};
 
-use crate::support::{secs, ChildProcess, RedisServer};
+use crate::support::{secs, ChildProcess, Proxy, RedisServer};
 
 /// Long enough for a waiter to block on a loaded machine; the tests wait for the server to
 /// say it did.
@@ -35,9 +35,14 @@ pub fn hold(client: &redis::Client, args: &[String]) {
 
 /// Waits for a permit of semaphore `args[0]` (`args[1]` permits), says when it is queued
 /// (from the outside: blocked) and when it got one.
+/// With `args[2]`, its heartbeat in ms.
 pub fn wait(client: &redis::Client, args: &[String]) {
     let permits: u32 = args[1].parse().unwrap();
-    let semaphore = Semaphore::new(client, &args[0], permits).unwrap();
+    let mut builder = Semaphore::builder(client, &args[0], permits);
+    if let Some(ms) = args.get(2) {
+        builder = builder.heartbeat(Duration::from_millis(ms.parse().unwrap()));
+    }
+    let semaphore = builder.build().unwrap();
     println!("waiting");
     let permit = semaphore.acquire().unwrap();
     println!("acquired");
@@ -279,4 +284,75 @@ fn zero_permits_or_asking_for_more_than_there_are_is_an_error() {
         semaphore.try_acquire_many(3),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+#[test]
+fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_granted() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let mut stopped = ChildProcess::spawn("semaphore::wait", &server.url(), &["s", "1", "200"]);
+    stopped.expect_line("waiting");
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    stopped.signal("STOP");
+    // Its entry lapses 400 ms after its last heartbeat; a waiter that comes later is first.
+    thread::sleep(Duration::from_millis(1200));
+    let next = Arc::new(Semaphore::new(&client, "s", 1).unwrap());
+    let (got, taken) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let later = {
+        let next = next.clone();
+        thread::spawn(move || {
+            let permit = next.try_acquire_for(secs(60)).unwrap().unwrap();
+            got.send(()).unwrap();
+            released.recv().unwrap();
+            permit.release().unwrap();
+        })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || later.is_finished());
+    permit.release().unwrap();
+    taken.recv_timeout(secs(30)).unwrap();
+    stopped.signal("CONT");
+    // Back, it finds itself out of the queue and joins behind the holder: it does not hold.
+    let state = || -> Vec<String> { server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap() };
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(state().len(), 1, "two holders of one permit: {:?}", state());
+    release.send(()).unwrap();
+    later.join().unwrap();
+    stopped.expect_line("acquired");
+    stopped.wait_success();
+}
+
+#[test]
+fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 2)
+        .id("me")
+        .build()
+        .unwrap();
+    proxy.drop_reply_to("me:0");
+    let permit = semaphore.try_acquire().unwrap().expect("granted");
+    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    assert_eq!(holders, ["me:0"]);
+    assert_eq!(semaphore.available().unwrap(), 1);
+    permit.release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_is_a_release() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 1)
+        .id("me")
+        .auto_renewal(false)
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    proxy.drop_reply_to("me:0");
+    permit.release().unwrap();
+    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    assert!(holders.is_empty(), "{holders:?}");
 }
