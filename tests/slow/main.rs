@@ -1,14 +1,16 @@
-//! The slow group: tests slow by their nature (soaks, failovers by a killed node, the bench's
-//! smoke test), in a test binary of their own that a plain `cargo test` leaves out (`test =
-//! false` in Cargo.toml); `cargo test --all-features --test slow` runs it. It shares the
-//! integration tests' `support`, and a test that needs another process re-runs this binary
-//! as a child playing one of the roles below.
+//! The slow group: tests slow by their nature (soaks, failovers, the bench's smoke test, a
+//! wait for a default renewal interval), in a test binary of their own that a plain `cargo
+//! test` leaves out (`test = false` in Cargo.toml); `cargo test --all-features --test slow`
+//! runs it. It shares the integration tests' `support`, and a test that needs another process
+//! re-runs this binary as a child playing one of the roles below.
 
 // Each binary uses only part of the shared support.
 #[allow(dead_code, unused_imports)]
 #[path = "../integration/support/mod.rs"]
 mod support;
 
+#[cfg(feature = "tokio")]
+mod aio_lock;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
 mod cluster;

@@ -1,6 +1,7 @@
 //! What the suites share: a private `redis-server` per test (`server`), child processes
-//! (`child`), the examples' binaries (`example`), a proxy that delays and drops replies on cue (`proxy`), Redis Cluster and
-//! Sentinel topologies (`cluster`, `sentinel`), and small helpers.
+//! (`child`), the examples' binaries (`example`), a proxy that delays and drops replies on cue
+//! (`proxy`), Redis Cluster and Sentinel topologies (`cluster`, `sentinel`), servers for a
+//! quorum (`quorum`), a clock and random numbers (`random`), and small helpers.
 
 #[cfg(feature = "tokio")]
 mod aio;
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "tokio")]
 pub use aio::{
-    assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
-    spawn_task_waiter, tries_run,
+    assert_lost_and_dropped, assert_task_woken_by, blocked_task_waiter, client_list, connections,
+    connections_after_a_wait, spawn_task_waiter, tries_run,
 };
 pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
