@@ -28,14 +28,32 @@ pub fn example_binary(name: &str) -> PathBuf {
     .filter_map(|(feature, on)| on.then_some(feature))
     .collect();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--example",
-            name,
-            "--features",
-            &features.join(","),
-        ])
+    let mut build = Command::new(cargo);
+    build.args([
+        "build",
+        "--example",
+        name,
+        "--features",
+        &features.join(","),
+    ]);
+    // Set by `cargo test` for this test binary only: a build script that watches one of them
+    // (ring's watches CARGO_MANIFEST_DIR) would run again here, and again at the next `cargo
+    // test`, each time rebuilding everything above it.
+    for (key, _) in std::env::vars() {
+        let per_test = [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+        ];
+        let per_test_too = ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"];
+        if key.starts_with("CARGO_PKG_")
+            || per_test.contains(&key.as_str())
+            || per_test_too.contains(&key.as_str())
+        {
+            build.env_remove(key);
+        }
+    }
+    let status = build
         .status()
         .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
     assert!(status.success(), "cargo build --example {name} failed");
