@@ -1,12 +1,18 @@
-//! The same lock on the primary that Redis Sentinel names, and the backend's own threads and
-//! errors. Failovers are in the slow group (`tests/slow/sentinel.rs`).
+//! The same lock on the primary that Redis Sentinel names: a waiter follows a failover, and the
+//! backend's own threads and errors. The other failovers are in the slow group
+//! (`tests/slow/sentinel.rs`).
 
 use std::time::Duration;
 
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Sentinel};
 
-use crate::support::{eventually, secs, ChildProcess, SentinelSet};
+use crate::support::{
+    assert_woken_by, eventually, patient, secs, spawn_waiter, ChildProcess, SentinelSet,
+};
+
+/// How long a test waits for a waiter to block before it gives up.
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_lock_lives_on_the_primary_the_sentinels_name() {
@@ -17,6 +23,27 @@ fn a_lock_lives_on_the_primary_the_sentinels_name() {
     assert_eq!(owner.as_deref(), Some(lock.id()));
     drop(guard);
     assert!(!lock.locked().unwrap());
+}
+
+#[test]
+fn a_waiter_moves_to_the_new_primary_while_the_old_one_is_still_a_primary() {
+    let set = SentinelSet::start();
+    let backend = set.backend();
+    let holder = patient(&backend, "moving").build().unwrap();
+    holder.acquire().unwrap();
+    let waiter_lock = patient(&backend, "moving").build().unwrap();
+    let waiter = spawn_waiter(waiter_lock, secs(60));
+    set.primary()
+        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    let old = set.failover_named();
+    set.primary()
+        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    // Not turned away by a demotion: Sentinel demotes a live old primary seconds later.
+    assert!(
+        set.is_primary(old),
+        "the waiter moved only once the old primary was demoted"
+    );
+    assert_woken_by(|| holder.release().unwrap(), waiter);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Sentinel failovers, on cue and by a killed primary: waiters and holders find the new primary,
+//! Sentinel failovers, on cue and by a killed primary: holders and waiters find the new primary,
 //! under the same `lost()` rules.
 
 use std::time::Duration;
@@ -6,15 +6,12 @@ use std::time::Duration;
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Sentinel};
 
-use crate::support::{assert_woken_by, eventually, secs, spawn_waiter, RedisServer, SentinelSet};
+use crate::support::{
+    assert_woken_by, eventually, patient, secs, spawn_waiter, RedisServer, SentinelSet,
+};
 
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
-
-/// A handle whose calls ride out a failover (a second to notice, a second or two to elect).
-fn patient(backend: &Sentinel, name: &str) -> redis_blpop_lock::LockBuilder {
-    Lock::builder(backend, name).io_timeout(secs(20))
-}
 
 #[test]
 fn a_sentinel_failover_moves_holder_and_waiter_to_the_new_primary() {
@@ -109,14 +106,6 @@ fn a_holder_renews_on_the_primary_the_sentinels_name_while_the_old_one_lives() {
     assert_eq!(owner(new, "switching").as_deref(), Some(holder.id()));
 }
 
-/// Whether the server on `port` says it is a primary.
-fn is_primary(set: &SentinelSet, port: u16) -> bool {
-    let role: redis::Value = redis::cmd("ROLE")
-        .query(&mut set.server(port).conn())
-        .unwrap();
-    format!("{role:?}").contains("master")
-}
-
 #[test]
 fn a_holder_whose_key_the_new_primary_lacks_learns_it_lost_the_lock() {
     let set = SentinelSet::start();
@@ -135,30 +124,9 @@ fn a_holder_whose_key_the_new_primary_lacks_learns_it_lost_the_lock() {
     });
     // Not from a demotion: Sentinel demotes a live old primary seconds later.
     assert!(
-        is_primary(&set, old),
+        set.is_primary(old),
         "lost() only once the old primary was demoted"
     );
-}
-
-#[test]
-fn a_waiter_moves_to_the_new_primary_while_the_old_one_is_still_a_primary() {
-    let set = SentinelSet::start();
-    let backend = set.backend();
-    let holder = patient(&backend, "moving").build().unwrap();
-    holder.acquire().unwrap();
-    let waiter_lock = patient(&backend, "moving").build().unwrap();
-    let waiter = spawn_waiter(waiter_lock, secs(60));
-    set.primary()
-        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    let old = set.failover_named();
-    set.primary()
-        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    // Not turned away by a demotion: Sentinel demotes a live old primary seconds later.
-    assert!(
-        is_primary(&set, old),
-        "the waiter moved only once the old primary was demoted"
-    );
-    assert_woken_by(|| holder.release().unwrap(), waiter);
 }
 
 /// A lock taken after `replace` made another node the primary (returning the old one's

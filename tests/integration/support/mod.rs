@@ -35,7 +35,7 @@ pub use quorum::{quorum_of, servers, urls};
 pub use random::{now_ns, Rng};
 // Outside `RedisServer`, only the TLS tests' server needs a port.
 #[cfg(feature = "sentinel")]
-pub use sentinel::SentinelSet;
+pub use sentinel::{patient, SentinelSet};
 #[cfg(feature = "tls")]
 pub use server::free_port;
 pub use server::{RedisServer, DISKLESS};

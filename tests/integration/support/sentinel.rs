@@ -92,6 +92,14 @@ impl SentinelSet {
         redis_blpop_lock::Sentinel::new(self.sentinel_urls(), self.service()).unwrap()
     }
 
+    /// Whether the server on `port` says it is a primary.
+    pub fn is_primary(&self, port: u16) -> bool {
+        let role: redis::Value = redis::cmd("ROLE")
+            .query(&mut self.server(port).conn())
+            .unwrap();
+        format!("{role:?}").contains("master")
+    }
+
     /// The server the sentinels name as the primary now.
     pub fn primary(&self) -> &RedisServer {
         let sentinel = &self.sentinels[0];
@@ -260,4 +268,9 @@ fn new_config_path() -> PathBuf {
         "redis-lock-test-{}-sentinel-{n}.conf",
         std::process::id()
     ))
+}
+
+/// A handle whose calls ride out a failover (a second to notice, a second or two to elect).
+pub fn patient(backend: &redis_blpop_lock::Sentinel, name: &str) -> redis_blpop_lock::LockBuilder {
+    redis_blpop_lock::Lock::builder(backend, name).io_timeout(Duration::from_secs(20))
 }
