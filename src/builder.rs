@@ -305,6 +305,13 @@ impl<K> LockBuilder<K> {
         self
     }
 
+    /// Lets `token` cancel the waits of the handle built: for the handles whose builders
+    /// offer it.
+    pub(crate) fn cancelled_by(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
     pub(crate) fn permits(mut self, permits: u32) -> Self {
         self.capacity = u64::from(permits);
         self

@@ -65,7 +65,7 @@ impl Lock {
     pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
         let cancel = &self.inner.settings.cancel;
         match &self.fair {
-            Some((keys, ask)) => self.inner.acquire_queued(keys, ask, wait, cancel),
+            Some((keys, ask)) => now(self.inner.acquire_queued(keys, ask, wait, cancel)),
             None => now(self.inner.acquire(wait, cancel)),
         }
     }

@@ -422,7 +422,7 @@ impl Lock {
 }
 
 /// Cancels a spawned acquire when the future waiting for it is dropped.
-struct Abandon(CancelToken);
+pub(super) struct Abandon(pub(super) CancelToken);
 
 impl Drop for Abandon {
     fn drop(&mut self) {

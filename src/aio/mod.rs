@@ -23,16 +23,21 @@
 //! `BLPOP` per name and which connections a process holds: the crate docs'
 //! [Async (tokio)](crate#async-tokio) section.
 
+mod acquisition;
 mod cache;
 mod guard;
 pub mod inspect;
 mod lock;
 mod reset_all;
+mod rwlock;
+mod semaphore;
 mod turn;
 
 pub use cache::Cache;
 pub use guard::{with_lock, LockGuard};
 pub use lock::Lock;
 pub use reset_all::reset_all;
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 
 use crate::driver::tokio::runtime;

@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::waits::{give_back_unattended, Ticket, Waited, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
+use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::queue::Ask;
 use crate::protocol::requests::Request;
+use crate::queue;
 use crate::transport::aio::AsyncTransport;
 use crate::transport::ConnId;
 use crate::{CancelToken, Error};
@@ -70,6 +73,21 @@ impl Runtime for Tokio {
                 inner.look(wait, cancel).await
             }
             tried => tried,
+        }
+    }
+
+    async fn wait_queue(
+        inner: &Inner<Self>,
+        queue: &QueueKeys,
+        ask: &Ask,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<queue::Waited, Error> {
+        let line = inner.line(queue);
+        match wait {
+            Wait::Never => line.try_once(ask).await,
+            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await,
+            Wait::Forever => line.wait(ask, None, cancel).await,
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{pop_request, token, Backoff, Line, Waited};
+use super::{pop_request, token, tried, Backoff, Line, Waited};
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
@@ -39,14 +39,8 @@ impl Line<'_, dyn AsyncTransport> {
             io_timeout: self.io_timeout,
             give_up: deadline.map(|d| d + grace(self.io_timeout)),
         };
-        let in_line = InLine(Some(Leaving {
-            transport: Arc::clone(self.transport),
-            keys: self.keys.clone(),
-            ask: ask.clone(),
-            io_timeout: self.io_timeout,
-            name: self.name.into(),
-        }));
-        let mut queued = Queued::new(deadline);
+        let in_line = self.in_line(ask);
+        let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
         let mut backoff = Backoff::default();
@@ -65,16 +59,10 @@ impl Line<'_, dyn AsyncTransport> {
                     self.rest(conn);
                     return Ok(Waited::TimedOut);
                 }
-                Step::Granted {
-                    token,
-                    believed_start,
-                } => {
+                Step::Granted { token, valid_until } => {
                     in_line.granted();
                     self.rest(conn);
-                    return Ok(Waited::Granted {
-                        token,
-                        believed_start,
-                    });
+                    return Ok(Waited::Granted { token, valid_until });
                 }
             };
             if cancel.is_cancelled() {
@@ -99,6 +87,36 @@ impl Line<'_, dyn AsyncTransport> {
                 }
             };
         }
+    }
+
+    /// One try that does not queue (`Mode::Try`): granted when nobody waits and the units fit.
+    /// Dropped before its reply, it gives back what it may have been granted, unattended.
+    pub(crate) async fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
+        let in_line = self.in_line(ask);
+        let sent = Instant::now();
+        let request = queue::acquire(self.keys, ask, Mode::Try);
+        let answered = send(self.transport, &request, Instant::now() + self.io_timeout).await;
+        match answered.and_then(|answered| tried(self.keys, sent, &answered)) {
+            Ok(waited) => {
+                in_line.granted();
+                Ok(waited)
+            }
+            Err(e) => {
+                in_line.leave(Instant::now() + self.io_timeout).await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// This waiter, in line until it is granted or leaves.
+    fn in_line(&self, ask: &Ask) -> InLine {
+        InLine(Some(Leaving {
+            transport: Arc::clone(self.transport),
+            keys: self.keys.clone(),
+            ask: ask.clone(),
+            io_timeout: self.io_timeout,
+            name: self.name.into(),
+        }))
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.

@@ -110,18 +110,10 @@ impl Line<'_, dyn Transport> {
     pub(crate) fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
         let sent = Instant::now();
         let answered = self.send(&queue::acquire(self.keys, ask, Mode::Try))?;
-        match queue::parse_acquire(self.keys, &answered)? {
-            queue::Asked::Granted { token, lease_left } => Ok(Waited::Granted {
-                token,
-                valid_until: lease_left.map(|left| sent + left),
-            }),
-            queue::Asked::Refused => Ok(Waited::TimedOut),
-            // A try never queues: one that did (against the protocol) must not stay in line.
-            queue::Asked::Waiting { .. } => {
-                self.leave(ask)?;
-                Err(Error::unexpected(&answered))
-            }
-        }
+        tried(self.keys, sent, &answered).or_else(|e| {
+            self.leave(ask)?;
+            Err(e)
+        })
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
@@ -206,6 +198,19 @@ impl Line<'_, dyn Transport> {
         drop(alarm);
         drop(registration);
         Ok(reply?)
+    }
+}
+
+/// What a try (`Mode::Try`) sent at `sent` came to, from its reply `answered`. A try never
+/// queues: one that did (against the protocol) is an error, and must not stay in line.
+fn tried(keys: &QueueKeys, sent: Instant, answered: &Value) -> Result<Waited, Error> {
+    match queue::parse_acquire(keys, answered)? {
+        queue::Asked::Granted { token, lease_left } => Ok(Waited::Granted {
+            token,
+            valid_until: lease_left.map(|left| sent + left),
+        }),
+        queue::Asked::Refused => Ok(Waited::TimedOut),
+        queue::Asked::Waiting { .. } => Err(Error::unexpected(answered)),
     }
 }
 

@@ -17,6 +17,8 @@ mod aio_faults;
 #[cfg(feature = "tokio")]
 mod aio_lock;
 #[cfg(feature = "tokio")]
+mod aio_queue;
+#[cfg(feature = "tokio")]
 mod aio_seams;
 #[cfg(feature = "tokio")]
 mod aio_shared;

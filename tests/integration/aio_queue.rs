@@ -1,0 +1,196 @@
+//! The async semaphore and read-write lock against real servers: tasks served in the order
+//! they came, k permits released wake k tasks, a dropped acquire leaves the queue at once, a
+//! runtime's end gives back the permits its tasks held, a frozen server ends a wait by its
+//! deadline, and a `CancelToken` ends a waiting task's wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{aio, CancelToken, Error};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::support::{secs, RedisServer};
+
+/// Long enough for a task to block on a loaded machine; the tests wait for the server to say
+/// it did.
+const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// A heartbeat no test outlives: a waiter that missed its hand-off would wait a minute for its
+/// next ask, and a dropped one would stay in line two.
+const SLOW_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// A semaphore `s` of `permits`, whose waiters ask again only every minute.
+fn semaphore(server: &RedisServer, permits: u32) -> Arc<aio::Semaphore> {
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", permits)
+        .heartbeat(SLOW_HEARTBEAT)
+        .build()
+        .unwrap();
+    Arc::new(semaphore)
+}
+
+/// A task that takes a permit of `semaphore` within a minute, says so on `done` with its
+/// name, and holds it until `release` says so.
+fn waiter(
+    semaphore: &Arc<aio::Semaphore>,
+    name: &'static str,
+    done: &mpsc::UnboundedSender<&'static str>,
+    release: oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<()> {
+    let (semaphore, done) = (Arc::clone(semaphore), done.clone());
+    tokio::spawn(async move {
+        let permit = semaphore.try_acquire_for(secs(60)).await.unwrap().unwrap();
+        done.send(name).unwrap();
+        let _ = release.await;
+        permit.release().await.unwrap();
+    })
+}
+
+/// The next name on `done`, within `limit`.
+async fn next(done: &mut mpsc::UnboundedReceiver<&'static str>, limit: Duration) -> &'static str {
+    tokio::time::timeout(limit, done.recv())
+        .await
+        .expect("no task was served in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_served_in_the_order_they_came() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 1);
+    let first = semaphore.acquire().await.unwrap();
+    let (done, mut order) = mpsc::unbounded_channel();
+    let mut releases = Vec::new();
+    let mut tasks = Vec::new();
+    for (n, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let (release, released) = oneshot::channel();
+        tasks.push(waiter(&semaphore, name, &done, released));
+        releases.push(release);
+        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+    }
+    first.release().await.unwrap();
+    let mut served = Vec::new();
+    for release in releases {
+        served.push(next(&mut order, secs(30)).await);
+        release.send(()).unwrap();
+    }
+    assert_eq!(served, ["a", "b", "c", "d"]);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_released_together_wake_as_many_tasks() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 3);
+    let all = semaphore.acquire_many(3).await.unwrap();
+    let (done, mut woken) = mpsc::unbounded_channel();
+    let mut held = Vec::new();
+    for (n, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let (release, released) = oneshot::channel();
+        held.push((release, waiter(&semaphore, name, &done, released)));
+        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+    }
+    all.release().await.unwrap();
+    // All three hold at once, long before the next heartbeat: each was handed its permit.
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(next(&mut woken, secs(20)).await);
+    }
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    for (release, task) in held {
+        release.send(()).unwrap();
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_leaves_the_queue_and_the_task_behind_is_served_at_once() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 1);
+    let holder = semaphore.acquire().await.unwrap();
+    let dropped = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move { semaphore.acquire().await.map(drop) })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    let (done, mut served) = mpsc::unbounded_channel();
+    let (release, released) = oneshot::channel();
+    let behind = waiter(&semaphore, "behind", &done, released);
+    server.until_blocked(2, BLOCK_LIMIT, || false);
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    holder.release().await.unwrap();
+    // Its heartbeat a minute away, the dropped waiter would hold up the queue for two had it
+    // not left.
+    assert_eq!(next(&mut served, secs(20)).await, "behind");
+    release.send(()).unwrap();
+    behind.await.unwrap();
+    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+}
+
+#[test]
+fn a_runtime_that_ends_with_a_permit_held_gives_it_back() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let permit = runtime.block_on(async { semaphore(&server, 2).acquire_arc().await.unwrap() });
+    // A task the runtime drops as it ends, with the permit.
+    drop(runtime.spawn(async move {
+        let _permit = permit;
+        std::future::pending::<()>().await;
+    }));
+    drop(runtime);
+    // The permit's lease is 30 s: back at once, it was given back, not left to expire.
+    let holders: usize = server.conn().zcard("semaphore:{s}:holders").unwrap();
+    assert_eq!(holders, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_ends_a_wait_by_its_deadline() {
+    let server = RedisServer::start();
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(700)).await;
+    let took = started.elapsed();
+    server.resume();
+    assert!(matches!(waited, Err(_) | Ok(None)));
+    assert!(took < secs(3), "the wait took {took:?}");
+    drop(permit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_token_ends_a_waiting_tasks_wait_and_it_leaves_the_queue() {
+    let server = RedisServer::start();
+    let cancel = CancelToken::new();
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", 1)
+        .heartbeat(SLOW_HEARTBEAT)
+        .cancel_token(cancel.clone())
+        .build()
+        .unwrap();
+    let semaphore = Arc::new(semaphore);
+    let permit = semaphore.acquire().await.unwrap();
+    let waiting = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move { semaphore.acquire().await.map(drop) })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    cancel.cancel();
+    let ended = tokio::time::timeout(secs(20), waiting).await;
+    assert!(matches!(ended, Ok(Ok(Err(Error::Cancelled { .. })))));
+    let queued: usize = server.conn().zcard("semaphore:{s}:queue").unwrap();
+    assert_eq!(queued, 0);
+    permit.release().await.unwrap();
+}
