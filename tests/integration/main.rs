@@ -41,6 +41,8 @@ mod lock;
 #[cfg(all(feature = "metrics", feature = "tracing"))]
 mod observe;
 mod outcomes;
+#[cfg(feature = "cluster")]
+mod queue_backends;
 mod queue_engine;
 mod quorum;
 mod quorum_faults;

@@ -14,6 +14,8 @@ mod aio_lock;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "sentinel")]
+mod queue_sentinel;
 mod quorum_soak;
 #[cfg(feature = "sentinel")]
 mod sentinel;
