@@ -290,3 +290,51 @@ async fn a_newcomer_does_not_take_the_fair_lock_ahead_of_a_waiting_task() {
     let keys: Vec<String> = server.conn().keys("lock:*").unwrap();
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_semaphore_hands_off_on_a_cluster() {
+    let cluster = crate::support::RedisCluster::shared();
+    let semaphore = aio::Semaphore::new(&cluster.client(), "aio-cluster-permits", 1).unwrap();
+    let semaphore = Arc::new(semaphore);
+    let permit = semaphore.acquire().await.unwrap();
+    let primary = cluster.primary_for("semaphore:{aio-cluster-permits}:holders");
+    let before = primary.blocked_clients();
+    let waiter = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move {
+            semaphore
+                .try_acquire_for(secs(60))
+                .await
+                .map(|p| p.is_some())
+        })
+    };
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    permit.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap());
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_follows_its_slot_to_another_primary() {
+    let cluster = crate::support::RedisCluster::start();
+    let lock = Arc::new(aio::RwLock::new(&cluster.client(), "moving").unwrap());
+    let write = lock.write().await.unwrap();
+    let key = "rwlock:{moving}:holders";
+    let source = cluster.primary_for(key);
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source.port)
+        .unwrap();
+    let reader = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.try_read_for(secs(60)).await.map(|r| r.is_some()) })
+    };
+    source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    cluster.migrate_slot(cluster.slot_of(key), target.port);
+    // Its heartbeat (every 2 s) is turned away from the old primary and asks the new one.
+    target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    write.unlock().await.unwrap();
+    assert!(reader.await.unwrap().unwrap());
+}
