@@ -1,4 +1,3 @@
-#![allow(dead_code)] // Used by the async handles: next.
 //! The async wait of the fair queue engine: the blocking wait's twin ([`super`]) over the
 //! async transport, driven by the same [`Queued`]. Each waiting task blocks in `BLPOP` on its
 //! own signal list, on a connection of its own (a waiter waits for its own grant, not for a
