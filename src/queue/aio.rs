@@ -362,6 +362,31 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_dropped_with_a_grant_unseen_passes_it_on() {
+        let fixture = Fixture::new();
+        let holder = fixture.hold("h");
+        let lapse = Duration::from_secs(60);
+        let transport = Arc::clone(&fixture.transport).to_async();
+        let line = line(&fixture, &transport);
+        let (first, cancel) = (patient("a", lapse), CancelToken::new());
+        let mut dropped = Box::pin(line.wait(&first, None, &cancel));
+        // Polled until it waits in line, then no more: it never sees its grant.
+        let polled = tokio::time::timeout(Duration::from_millis(500), &mut dropped).await;
+        assert!(polled.is_err());
+        fixture.until_waiters(1);
+        let second = waiting(&fixture, patient("b", lapse), None, CancelToken::new());
+        fixture.until_waiters(2);
+        let released = fixture.line().send(&queue::release(&fixture.keys, &holder));
+        assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
+        assert_eq!(fixture.state().holders[0].id, b"a");
+        drop(dropped);
+        // "a" holds without expiry: only its leave hands the grant on to "b".
+        let served = tokio::time::timeout(Duration::from_secs(20), second).await;
+        assert!(matches!(served, Ok(Ok(Ok(Waited::Granted { .. })))));
+        assert_eq!(fixture.state().holders[0].id, b"b");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_wait_ends_its_blpop_at_once_and_leaves_the_queue() {
         let fixture = Fixture::new();
         fixture.hold("h");
