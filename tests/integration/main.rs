@@ -77,7 +77,6 @@ fn child_process_role() {
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "renewals::frozen" => renewals::frozen(&client, &args),
-        "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
         "semaphore::hold" => semaphore::hold(&client, &args),
         "semaphore::wait" => semaphore::wait(&client, &args),
