@@ -4,6 +4,7 @@
 //! its deadline, a `CancelToken` ends a waiting task's wait; a waiting writer is not passed by
 //! later readers, downgrade lets readers in, upgrade is refused; the fair lock is not barged.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use redis::Commands;
 use redis_blpop_lock::{aio, CancelToken, Error};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::{secs, RedisServer};
+use crate::support::{connections, eventually, secs, RedisServer};
 
 /// Long enough for a task to block on a loaded machine; the tests wait for the server to say
 /// it did.
@@ -79,6 +80,38 @@ async fn tasks_are_served_in_the_order_they_came() {
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_tasks_hold_than_there_are_permits_and_all_are_served() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(aio::Semaphore::new(&server.client(), "s", 3).unwrap());
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (semaphore, inside, most) = (semaphore.clone(), inside.clone(), most.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let permit = semaphore.acquire().await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(secs(60), task).await.unwrap().unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+    // Nothing is left but the fencing counter, and the waiters' connections close once idle.
+    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+    eventually(secs(10), "the idle waiters' connections to close", || {
+        connections(&server) <= 1
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
