@@ -317,13 +317,13 @@ mod tests {
         Ask::new(id, 1, 1, None, lapse).unwrap()
     }
 
-    fn line(
-        fixture: &Fixture,
-        transport: &Arc<dyn AsyncTransport>,
-    ) -> Line<'static, dyn AsyncTransport> {
+    fn line<'a>(
+        transport: &'a Arc<dyn AsyncTransport>,
+        keys: &'a QueueKeys,
+    ) -> Line<'a, dyn AsyncTransport> {
         Line {
-            transport: Box::leak(Box::new(Arc::clone(transport))),
-            keys: Box::leak(Box::new(fixture.keys.clone())),
+            transport,
+            keys,
             name: "db",
             io_timeout: Duration::from_secs(5),
         }
@@ -336,8 +336,11 @@ mod tests {
         cancel: CancelToken,
     ) -> tokio::task::JoinHandle<Result<Waited, Error>> {
         let transport = Arc::clone(&fixture.transport).to_async();
-        let line = line(fixture, &transport);
-        tokio::spawn(async move { line.wait(&ask, deadline, &cancel).await })
+        let keys = fixture.keys.clone();
+        tokio::spawn(async move {
+            let line = line(&transport, &keys);
+            line.wait(&ask, deadline, &cancel).await
+        })
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,7 +370,7 @@ mod tests {
         let holder = fixture.hold("h");
         let lapse = Duration::from_secs(60);
         let transport = Arc::clone(&fixture.transport).to_async();
-        let line = line(&fixture, &transport);
+        let line = line(&transport, &fixture.keys);
         let (first, cancel) = (patient("a", lapse), CancelToken::new());
         let mut dropped = Box::pin(line.wait(&first, None, &cancel));
         // Polled until it waits in line, then no more: it never sees its grant.
