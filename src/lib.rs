@@ -904,8 +904,8 @@
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
-#[cfg(feature = "tokio")]
 mod acquisition;
+#[cfg(feature = "tokio")]
 pub mod aio;
 mod backend;
 mod builder;
