@@ -387,6 +387,8 @@
 //! holders), a fair [`Lock`] (`Lock::builder(..).fair(true)`: first come, first served across
 //! processes) and a [`RwLock`] (many readers or one writer). Like the lock, they block in
 //! `BLPOP` and wake in about one round trip; unlike it, they are not python-redis-lock's.
+//! With the `tokio` feature, `aio::Semaphore`, `aio::RwLock` and `aio::Lock`'s `.fair(true)` are
+//! the same for async code; a dropped acquire future leaves the queue.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
