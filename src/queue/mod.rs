@@ -217,7 +217,8 @@ impl From<Fault> for PopFault {
     }
 }
 
-/// The token in a `BLPOP` reply; `nil` when it timed out or was ended.
+/// The token in a `BLPOP` reply; none when it timed out, was ended, or was woken by
+/// `reset_all`.
 fn token(reply: &Value) -> Result<Option<u64>, Error> {
     let token = match reply {
         Value::Nil => return Ok(None),
@@ -225,6 +226,8 @@ fn token(reply: &Value) -> Result<Option<u64>, Error> {
         other => return Err(Error::unexpected(other)),
     };
     match token {
+        // `reset_all` took the entry away: ask again, and join anew.
+        Some(Value::BulkString(text)) if text == queue::WAKE => Ok(None),
         Some(Value::BulkString(text)) => std::str::from_utf8(text)
             .ok()
             .and_then(|t| t.parse().ok())

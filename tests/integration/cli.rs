@@ -331,7 +331,7 @@ fn reset_all_with_yes_frees_locks_and_wakes_waiters() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "reset 2 locks\n");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "reset 2 holds\n");
     let waited = finish(waiter);
     assert!(waited.status.success(), "{}", stderr(&waited));
     let after = reset_at.elapsed();
@@ -541,7 +541,7 @@ fn with_cluster_the_url_is_a_seed_node_for_run_status_and_reset() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&reset.stdout).trim(),
-        "reset 1 lock"
+        "reset 1 hold"
     );
     let output = finish(holder);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
@@ -864,8 +864,8 @@ fn list_shows_every_held_lock_with_its_owner_and_ttl() {
     assert_eq!(
         list,
         serde_json::json!([
-            {"name": "a", "owner": "one", "ttl_ms": ttl},
-            {"name": "b", "owner": "two", "ttl_ms": null},
+            {"kind": "lock", "name": "a", "owner": "one", "ttl_ms": ttl},
+            {"kind": "lock", "name": "b", "owner": "two", "ttl_ms": null},
         ])
     );
     let output = redis_lock(&server).arg("list").output().unwrap();
@@ -933,7 +933,7 @@ fn list_on_a_quorum_shows_what_a_majority_holds() {
     let list = list_json(redis_lock_over(&servers));
     assert_eq!(
         list,
-        serde_json::json!([{"name": "q", "owner": "holder", "ttl_ms": null}])
+        serde_json::json!([{"kind": "lock", "name": "q", "owner": "holder", "ttl_ms": null}])
     );
 }
 
@@ -950,7 +950,7 @@ fn list_behind_sentinel_reads_the_named_primary() {
     let list = list_json(redis_lock_at(&args));
     assert_eq!(
         list,
-        serde_json::json!([{"name": "s", "owner": "holder", "ttl_ms": null}])
+        serde_json::json!([{"kind": "lock", "name": "s", "owner": "holder", "ttl_ms": null}])
     );
 }
 
