@@ -3,7 +3,7 @@
 //! `SCAN` over every primary's lock keys that [`reset_all`](crate::reset_all) shares. The
 //! semaphores, fair locks and read-write locks: [`queues`] and [`queue`].
 
-mod queues;
+pub(crate) mod queues;
 
 pub use crate::protocol::keys::Primitive;
 pub(crate) use queues::each_queue;

@@ -708,9 +708,14 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +client|id +client|unblock +client|kill
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|unblock +client|kill
 //! ```
 //!
+//! - `~semaphore:* ~fair-lock:* ~rwlock:*` and `+time +zadd +zrem +zrange +zrangebyscore
+//!   +zscore +zrank +zcard +hset +hget +hmget +hdel` are for the semaphore, the fair lock and
+//!   the read-write lock: the commands inside `scripts/queue_*.lua` (their line is a sorted
+//!   set, their holders a sorted set and a hash, their clock the server's `TIME`). A program
+//!   that uses only the default lock can leave them out.
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).

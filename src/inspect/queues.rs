@@ -126,11 +126,21 @@ pub fn queue(
     name: &str,
     io_timeout: Duration,
 ) -> Result<Queue, Error> {
+    queue_on(&*transport_of(backend)?, kind, name, io_timeout)
+}
+
+/// [`queue`] on `transport`.
+pub(crate) fn queue_on(
+    transport: &(dyn Transport + 'static),
+    kind: Primitive,
+    name: &str,
+    io_timeout: Duration,
+) -> Result<Queue, Error> {
     if name.is_empty() {
         return Err(Error::invalid("the name is empty"));
     }
     let deadline = deadlines(io_timeout)?;
-    read(&*transport_of(backend)?, kind, name, deadline())
+    read(transport, kind, name, deadline())
 }
 
 /// Reads the state of the `kind` primitive `name` through `keys_to`.

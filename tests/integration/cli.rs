@@ -15,7 +15,7 @@ use crate::support::{eventually, send_signal, RedisServer};
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
-const HUNG: Duration = Duration::from_secs(60);
+pub(crate) const HUNG: Duration = Duration::from_secs(60);
 /// A woken waiter must start well before this; one that missed its wake-up would try again
 /// only after the lock's 5 s longest block.
 const WOKEN_WITHIN: Duration = Duration::from_secs(3);
@@ -28,7 +28,7 @@ echo started >> "$1"; sleep 60 & wait"#;
 const DIES_OF_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; trap - TERM; kill -TERM $$' TERM
 echo started >> "$1"; sleep 60 & wait"#;
 
-fn redis_lock(server: &RedisServer) -> Command {
+pub(crate) fn redis_lock(server: &RedisServer) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
     cmd.arg("--url")
         .arg(server.url())
@@ -49,7 +49,7 @@ fn finish(mut child: Child) -> Output {
         .expect("collect redis-lock's output")
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -734,12 +734,12 @@ fn run_holding(server: &RedisServer, name: &str) -> Child {
     run
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// `list --json` at `cmd`'s place, parsed.
-fn list_json(mut cmd: Command) -> serde_json::Value {
+pub(crate) fn list_json(mut cmd: Command) -> serde_json::Value {
     let output = cmd.args(["list", "--json"]).output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     serde_json::from_slice(&output.stdout).unwrap()

@@ -18,6 +18,7 @@ macro_rules! err {
 }
 
 mod admin;
+mod hold;
 mod peek;
 mod place;
 mod queues;
