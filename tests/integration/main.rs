@@ -28,6 +28,8 @@ mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_queues;
 mod fair_lock;
 mod fault_injection;
 mod faults;
@@ -40,6 +42,7 @@ mod lock;
 mod observe;
 mod outcomes;
 mod queue_engine;
+mod queue_ops;
 mod quorum;
 mod quorum_faults;
 mod renewals;

@@ -1,0 +1,239 @@
+//! `redis-lock` on the semaphores, fair locks and read-write locks: `status` and `list` show
+//! holders and the line, `reset` ends a named hold or all of them, and `run --permits`,
+//! `--read`, `--write` and `--fair` hold them while a command runs.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use redis_blpop_lock::inspect::{self, Primitive};
+use redis_blpop_lock::{Lock, Semaphore};
+
+use crate::cli::{list_json, redis_lock, stderr, stdout, HUNG};
+use crate::support::{secs, RedisServer};
+
+/// A thread that waits for a permit of semaphore `name` (of `permits`) as acquisition
+/// `<id>:0` and reports on `done` once it holds it; it holds it until `release` says so.
+fn waiter(
+    client: &redis::Client,
+    name: &'static str,
+    permits: u32,
+    id: &'static str,
+    done: mpsc::Sender<()>,
+    release: mpsc::Receiver<()>,
+) -> thread::JoinHandle<()> {
+    let client = client.clone();
+    thread::spawn(move || {
+        let semaphore = Semaphore::builder(&client, name, permits)
+            .id(id)
+            .build()
+            .unwrap();
+        let permit = semaphore.try_acquire_for(HUNG).unwrap().expect("a permit");
+        done.send(()).unwrap();
+        let _ = release.recv();
+        permit.release().unwrap();
+    })
+}
+
+#[test]
+fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::builder(&client, "db", 1)
+        .id("holder")
+        .build()
+        .unwrap();
+    let permit = holder.acquire().unwrap();
+    let (done, got) = mpsc::channel();
+    let (_release, released) = mpsc::channel();
+    let (_release_too, released_too) = mpsc::channel();
+    let _first = waiter(&client, "db", 1, "first", done.clone(), released);
+    server.until_blocked(1, HUNG, || false);
+    let _second = waiter(&client, "db", 1, "second", done, released_too);
+    server.until_blocked(2, HUNG, || false);
+
+    let output = redis_lock(&server)
+        .args(["status", "--semaphore", "db", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let ttl = status["holders"][0]["ttl_ms"].as_u64().expect("a lease");
+    let lapses = |at: usize| status["waiters"][at]["lapses_in_ms"].as_u64().unwrap();
+    assert_eq!(
+        status,
+        serde_json::json!({
+            "kind": "semaphore", "name": "db", "held": true, "used": 1,
+            "holders": [{"id": "holder:0", "units": 1, "ttl_ms": ttl,
+                         "token": permit.fencing_token()}],
+            "waiters": [{"id": "first:0", "units": 1, "lapses_in_ms": lapses(0)},
+                        {"id": "second:0", "units": 1, "lapses_in_ms": lapses(1)}],
+        })
+    );
+    let text = stdout(
+        &redis_lock(&server)
+            .args(["status", "--semaphore", "db"])
+            .output()
+            .unwrap(),
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "semaphore \"db\": 1 holder, 2 waiting");
+    assert!(
+        lines[1].starts_with("  held by \"holder:0\", expires in "),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("  waiting 1: \"first:0\", 1 permit, lapses in "),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with("  waiting 2: \"second:0\", 1 permit, "),
+        "{text}"
+    );
+
+    permit.release().unwrap();
+    got.recv_timeout(HUNG).unwrap();
+}
+
+#[test]
+fn status_of_a_free_primitive_says_free_and_exits_1() {
+    let server = RedisServer::start();
+    for kind in ["--semaphore", "--fair", "--rwlock"] {
+        let output = redis_lock(&server)
+            .args(["status", kind, "idle"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        assert!(
+            stdout(&output).ends_with("\"idle\": free\n"),
+            "{}",
+            stdout(&output)
+        );
+    }
+}
+
+#[test]
+fn list_shows_the_queue_primitives_after_the_locks() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = Lock::builder(&client, "plain").id("one").build().unwrap();
+    assert!(lock.try_acquire().unwrap());
+    let fair = Lock::builder(&client, "deploys")
+        .fair(true)
+        .id("two")
+        .build()
+        .unwrap();
+    assert!(fair.try_acquire().unwrap());
+    let backups = Semaphore::builder(&client, "backups", 4)
+        .id("three")
+        .build()
+        .unwrap();
+    let _permit = backups.acquire_many(3).unwrap();
+
+    let list = list_json(redis_lock(&server));
+    let kinds: Vec<(&str, &str)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["kind"].as_str().unwrap(),
+                entry["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("lock", "plain"),
+            ("semaphore", "backups"),
+            ("fair-lock", "deploys")
+        ]
+    );
+    assert_eq!(list[1]["holders"][0]["units"], 3);
+    let text = stdout(&redis_lock(&server).arg("list").output().unwrap());
+    assert!(
+        text.contains("semaphore \"backups\": 1 holder, 0 waiting\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fair-lock \"deploys\": 1 holder, 0 waiting\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holders = Semaphore::builder(&client, "s", 2)
+        .id("holder")
+        .build()
+        .unwrap();
+    let kept = holders.acquire().unwrap();
+    let _ended = holders.acquire().unwrap();
+    let (done, got) = mpsc::channel();
+    let (_release, released) = mpsc::channel();
+    let _waiter = waiter(&client, "s", 2, "waiter", done, released);
+    server.until_blocked(1, HUNG, || false);
+
+    for (args, saying) in [
+        (
+            &["--semaphore", "s", "--permits", "2"][..],
+            "name one with --id",
+        ),
+        (&["--semaphore", "s", "--id", "holder:1"], "--permits N"),
+        (&["s", "--id", "holder:1"], "--id and --permits are for"),
+    ] {
+        let output = redis_lock(&server)
+            .arg("reset")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&output).contains(saying), "{}", stderr(&output));
+    }
+    let output = redis_lock(&server)
+        .args([
+            "reset",
+            "--semaphore",
+            "s",
+            "--permits",
+            "2",
+            "--id",
+            "holder:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "semaphore \"s\": released \"holder:1\"'s hold (the first waiters take it)\n"
+    );
+    got.recv_timeout(HUNG).expect("the waiter took the permit");
+    let queue = inspect::queue(&client, Primitive::Semaphore, "s", secs(5)).unwrap();
+    let mut ids: Vec<&str> = queue.holders.iter().map(|h| h.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["holder:0", "waiter:0"]);
+    drop(kept);
+}
+
+#[test]
+fn reset_force_ends_every_hold_of_a_read_write_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rw = redis_blpop_lock::RwLock::new(&client, "config").unwrap();
+    let _one = rw.read().unwrap();
+    let _two = rw.read().unwrap();
+    let output = redis_lock(&server)
+        .args(["reset", "--rwlock", "config", "--force"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "rwlock \"config\": released 2 holds (the first waiters take them)\n"
+    );
+    let queue = inspect::queue(&client, Primitive::RwLock, "config", Duration::from_secs(5));
+    assert!(queue.unwrap().holders.is_empty());
+}
