@@ -40,7 +40,7 @@ pub(crate) fn redis_lock(server: &RedisServer) -> Command {
 }
 
 /// Waits for `child` to exit (failing the test if it hangs) and collects its output.
-fn finish(mut child: Child) -> Output {
+pub(crate) fn finish(mut child: Child) -> Output {
     eventually(HUNG, "redis-lock to exit", || {
         child.try_wait().expect("wait for redis-lock").is_some()
     });

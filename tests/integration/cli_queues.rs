@@ -2,15 +2,16 @@
 //! holders and the line, `reset` ends a named hold or all of them, and `run --permits`,
 //! `--read`, `--write` and `--fair` hold them while a command runs.
 
+use std::process::{Child, Output};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{Lock, Semaphore};
 
-use crate::cli::{list_json, redis_lock, stderr, stdout, HUNG};
-use crate::support::{secs, RedisServer};
+use crate::cli::{finish, list_json, redis_lock, stderr, stdout, HUNG};
+use crate::support::{eventually, secs, send_signal, RedisServer};
 
 /// A thread that waits for a permit of semaphore `name` (of `permits`) as acquisition
 /// `<id>:0` and reports on `done` once it holds it; it holds it until `release` says so.
@@ -236,4 +237,168 @@ fn reset_force_ends_every_hold_of_a_read_write_lock() {
     );
     let queue = inspect::queue(&client, Primitive::RwLock, "config", Duration::from_secs(5));
     assert!(queue.unwrap().holders.is_empty());
+}
+
+/// A `redis-lock run ARGS... -- sleep 60`, once the `kind` primitive `name` has `holders`
+/// holders.
+fn run_holding(
+    server: &RedisServer,
+    args: &[&str],
+    kind: Primitive,
+    name: &str,
+    holders: usize,
+) -> Child {
+    let run = redis_lock(server)
+        .arg("run")
+        .args(args)
+        .args(["--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    eventually(HUNG, format!("{holders} holders of {name}"), || {
+        inspect::queue(&server.client(), kind, name, secs(5))
+            .unwrap()
+            .holders
+            .len()
+            == holders
+    });
+    run
+}
+
+/// A `redis-lock run ARGS... --no-wait -- true`: its output.
+fn run_once(server: &RedisServer, args: &[&str]) -> Output {
+    redis_lock(server)
+        .arg("run")
+        .args(args)
+        .args(["--no-wait", "--", "true"])
+        .output()
+        .unwrap()
+}
+
+/// Ends a run with SIGTERM, which its command gets; the run releases what it held.
+fn end(run: Child) {
+    send_signal(run.id(), "TERM");
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
+}
+
+#[test]
+fn run_with_permits_lets_at_most_n_runs_hold_at_once() {
+    let server = RedisServer::start();
+    let semaphore = ["--permits", "2", "backups"];
+    let one = run_holding(&server, &semaphore, Primitive::Semaphore, "backups", 1);
+    let two = run_holding(&server, &semaphore, Primitive::Semaphore, "backups", 2);
+    let third = run_once(&server, &semaphore);
+    assert_eq!(third.status.code(), Some(1), "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains("is busy, 2 holding, 0 waiting; nothing ran"),
+        "{}",
+        stderr(&third)
+    );
+    end(one);
+    let third = run_once(&server, &semaphore);
+    assert!(third.status.success(), "{}", stderr(&third));
+    end(two);
+}
+
+#[test]
+fn a_sigkilled_runs_permit_returns_at_its_expiry_for_the_next_run() {
+    let server = RedisServer::start();
+    let semaphore = ["--permits", "1", "s", "--expire", "2"];
+    let mut holder = run_holding(&server, &semaphore, Primitive::Semaphore, "s", 1);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let killed = Instant::now();
+    let next = redis_lock(&server)
+        .args([
+            "run",
+            "--permits",
+            "1",
+            "s",
+            "--timeout",
+            "30",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(next.status.success(), "{}", stderr(&next));
+    // Not before the expiry: nobody gave the permit back.
+    let waited = killed.elapsed();
+    assert!(waited > Duration::from_millis(1500), "{waited:?}");
+}
+
+#[test]
+fn read_runs_hold_together_and_a_write_run_is_kept_out() {
+    let server = RedisServer::start();
+    let one = run_holding(
+        &server,
+        &["--read", "config"],
+        Primitive::RwLock,
+        "config",
+        1,
+    );
+    let two = run_holding(
+        &server,
+        &["--read", "config"],
+        Primitive::RwLock,
+        "config",
+        2,
+    );
+    let writer = run_once(&server, &["--write", "config"]);
+    assert_eq!(writer.status.code(), Some(1), "{}", stderr(&writer));
+    end(one);
+    end(two);
+    let writer = run_holding(
+        &server,
+        &["--write", "config"],
+        Primitive::RwLock,
+        "config",
+        1,
+    );
+    let reader = run_once(&server, &["--read", "config"]);
+    assert_eq!(reader.status.code(), Some(1), "{}", stderr(&reader));
+    end(writer);
+}
+
+#[test]
+fn a_fair_run_holds_the_fair_lock_and_not_python_redis_locks() {
+    let server = RedisServer::start();
+    let fair = run_holding(
+        &server,
+        &["--fair", "deploys"],
+        Primitive::FairLock,
+        "deploys",
+        1,
+    );
+    let busy = run_once(&server, &["--fair", "deploys"]);
+    assert_eq!(busy.status.code(), Some(1), "{}", stderr(&busy));
+    // A different lock of the same name: python-redis-lock's is free.
+    let plain = run_once(&server, &["deploys"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    end(fair);
+}
+
+#[test]
+fn a_signal_while_waiting_in_a_semaphores_line_runs_nothing() {
+    let server = RedisServer::start();
+    let holder = run_holding(
+        &server,
+        &["--permits", "1", "s"],
+        Primitive::Semaphore,
+        "s",
+        1,
+    );
+    let waiter = redis_lock(&server)
+        .args(["run", "--permits", "1", "s", "--", "echo", "ran"])
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the run to wait in line", || {
+        let queue = inspect::queue(&server.client(), Primitive::Semaphore, "s", secs(5));
+        queue.unwrap().waiters.len() == 1
+    });
+    send_signal(waiter.id(), "TERM");
+    let output = finish(waiter);
+    assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "", "the command ran");
+    end(holder);
 }

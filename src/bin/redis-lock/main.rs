@@ -257,6 +257,27 @@ struct RunArgs {
     /// The owner id stored in the lock while it is held (default: HOST:PID:RANDOM).
     #[arg(long, value_parser = NonEmptyStringValueParser::new())]
     id: Option<String>,
+    /// Take one of N permits of the semaphore NAME (keys semaphore:{NAME}:*) instead of the
+    /// lock: at most N runs on NAME at once, served in the order they asked. Every run on
+    /// NAME should give the same N.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with_all = ["read", "write", "fair"]
+    )]
+    permits: Option<u32>,
+    /// Hold the read-write lock NAME (keys rwlock:{NAME}:*) shared: runs with --read run
+    /// together, but not while a --write run does, and not ahead of one that asked first.
+    #[arg(long, conflicts_with_all = ["write", "fair"])]
+    read: bool,
+    /// Hold the read-write lock NAME exclusively: no other --read or --write run meanwhile.
+    #[arg(long, conflicts_with = "fair")]
+    write: bool,
+    /// Take the fair lock NAME (keys fair-lock:{NAME}:*) instead of python-redis-lock's:
+    /// runs take it in the order they asked.
+    #[arg(long)]
+    fair: bool,
     /// Exit with N instead of 1 when the lock is busy.
     #[arg(
         long,

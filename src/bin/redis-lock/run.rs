@@ -14,7 +14,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 
-use crate::hold::{Hold, Target};
+use crate::hold::{Hold, Target, Took};
 use crate::place::Place;
 use crate::{exit, Failure, Outcome, RunArgs};
 
@@ -28,19 +28,15 @@ const FORWARDED: [c_int; 3] = [SIGINT, SIGTERM, SIGHUP];
 
 enum Event {
     Signal(Origin),
-    /// The wait ended; its thread has the outcome.
-    Acquired,
+    Acquired(Took<'static>),
 }
 
 /// How the wait for the lock ended.
-enum Taken<'t> {
-    Yes(Box<dyn Hold + 't>),
+enum Taken {
+    Yes(Box<dyn Hold>),
     Busy,
     Interrupted(c_int),
 }
-
-/// The outcome of a wait.
-type Took<'t> = Result<Option<Box<dyn Hold + 't>>, Error>;
 
 pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
     let cancel = CancelToken::new();
@@ -48,40 +44,31 @@ pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
         Some(id) => id.clone(),
         None => default_id(place, &args.name)?,
     };
-    let lock = place
-        .lock(&args.name)
-        .expire(args.expire)
-        .auto_renewal(true)
-        .cancel_token(cancel.clone())
-        .id(id)
-        .build()
-        .map_err(|e| place.failure(e))?;
-    let target = Target::Lock(lock);
+    // Kept for as long as redis-lock runs: the wait's thread borrows it, and a queue
+    // primitive's wait, which no signal can end, may still be in it when redis-lock exits.
+    let target: &'static Target = Box::leak(Box::new(Target::new(place, &args, id, &cancel)?));
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    // Scoped: the wait's thread borrows the handle, and hands back a hold that does too.
-    thread::scope(
-        |scope| match take(place, &target, &cancel, &args, scope, &events, &received)? {
-            Taken::Yes(hold) => supervise(place, hold, &args, &received),
-            Taken::Busy => {
-                err!(
-                    "redis-lock: lock {:?} is busy{}; nothing ran",
-                    args.name,
-                    target.held_by()
-                );
-                Ok(args.conflict_exit_code)
-            }
-            Taken::Interrupted(signal) => {
-                err!(
-                    "redis-lock: interrupted while waiting for lock {:?}; nothing ran",
-                    args.name
-                );
-                Ok(signal_exit_code(signal))
-            }
-        },
-    )
+    match take(place, target, &cancel, &args, &events, &received)? {
+        Taken::Yes(hold) => supervise(place, hold, &args, &received),
+        Taken::Busy => {
+            err!(
+                "redis-lock: lock {:?} is busy{}; nothing ran",
+                args.name,
+                target.held_by(place)
+            );
+            Ok(args.conflict_exit_code)
+        }
+        Taken::Interrupted(signal) => {
+            err!(
+                "redis-lock: interrupted while waiting for lock {:?}; nothing ran",
+                args.name
+            );
+            Ok(signal_exit_code(signal))
+        }
+    }
 }
 
 /// `HOST:PID:RANDOM`: an operator who sees it in `status` or `list` knows which host and
@@ -127,16 +114,17 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 }
 
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
-/// on a thread, which a signal ends through the lock's cancel token.
-fn take<'t, 's>(
+/// on a thread, which a signal ends through the lock's cancel token. A queue primitive's
+/// wait has no cancel token: a signal ends the wait at once, and the place in line, with
+/// any grant that came to it, lapses within the heartbeat's lapse window (4 s).
+fn take(
     place: &Place,
-    target: &'t Target,
+    target: &'static Target,
     cancel: &CancelToken,
     args: &RunArgs,
-    scope: &'s thread::Scope<'s, 't>,
     events: &Sender<Event>,
     received: &Receiver<Event>,
-) -> Result<Taken<'t>, Failure> {
+) -> Result<Taken, Failure> {
     let started = Instant::now();
     if let Some(hold) = acquired(place, target.try_take())? {
         return Ok(Taken::Yes(hold));
@@ -150,21 +138,23 @@ fn take<'t, 's>(
         return Ok(Taken::Busy);
     }
     let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
-    let waiting = WaitingLine::show(target);
+    let waiting = WaitingLine::show(place, target, &args.name);
     let events = events.clone();
-    let waiter = thread::Builder::new()
+    thread::Builder::new()
         .name("acquire".into())
-        .spawn_scoped(scope, move || -> Took<'t> {
-            let taken = target.take(remaining);
+        .spawn(move || {
             // The receiver is gone only when redis-lock is exiting anyway.
-            let _ = events.send(Event::Acquired);
-            taken
+            let _ = events.send(Event::Acquired(target.take(remaining)));
         })
         .map_err(|e| Failure::new(exit::OS, format!("cannot start a thread: {e}")))?;
     let mut interrupted = None;
-    loop {
+    let taken = loop {
         match received.recv() {
-            Ok(Event::Acquired) => break,
+            Ok(Event::Acquired(taken)) => break taken,
+            Ok(Event::Signal(origin)) if !target.cancellable() => {
+                waiting.clear();
+                return Ok(Taken::Interrupted(origin.signal));
+            }
             Ok(Event::Signal(origin)) if interrupted.is_none() => {
                 // Ends the wait; a grant that lands after this is released by the wait
                 // itself, and the wake-up it used is passed on.
@@ -177,10 +167,7 @@ fn take<'t, 's>(
                 return Err(Failure::new(exit::OS, "the wait for the lock was cut off"))
             }
         }
-    }
-    let taken = waiter
-        .join()
-        .map_err(|_| Failure::new(exit::OS, "the wait for the lock failed"))?;
+    };
     waiting.clear();
     if let Some(signal) = interrupted {
         // The lock was taken before the cancel reached the wait: give it back.
@@ -248,7 +235,7 @@ fn supervise(
             // the command included; sending them again would count as a second Ctrl-C.
             Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel && !own_group => {}
             Ok(Event::Signal(origin)) => signal_child(&child, origin.signal, own_group),
-            Ok(Event::Acquired) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Event::Acquired(_)) | Err(RecvTimeoutError::Timeout) => {}
             // Unreachable while the signal thread lives; watching goes on without it.
             Err(RecvTimeoutError::Disconnected) => thread::sleep(WATCH_INTERVAL),
         }
@@ -388,14 +375,13 @@ struct WaitingLine {
 }
 
 impl WaitingLine {
-    fn show(target: &Target) -> WaitingLine {
+    fn show(place: &Place, target: &Target, name: &str) -> WaitingLine {
         let mut stderr = std::io::stderr();
         if !stderr.is_terminal() {
             return WaitingLine { shown: false };
         }
-        let name = target.name();
         // Informational only: the wait itself will meet any Redis error.
-        let holder = target.held_by();
+        let holder = target.held_by(place);
         let _ = write!(stderr, "redis-lock: waiting for lock {name:?}{holder} ...");
         let _ = stderr.flush();
         WaitingLine { shown: true }
