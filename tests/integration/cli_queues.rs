@@ -3,38 +3,14 @@
 //! `--read`, `--write` and `--fair` hold them while a command runs.
 
 use std::process::{Child, Output};
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{Lock, Semaphore};
 
 use crate::cli::{finish, list_json, redis_lock, stderr, stdout, HUNG};
+use crate::queue_ops::{in_line, semaphore};
 use crate::support::{eventually, secs, send_signal, RedisServer};
-
-/// A thread that waits for a permit of semaphore `name` (of `permits`) as acquisition
-/// `<id>:0` and reports on `done` once it holds it; it holds it until `release` says so.
-fn waiter(
-    client: &redis::Client,
-    name: &'static str,
-    permits: u32,
-    id: &'static str,
-    done: mpsc::Sender<()>,
-    release: mpsc::Receiver<()>,
-) -> thread::JoinHandle<()> {
-    let client = client.clone();
-    thread::spawn(move || {
-        let semaphore = Semaphore::builder(&client, name, permits)
-            .id(id)
-            .build()
-            .unwrap();
-        let permit = semaphore.try_acquire_for(HUNG).unwrap().expect("a permit");
-        done.send(()).unwrap();
-        let _ = release.recv();
-        permit.release().unwrap();
-    })
-}
 
 #[test]
 fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
@@ -45,13 +21,13 @@ fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
         .build()
         .unwrap();
     let permit = holder.acquire().unwrap();
-    let (done, got) = mpsc::channel();
-    let (_release, released) = mpsc::channel();
-    let (_release_too, released_too) = mpsc::channel();
-    let _first = waiter(&client, "db", 1, "first", done.clone(), released);
-    server.until_blocked(1, HUNG, || false);
-    let _second = waiter(&client, "db", 1, "second", done, released_too);
-    server.until_blocked(2, HUNG, || false);
+    let first = in_line(&server, semaphore(&client, "db", 1, "first", secs(2)), 1, 1);
+    let second = in_line(
+        &server,
+        semaphore(&client, "db", 1, "second", secs(2)),
+        1,
+        2,
+    );
 
     let output = redis_lock(&server)
         .args(["status", "--semaphore", "db", "--json"])
@@ -93,7 +69,10 @@ fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
     );
 
     permit.release().unwrap();
-    got.recv_timeout(HUNG).unwrap();
+    // Each in turn: the first's permit goes to the second when the first lets go.
+    for waiter in [first, second] {
+        waiter.got.recv_timeout(HUNG).unwrap();
+    }
 }
 
 #[test]
@@ -173,10 +152,7 @@ fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
         .unwrap();
     let kept = holders.acquire().unwrap();
     let _ended = holders.acquire().unwrap();
-    let (done, got) = mpsc::channel();
-    let (_release, released) = mpsc::channel();
-    let _waiter = waiter(&client, "s", 2, "waiter", done, released);
-    server.until_blocked(1, HUNG, || false);
+    let waiter = in_line(&server, semaphore(&client, "s", 2, "waiter", secs(2)), 1, 1);
 
     for (args, saying) in [
         (
@@ -211,7 +187,10 @@ fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
         stdout(&output),
         "semaphore \"s\": released \"holder:1\"'s hold (the first waiters take it)\n"
     );
-    got.recv_timeout(HUNG).expect("the waiter took the permit");
+    waiter
+        .got
+        .recv_timeout(HUNG)
+        .expect("the waiter took the permit");
     let queue = inspect::queue(&client, Primitive::Semaphore, "s", secs(5)).unwrap();
     let mut ids: Vec<&str> = queue.holders.iter().map(|h| h.id.as_str()).collect();
     ids.sort_unstable();
