@@ -584,7 +584,7 @@ fn sentinel_without_a_service_is_a_usage_error() {
 }
 
 /// `redis-lock` over a quorum: `--url` once per server.
-fn redis_lock_over(servers: &[RedisServer]) -> Command {
+pub(crate) fn redis_lock_over(servers: &[RedisServer]) -> Command {
     let mut cmd = redis_lock_at(&[]);
     for server in servers {
         cmd.arg("--url").arg(server.url());

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{Lock, Semaphore};
 
-use crate::cli::{finish, list_json, redis_lock, stderr, stdout, HUNG};
+use crate::cli::{finish, list_json, redis_lock, redis_lock_over, stderr, stdout, HUNG};
 use crate::queue_ops::{in_line, semaphore};
 use crate::support::{eventually, secs, send_signal, RedisServer};
 
@@ -380,4 +380,31 @@ fn a_signal_while_waiting_in_a_semaphores_line_runs_nothing() {
     assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
     assert_eq!(stdout(&output), "", "the command ran");
     end(holder);
+}
+
+#[test]
+fn on_a_quorum_the_queue_primitives_are_refused_not_reported_free() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    for args in [
+        &["status", "--semaphore", "s"][..],
+        &["reset", "--fair", "s", "--force"],
+        &["run", "--permits", "2", "s", "--", "true"],
+    ] {
+        let output = redis_lock_over(&servers).args(args).output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(69),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("not supported"),
+            "{}",
+            stderr(&output)
+        );
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use redis_blpop_lock::inspect::{self, Primitive, Queue, WRITER_UNITS};
+use redis_blpop_lock::Error;
 
 use crate::admin::{held_by, json_string, json_ttl};
 use crate::place::Place;
@@ -60,8 +61,22 @@ fn units(kind: Primitive, units: u64) -> String {
     }
 }
 
+/// Refused on a quorum, as their handles are there: reading one server, or each, would say
+/// "free" of something that cannot exist.
+fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Failure> {
+    if place.quorum_servers().is_empty() {
+        return Ok(());
+    }
+    Err(place.failure(Error::Unsupported(format!(
+        "{} {name:?}: semaphores, read-write locks and fair locks do not live on a quorum of \
+         independent servers; use one primary, with replicas or Sentinel",
+        word(kind)
+    ))))
+}
+
 /// The holders and the line of one primitive; exits 0 when it is held, 1 when it is free.
 pub(crate) fn status(place: &Place, kind: Primitive, name: &str, json: bool) -> Outcome {
+    not_on_a_quorum(place, kind, name)?;
     let queue = inspect::queue(place.backend(), kind, name, place.io_timeout())
         .map_err(|e| place.failure(e))?;
     if json {
@@ -177,6 +192,7 @@ pub(crate) fn reset(
     force: bool,
     permits: Option<u32>,
 ) -> Outcome {
+    not_on_a_quorum(place, kind, name)?;
     let holder = match (id, force) {
         (Some(id), _) => Some(id),
         (None, true) => None,
