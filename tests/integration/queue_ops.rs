@@ -290,3 +290,26 @@ fn on_a_cluster_queues_and_reset_all_reach_the_primitives_of_every_primary() {
         assert!(permit.release().is_err(), "{} was reset", semaphore.name());
     }
 }
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_queues_and_queue_show_what_the_blocking_ones_do_and_reset_all_ends_it() {
+    use redis_blpop_lock::aio;
+
+    let server = RedisServer::start();
+    let client = server.client();
+    let permits = semaphore(&client, "db", 2, "holder", secs(2));
+    let _permit = permits.acquire_many(2).unwrap();
+    let queue = aio::inspect::queue(&client, Primitive::Semaphore, "db", IO_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(holders_and_line(&queue), (vec![("holder:0", 2)], vec![]));
+    let all = aio::inspect::queues(&client, IO_TIMEOUT).await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(holders_and_line(&all[0]), holders_and_line(&queue));
+    assert_eq!(aio::reset_all(&client).await.unwrap(), 1);
+    assert!(aio::inspect::queues(&client, IO_TIMEOUT)
+        .await
+        .unwrap()
+        .is_empty());
+}
