@@ -282,9 +282,9 @@ impl From<Fault> for PopFault {
     }
 }
 
-/// The token in a `BLPOP` reply; `nil` when it timed out or was ended, or turned away by a
-/// cluster (the slot moved, the primary is changing): the ask that follows goes where the
-/// queue lives now, and the waiter's connection follows it.
+/// The token in a `BLPOP` reply; none when it timed out, was ended, was woken by `reset_all`,
+/// or was turned away by a cluster (the slot moved, the primary is changing): the ask that
+/// follows goes where the queue lives now, and the waiter's connection follows it.
 fn token(reply: &Value) -> Result<Option<u64>, Error> {
     let token = match reply {
         Value::Nil => return Ok(None),
@@ -294,6 +294,8 @@ fn token(reply: &Value) -> Result<Option<u64>, Error> {
         other => return Err(Error::unexpected(other)),
     };
     match token {
+        // `reset_all` took the entry away: ask again, and join anew.
+        Some(Value::BulkString(text)) if text == queue::WAKE => Ok(None),
         Some(Value::BulkString(text)) => std::str::from_utf8(text)
             .ok()
             .and_then(|t| t.parse().ok())

@@ -30,6 +30,8 @@ mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_queues;
 mod fair_lock;
 mod fault_injection;
 mod faults;
@@ -44,6 +46,7 @@ mod outcomes;
 #[cfg(feature = "cluster")]
 mod queue_backends;
 mod queue_engine;
+mod queue_ops;
 mod quorum;
 mod quorum_faults;
 mod renewals;
