@@ -86,8 +86,8 @@ fn boxed<'t>(hold: Option<impl Hold + 't>) -> Option<Box<dyn Hold + 't>> {
 }
 
 impl Target {
-    /// What `run`'s options name, renewed every 2/3 of `--expire` while held; a lock's
-    /// waits end on `cancel`.
+    /// What `run`'s options name, renewed every 2/3 of `--expire` while held; its waits end
+    /// on `cancel` (a queue's waiter then leaves the line).
     pub(crate) fn new(
         place: &Place,
         args: &RunArgs,
@@ -102,6 +102,7 @@ impl Target {
                 args,
                 &id,
             )
+            .cancel_token(cancel.clone())
             .build()
             .map(Target::Permit)
         } else if args.read || args.write {
@@ -111,6 +112,7 @@ impl Target {
                 Target::Write
             };
             leased(RwLock::builder(place.backend(), name), place, args, &id)
+                .cancel_token(cancel.clone())
                 .build()
                 .map(target)
         } else {
@@ -126,12 +128,6 @@ impl Target {
                 .map(target)
         };
         built.map_err(|e| place.failure(e))
-    }
-
-    /// Whether a wait ends on the cancel token. The queue primitives' builders take none:
-    /// their waits end with the process, and their place in line lapses by itself.
-    pub(crate) fn cancellable(&self) -> bool {
-        matches!(self, Target::Lock(_) | Target::FairLock(_))
     }
 
     /// One try, never waiting.

@@ -104,7 +104,7 @@ impl Place {
     /// [`failure`](Self::failure) of an operation whose round trips had `io_timeout` each.
     pub(crate) fn failure_within(&self, e: Error, io_timeout: Duration) -> Failure {
         let (code, message) = match &e {
-            Error::InvalidArgument(_) => (exit::USAGE, e.to_string()),
+            Error::InvalidArgument(_) | Error::Unsupported(_) => (exit::USAGE, e.to_string()),
             Error::Corrupt { .. } => (
                 exit::CORRUPT,
                 format!("{e}; nothing was changed (`redis-lock reset --force NAME` deletes it)"),

@@ -151,10 +151,6 @@ fn take(
     let taken = loop {
         match received.recv() {
             Ok(Event::Acquired(taken)) => break taken,
-            Ok(Event::Signal(origin)) if !target.cancellable() => {
-                waiting.clear();
-                return Ok(Taken::Interrupted(origin.signal));
-            }
             Ok(Event::Signal(origin)) if interrupted.is_none() => {
                 // Ends the wait; a grant that lands after this is released by the wait
                 // itself, and the wake-up it used is passed on.
