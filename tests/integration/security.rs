@@ -187,7 +187,6 @@ fn a_user_limited_to_the_documented_acl_rule_can_do_everything() {
 
 #[test]
 fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
-    let server = RedisServer::start();
     let parts: Vec<&str> = LOCKER_ACL.split_whitespace().collect();
     let rights: Vec<&str> = parts
         .iter()
@@ -196,17 +195,37 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         // Without these the lock still works, with the fallbacks the next test pins.
         .filter(|p| !p.starts_with("+client|"))
         .collect();
-    let mut unclear = Vec::new();
-    for right in rights {
-        let rule: Vec<&str> = parts.iter().copied().filter(|p| *p != right).collect();
-        admin(&server, &["FLUSHALL"]);
-        admin(&server, &["SCRIPT", "FLUSH"]);
-        let client = locker(&server, &rule.join(" "));
-        match everything(&server, &client) {
-            Err(Error::Redis(e)) if is_acl_denial(&e) => println!("without {right}: {e}"),
-            other => unclear.push(format!("without {right}: {other:?}")),
-        }
-    }
+    // Each right's check takes about a second: four servers take a quarter of them each.
+    let unclear: Vec<String> = std::thread::scope(|scope| {
+        let checks: Vec<_> = rights
+            .chunks(rights.len().div_ceil(4))
+            .map(|rights| {
+                let parts = &parts;
+                scope.spawn(move || {
+                    let server = RedisServer::start();
+                    let mut unclear = Vec::new();
+                    for right in rights {
+                        let rule: Vec<&str> =
+                            parts.iter().copied().filter(|p| p != right).collect();
+                        admin(&server, &["FLUSHALL"]);
+                        admin(&server, &["SCRIPT", "FLUSH"]);
+                        let client = locker(&server, &rule.join(" "));
+                        match everything(&server, &client) {
+                            Err(Error::Redis(e)) if is_acl_denial(&e) => {
+                                println!("without {right}: {e}")
+                            }
+                            other => unclear.push(format!("without {right}: {other:?}")),
+                        }
+                    }
+                    unclear
+                })
+            })
+            .collect();
+        checks
+            .into_iter()
+            .flat_map(|check| check.join().unwrap())
+            .collect()
+    });
     assert!(unclear.is_empty(), "{unclear:#?}");
 }
 
