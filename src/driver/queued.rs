@@ -73,15 +73,19 @@ impl<R: Runtime> Inner<R> {
     }
 
     /// Whether a grant believed valid until `valid_until` is extended before it is handed
-    /// over: when less than half its expiry is left (a grant pushed to a waiter lasts only
-    /// its claim window), or, for a holder that will not renew, when its `lost()` would turn
-    /// true well before the lease could really end.
+    /// over. A grant pushed to a waiter lasts only its claim window (the waiter's lapse):
+    /// a renewing holder's renewal, due at once, claims it in the background, unless too
+    /// little is left for that; a holder that will not renew claims it now, as it does when
+    /// less than half its expiry is left, or when its `lost()` would turn true well before the
+    /// lease could really end.
     fn must_claim(&self, valid_until: Option<Instant>) -> bool {
         let (Some(until), Some(expire)) = (valid_until, self.settings.expire()) else {
             return false;
         };
         let left = until.saturating_duration_since(Instant::now());
-        left < expire / 2
-            || (!self.settings.auto_renewal && expire.saturating_sub(left) > expire / LOOSE)
+        if self.settings.auto_renewal {
+            return left < self.settings.grace();
+        }
+        left < expire / 2 || expire.saturating_sub(left) > expire / LOOSE
     }
 }

@@ -59,6 +59,9 @@ struct State {
     next_key: u64,
     /// The scheduler threads (each leaves itself when it ends).
     threads: Vec<JoinHandle<()>>,
+    /// With one scheduler thread, when it will look at the schedule next by itself (`None`:
+    /// only when told): a change it would see in time need not wake it.
+    looks_at: Option<Instant>,
 }
 
 impl State {
@@ -70,6 +73,12 @@ impl State {
         self.due.is_empty() && self.running.is_empty()
     }
 
+    /// Whether the scheduler looks at the schedule by `at` without being woken: it is one
+    /// thread, asleep until then or sooner (several threads are always woken).
+    fn looks_in_time(&self, at: Instant) -> bool {
+        self.threads.len() == 1 && self.looks_at.is_some_and(|looks| looks <= at)
+    }
+
     /// Starts a scheduler thread.
     fn spawn(&mut self) -> std::io::Result<()> {
         // A fixed name: lock names may hold bytes a thread name cannot (NUL).
@@ -77,6 +86,8 @@ impl State {
             .name(THREAD_NAME.to_string())
             .spawn(serve)?;
         self.threads.push(thread);
+        // A new thread looks at the schedule as soon as it runs.
+        self.looks_at = Some(Instant::now());
         Ok(())
     }
 }
@@ -106,7 +117,11 @@ impl Renewal {
         state
             .due
             .insert((at, key), Box::new(move || renew(&*weak.upgrade()?)));
-        SCHEDULE.changed.notify_all();
+        // Leases taken and given back in a loop (a semaphore's permits) then cost no thread
+        // switch each.
+        if !state.looks_in_time(at) {
+            SCHEDULE.changed.notify_all();
+        }
         Ok(Renewal { key })
     }
 }
@@ -126,7 +141,11 @@ impl super::Renewing for Renewal {
         while state.running.get(&self.key).is_some_and(|on| *on != me) {
             SCHEDULE.changed.wait(&mut state);
         }
-        SCHEDULE.changed.notify_all();
+        // A thread asleep until the renewal just removed finds the next one when it wakes;
+        // but with nothing left it should start lingering now, not then.
+        if state.is_empty() && !state.looks_in_time(Instant::now() + LINGER) {
+            SCHEDULE.changed.notify_all();
+        }
     }
 }
 
@@ -138,6 +157,7 @@ fn serve() {
     loop {
         if state.is_empty() {
             let idle_until = Instant::now() + LINGER;
+            state.looks_at = Some(idle_until);
             while state.is_empty()
                 && !SCHEDULE
                     .changed
@@ -155,10 +175,12 @@ fn serve() {
             return;
         }
         let Some(at) = first_due(&state) else {
+            state.looks_at = None;
             SCHEDULE.changed.wait(&mut state);
             continue;
         };
         if at > Instant::now() {
+            state.looks_at = Some(at);
             SCHEDULE.changed.wait_until(&mut state, at);
             continue;
         }
@@ -167,6 +189,8 @@ fn serve() {
         };
         state.when.remove(&key);
         state.running.insert(key, me);
+        // Busy now; it looks again as soon as this renewal is done.
+        state.looks_at = Some(Instant::now());
         drop(state);
         let watchdog = timer::call_at(Instant::now() + PATIENCE, keep_schedule);
         // Not under the schedule's lock: the renewal may drop the last reference to its lock,
@@ -193,6 +217,7 @@ fn first_due(state: &State) -> Option<Instant> {
 /// This thread ends: it leaves the schedule's threads (its handle is dropped: detached).
 fn leave(state: &mut State, me: ThreadId) {
     state.threads.retain(|t| t.thread().id() != me);
+    state.looks_at = None;
     SCHEDULE.changed.notify_all();
 }
 

@@ -307,14 +307,17 @@ async fn a_newcomer_does_not_take_the_fair_lock_ahead_of_a_waiting_task() {
     let held: usize = server.conn().zcard("fair-lock:{f}:holders").unwrap();
     assert_eq!(held, 1);
     let waiting = fair();
+    let (done, until_done) = tokio::sync::oneshot::channel::<()>();
     let waiter = tokio::spawn(async move {
         let guard = waiting.lock().await.unwrap();
+        let _ = until_done.await;
         guard.unlock().await
     });
     server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
     guard.unlock().await.unwrap();
     // The lock is handed to the waiter, not taken by a newcomer trying in between.
     assert!(fair().try_lock().await.unwrap().is_none());
+    done.send(()).unwrap();
     tokio::time::timeout(secs(20), waiter)
         .await
         .unwrap()
