@@ -12,6 +12,10 @@
 //! cargo run --release --example bench --features tokio -- [--impl ours,ours-async] [--cell loop,scale]
 //!     [--tasks 10000] [--names 100] [--seconds S] [--concurrency ..] [--hold-ms ..] [--json]
 //! cargo run --release --example bench --features bench-rslock -- --impl ours-async,rslock [..]
+//! cargo run --release --example bench -- --cell semaphore,rwlock [--permits 4] [--readers 6]
+//!     [--writers 2] [--concurrency 1,8,32] [--hold-ms 0,10] [--seconds S] [--json]
+//! cargo run --release --example bench --features bench-distributed-lock -- --cell semaphore,rwlock
+//!     --impl ours,distributed-lock [..]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -219,14 +223,56 @@
 //! `--cell crash --impl ours` alone takes about 10 s; `--trials` trades time for a steadier p99
 //! (up to 51 trials, p99 is the largest sample).
 //!
-//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash`, `overshoot` and
-//! `scale` lines carry a `"cell"` field (the `loop` lines have none).
+//! # `semaphore` cells: contenders for the permits of one semaphore
+//!
+//! For each impl, concurrency C (default 1, 8, 32) and hold D: C contenders, each with a
+//! handle of its own on one semaphore of `--permits` P permits (default 4), loop acquire one
+//! permit → hold D → release for S seconds. Reported: `total`, `min` and `max` (the fewest and
+//! most acquisitions one contender had), `spread_pct` (the contender farthest from the mean
+//! count, in % of the mean), `busy_pct` (the time permits were held, in % of wall time × P),
+//! `cycle_p50_us` (C = 1: acquire + release), `handoff_p50_us` / `handoff_p99_us` (C > P: from
+//! the latest release by any contender to an acquisition), `rtt_p50_us` and `x_rtt` (the cycle,
+//! else the hand-off p50, as an RTT multiple), and `most_holders`: the most contenders that
+//! held at once by their own count (each counts itself in once its acquire has returned and
+//! out before it calls release, so that count never exceeds the truth; more than P would be a
+//! bug). `meets_target`: C = 1, the cycle ≤ 2.5 × RTT; C > P with D > 0, `busy_pct` ≥ 97 and
+//! `spread_pct` ≤ 20; C > P with D = 0, the hand-off p50 ≤ 2 × RTT; else `null`.
+//!
+//! `distributed-lock` is the `distributed-lock-redis` crate (0.2, the only other Rust crate
+//! with a Redis semaphore and read-write lock; async on tokio and fred; feature
+//! `bench-distributed-lock`): each contender is a tokio task with a `RedisLockProvider` of its
+//! own (the crate's defaults: 30 s expiry, extended every 10 s) and loops
+//! `acquire(None).await` → hold → `release().await`. Its `acquire` polls: a try, then a sleep
+//! of 10 ms doubling up to 200 ms. Its `PING`s are awaited on a multiplexed connection, as
+//! `rslock`'s are. One server only.
+//!
+//! # `rwlock` cells: readers and writers on one read-write lock
+//!
+//! For each impl and hold D: `--readers` R (default 6) and `--writers` W (default 2)
+//! contenders, each with a handle of its own on one read-write lock, loop acquire (a read
+//! hold, or a write hold) → hold D → release for S seconds. Reported per role (`reads`,
+//! `writes`): contenders, `total`, `min`, `max`, and the wait from asking to having
+//! (`wait_p50_us`, `wait_max_us`): a starved role shows as a tiny total and a wait as long as
+//! the cell. `clashes` counts holds that overlapped one they exclude (a writer with anyone),
+//! counted as `most_holders` is: never any. `distributed-lock`: `acquire_write(None)` polls
+//! (a try, then a sleep of 50 ms doubling up to 1 s); its `acquire_read(None)` does not wait
+//! at all (it fails with `Timeout` while a writer holds or waits), so a reader that needs the
+//! lock tries again after 10 ms doubling up to 200 ms, the crate's own semaphore's pauses.
+//!
+//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash`, `overshoot`,
+//! `scale`, `semaphore` and `rwlock` lines carry a `"cell"` field (the `loop` lines have
+//! none).
 
 #[cfg(feature = "tokio")]
 #[path = "support/async_cells.rs"]
 mod async_cells;
 #[path = "support/deployments.rs"]
 mod deployments;
+#[cfg(feature = "bench-distributed-lock")]
+#[path = "support/dlock_cells.rs"]
+mod dlock_cells;
+#[path = "support/queue_cells.rs"]
+mod queue_cells;
 mod support;
 
 use std::future::{ready, Future};
@@ -293,6 +339,11 @@ struct Options {
     /// The `scale` cell's tasks, and the names they share.
     tasks: usize,
     names: usize,
+    /// The `semaphore` cell's permits.
+    permits: u32,
+    /// The `rwlock` cell's contenders of each kind.
+    readers: usize,
+    writers: usize,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -309,6 +360,10 @@ enum CellKind {
     Wait1,
     /// Many async tasks waiting on a few names in this one process (feature `tokio`).
     Scale,
+    /// Contenders for the permits of one semaphore.
+    Semaphore,
+    /// Readers and writers on one read-write lock.
+    RwLock,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -323,6 +378,9 @@ enum Impl {
     OursAsync,
     /// The `rslock` crate in tokio tasks; one server's loop cells only (feature `bench-rslock`).
     Rslock,
+    /// The `distributed-lock-redis` crate in tokio tasks; one server's `semaphore` and `rwlock`
+    /// cells only (feature `bench-distributed-lock`).
+    DistributedLock,
 }
 
 impl Impl {
@@ -334,6 +392,7 @@ impl Impl {
             Impl::RedlockPolling => "redlock-polling",
             Impl::OursAsync => "ours-async",
             Impl::Rslock => "rslock",
+            Impl::DistributedLock => "distributed-lock",
         }
     }
 }
@@ -346,6 +405,8 @@ struct ThreadStats {
     handoffs: Vec<u64>,
     /// Microseconds for one acquire + release pair.
     cycles: Vec<u64>,
+    /// Microseconds from asking for the lock to having it.
+    waits: Vec<u64>,
     /// Microseconds for one `PING`.
     pings: Vec<u64>,
     held: Duration,
@@ -411,6 +472,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Scale => async_cells::run_scale(&place, &options)?,
             #[cfg(not(feature = "tokio"))]
             CellKind::Scale => unreachable!("parse_args refuses it without the tokio feature"),
+            CellKind::Semaphore => queue_cells::run_semaphore(&place, &options)?,
+            CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
             CellKind::Crash | CellKind::Overshoot => match &place {
                 Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
                 Place::Quorum { .. } => {
@@ -628,6 +691,10 @@ fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::e
                 eprintln!("(rslock: one server only; no loop cells on --cluster or --quorum)");
                 continue;
             }
+            Impl::DistributedLock => {
+                eprintln!("(distributed-lock: only the semaphore and rwlock cells)");
+                continue;
+            }
             _ => {}
         }
         for &concurrency in options.concurrency.as_deref().unwrap_or(&[1, 2, 6]) {
@@ -658,6 +725,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         timeout_ms: vec![50, 300, 1000],
         tasks: 10_000,
         names: 100,
+        permits: 4,
+        readers: 6,
+        writers: 2,
     };
     let mut impls = None;
     while let Some(arg) = args.next() {
@@ -698,9 +768,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                             "ours-async" => Err(rebuild("ours-async", "tokio")),
                             "rslock" if cfg!(feature = "bench-rslock") => Ok(Impl::Rslock),
                             "rslock" => Err(rebuild("rslock", "bench-rslock")),
+                            "distributed-lock" if cfg!(feature = "bench-distributed-lock") => {
+                                Ok(Impl::DistributedLock)
+                            }
+                            "distributed-lock" => {
+                                Err(rebuild("distributed-lock", "bench-distributed-lock"))
+                            }
                             other => Err(format!(
                                 "--impl: unknown {other:?} (ours, polling, python, \
-                                 redlock-polling, ours-async, rslock)"
+                                 redlock-polling, ours-async, rslock, distributed-lock)"
                             )),
                         })
                         .collect::<Result<_, _>>()?,
@@ -718,9 +794,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "wait1" => Ok(CellKind::Wait1),
                         "scale" if cfg!(feature = "tokio") => Ok(CellKind::Scale),
                         "scale" => Err(rebuild("the scale cell", "tokio")),
+                        "semaphore" => Ok(CellKind::Semaphore),
+                        "rwlock" => Ok(CellKind::RwLock),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
-                             scale)"
+                             scale, semaphore, rwlock)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -740,6 +818,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--timeout-ms" => options.timeout_ms = list(&value()?, "--timeout-ms")?,
             "--tasks" => options.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
             "--names" => options.names = value()?.parse().map_err(|e| format!("--names: {e}"))?,
+            "--permits" => {
+                options.permits = value()?.parse().map_err(|e| format!("--permits: {e}"))?;
+                if options.permits == 0 {
+                    return Err("--permits must be at least 1".into());
+                }
+            }
+            "--readers" => {
+                options.readers = value()?.parse().map_err(|e| format!("--readers: {e}"))?
+            }
+            "--writers" => {
+                options.writers = value()?.parse().map_err(|e| format!("--writers: {e}"))?
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -765,7 +855,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     }
     let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
     if options.cluster && options.cells.iter().any(tail) {
-        return Err("--cluster runs the loop, names and wait1 cells only".into());
+        return Err(
+            "--cluster runs the loop, names, wait1, semaphore and rwlock cells only".into(),
+        );
     }
     if options.cluster && options.cluster_replicas == 0 && options.cells.contains(&CellKind::Wait1)
     {
@@ -909,6 +1001,7 @@ where
         let before = Instant::now();
         let guard = acquire().await?;
         let acquired = Instant::now();
+        stats.waits.push((acquired - before).as_micros() as u64);
         let released_at = turns.last_release.load(Ordering::SeqCst);
         if released_at > 0 {
             stats
@@ -1675,6 +1768,10 @@ fn run_tail_cells(
                 eprintln!("({}: loop cells only)", imp.name());
                 continue;
             }
+            (_, Impl::DistributedLock) => {
+                eprintln!("(distributed-lock: only the semaphore and rwlock cells)");
+                continue;
+            }
             (_, Impl::Python) => run_python(url, kind, options, server_hz)?,
             (CellKind::Crash, _) => vec![run_crash(client, url, imp, options, server_hz)?],
             _ => run_overshoot(client, imp, options, server_hz)?,
@@ -1749,8 +1846,8 @@ impl Handle {
             },
             Impl::Python => return Err("python runs in its own process".into()),
             Impl::RedlockPolling => return Err("redlock-polling runs on --quorum only".into()),
-            Impl::OursAsync | Impl::Rslock => {
-                return Err("the async impls run loop cells only".into())
+            Impl::OursAsync | Impl::Rslock | Impl::DistributedLock => {
+                return Err("the async impls have no crash or overshoot cells".into())
             }
         })
     }

@@ -14,7 +14,7 @@ use super::{
 
 /// The tokio runtime of the async cells: one for the whole run, as a service has, with one
 /// worker per core (tokio's default).
-fn runtime() -> &'static tokio::runtime::Runtime {
+pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -25,7 +25,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Waits for the tasks on the bench's runtime: each one's result, or the first error.
-fn join_tasks<T: Send + 'static>(
+pub fn join_tasks<T: Send + 'static>(
     tasks: Vec<tokio::task::JoinHandle<Result<T, String>>>,
 ) -> Result<Vec<T>, String> {
     join_all(runtime().block_on(async {
@@ -114,7 +114,7 @@ pub fn run_tasks(
 }
 
 /// A task's `PING`s: a multiplexed connection to the server of `name`'s key.
-fn async_pinger(place: &Place, name: &str) -> Result<Pinger, String> {
+pub fn async_pinger(place: &Place, name: &str) -> Result<Pinger, String> {
     let client = place.node_client(name)?;
     runtime()
         .block_on(client.get_multiplexed_async_connection())

@@ -41,6 +41,10 @@ fn bench_binary() -> PathBuf {
         ("tls", cfg!(feature = "tls")),
         ("tokio", cfg!(feature = "tokio")),
         ("bench-rslock", cfg!(feature = "bench-rslock")),
+        (
+            "bench-distributed-lock",
+            cfg!(feature = "bench-distributed-lock"),
+        ),
     ]
     .into_iter()
     .filter_map(|(feature, on)| on.then_some(feature))
@@ -342,6 +346,50 @@ fn the_quorum_cells_print_their_json() {
             cells.iter().any(|c| c["impl"] == imp),
             "no line for {imp}: {stdout}"
         );
+    }
+}
+
+/// A tiny `semaphore` cell (3 contenders on 2 permits) and `rwlock` cell per impl: every
+/// field, every contender served, never more holders than permits, never a clash.
+#[cfg(feature = "bench-distributed-lock")]
+#[test]
+fn the_semaphore_and_rwlock_cells_print_their_json() {
+    let server = RedisServer::start();
+    let impls = ["distributed-lock"];
+    let mut bench = Command::new(bench_binary());
+    bench
+        .args(["--url", &server.url(), "--cell", "semaphore,rwlock"])
+        .args(["--seconds", "0.3", "--permits", "2", "--concurrency", "3"])
+        .args(["--readers", "2", "--writers", "1", "--hold-ms", "1"])
+        .args(["--impl", &impls.join(","), "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
+    for imp in impls {
+        let cell = |kind: &str| {
+            let found = cells.iter().find(|c| c["impl"] == imp && c["cell"] == kind);
+            found.unwrap_or_else(|| panic!("no {kind} line for {imp}: {stdout}"))
+        };
+        let semaphore = cell("semaphore");
+        assert_eq!(semaphore["permits"], 2, "{semaphore}");
+        assert!(semaphore["min"].as_u64().unwrap() >= 1, "{semaphore}");
+        assert!(
+            semaphore["most_holders"].as_u64().unwrap() <= 2,
+            "{semaphore}"
+        );
+        for field in ["handoff_p50_us", "rtt_p50_us"] {
+            assert!(semaphore[field].is_u64(), "{field} in {semaphore}");
+        }
+        for field in ["spread_pct", "busy_pct", "x_rtt"] {
+            assert!(semaphore[field].is_f64(), "{field} in {semaphore}");
+        }
+        assert!(semaphore["meets_target"].is_boolean(), "{semaphore}");
+        let rwlock = cell("rwlock");
+        assert_eq!(rwlock["clashes"], 0, "{rwlock}");
+        for (role, contenders) in [("reads", 2), ("writes", 1)] {
+            assert_eq!(rwlock[role]["contenders"], contenders, "{rwlock}");
+            assert!(rwlock[role]["total"].as_u64().unwrap() >= 1, "{rwlock}");
+            assert!(rwlock[role]["wait_max_us"].is_u64(), "{rwlock}");
+        }
     }
 }
 
