@@ -8,7 +8,7 @@ LAYERS = [
     ("base", ["error", "id", "observe", "settings", "cancel", "protocol"]),
     ("transport", ["transport", "timer"]),
     ("driver", ["driver", "renew", "queue"]),
-    ("handles", ["lib", "backend", "builder", "lock", "guard", "cache", "inspect",
+    ("handles", ["lib", "backend", "builder", "lock", "guard", "cache", "inspect", "acquisition", "semaphore", "rwlock",
                  "reset_all", "quorum", "sentinel", "aio"]),
 ]
 # What the crate root re-exports, by the module that defines it.
@@ -16,7 +16,7 @@ ROOT_NAMES = {"Error": "error", "CancelToken": "cancel", "Holder": "lock", "Lock
               "LockBuilder": "builder", "Backend": "backend", "Cache": "cache",
               "LockGuard": "guard", "ArcLockGuard": "guard", "with_lock": "guard",
               "Quorum": "quorum", "Sentinel": "sentinel", "reset_all": "reset_all",
-              "id": "id"}
+              "id": "id", "Semaphore": "semaphore", "SemaphorePermit": "semaphore", "ArcSemaphorePermit": "semaphore", "RwLock": "rwlock", "RwLockReadGuard": "rwlock", "RwLockWriteGuard": "rwlock"}
 
 src = sys.argv[1] if len(sys.argv) > 1 else "src"
 modules = {}

@@ -378,6 +378,8 @@ enum Impl {
     OursAsync,
     /// The `rslock` crate in tokio tasks; one server's loop cells only (feature `bench-rslock`).
     Rslock,
+    /// Ours with `Lock::builder(..).fair(true)`: the queue engine's FIFO lock; loop cells only.
+    OursFair,
     /// The `distributed-lock-redis` crate in tokio tasks; one server's `semaphore` and `rwlock`
     /// cells only (feature `bench-distributed-lock`).
     DistributedLock,
@@ -392,6 +394,7 @@ impl Impl {
             Impl::RedlockPolling => "redlock-polling",
             Impl::OursAsync => "ours-async",
             Impl::Rslock => "rslock",
+            Impl::OursFair => "ours-fair",
             Impl::DistributedLock => "distributed-lock",
         }
     }
@@ -695,6 +698,10 @@ fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::e
                 eprintln!("(distributed-lock: only the semaphore and rwlock cells)");
                 continue;
             }
+            Impl::OursFair if place.backend() == "quorum" => {
+                eprintln!("(ours-fair: a quorum refuses the fair lock)");
+                continue;
+            }
             _ => {}
         }
         for &concurrency in options.concurrency.as_deref().unwrap_or(&[1, 2, 6]) {
@@ -761,6 +768,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         .split(',')
                         .map(|name| match name {
                             "ours" => Ok(Impl::Ours),
+                            "ours-fair" => Ok(Impl::OursFair),
                             "polling" => Ok(Impl::Polling),
                             "python" => Ok(Impl::Python),
                             "redlock-polling" => Ok(Impl::RedlockPolling),
@@ -775,7 +783,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                                 Err(rebuild("distributed-lock", "bench-distributed-lock"))
                             }
                             other => Err(format!(
-                                "--impl: unknown {other:?} (ours, polling, python, \
+                                "--impl: unknown {other:?} (ours, ours-fair, polling, python, \
                                  redlock-polling, ours-async, rslock, distributed-lock)"
                             )),
                         })
@@ -915,7 +923,8 @@ fn run_cell(
             let workers: Vec<_> = (0..concurrency)
                 .map(|_| {
                     s.spawn(|| match imp {
-                        Impl::Ours => run_ours(place, &name, turns.clone()),
+                        Impl::Ours => run_ours(place, &name, false, turns.clone()),
+                        Impl::OursFair => run_ours(place, &name, true, turns.clone()),
                         Impl::Polling => {
                             // Only on one server (run_loop_cells), which holds every key.
                             let client = place.node_client(&name)?;
@@ -1047,9 +1056,11 @@ fn run_blocking<T>(future: impl Future<Output = T>) -> T {
     }
 }
 
-fn run_ours(place: &Place, name: &str, turns: Turns) -> Result<ThreadStats, String> {
+/// An `ours` contender; `fair`: an `ours-fair` one.
+fn run_ours(place: &Place, name: &str, fair: bool, turns: Turns) -> Result<ThreadStats, String> {
     let lock = place
         .lock(name)
+        .fair(fair)
         .expire(LOCK_EXPIRE)
         .build()
         .map_err(|e| e.to_string())?;
@@ -1314,7 +1325,7 @@ fn run_names_cell(
                     last_release: Arc::default(),
                     ..turns.clone()
                 };
-                s.spawn(move || run_ours(place, name, turns))
+                s.spawn(move || run_ours(place, name, false, turns))
             })
             .collect();
         join_all(workers.into_iter().map(|w| w.join()))
@@ -1764,7 +1775,7 @@ fn run_tail_cells(
                 eprintln!("(redlock-polling: --quorum loop cells only)");
                 continue;
             }
-            (_, Impl::OursAsync | Impl::Rslock) => {
+            (_, Impl::OursAsync | Impl::Rslock | Impl::OursFair) => {
                 eprintln!("({}: loop cells only)", imp.name());
                 continue;
             }
@@ -1846,8 +1857,8 @@ impl Handle {
             },
             Impl::Python => return Err("python runs in its own process".into()),
             Impl::RedlockPolling => return Err("redlock-polling runs on --quorum only".into()),
-            Impl::OursAsync | Impl::Rslock | Impl::DistributedLock => {
-                return Err("the async impls have no crash or overshoot cells".into())
+            Impl::OursAsync | Impl::Rslock | Impl::DistributedLock | Impl::OursFair => {
+                return Err(format!("{} has no crash or overshoot cells", imp.name()).into())
             }
         })
     }

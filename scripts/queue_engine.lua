@@ -230,6 +230,15 @@ local function apply(s, grants, me)
         if g.lease > 0 then
             expiry = int(NOW + g.lease)
         end
+        if g.id ~= me then
+            -- Pushed to a waiter that may have died since its last heartbeat: held only
+            -- until its entry would have lapsed, unless it claims the grant (an extend).
+            local claim = g.beat
+            if g.lease > 0 then
+                claim = math.min(claim, NOW + g.lease)
+            end
+            expiry = int(claim)
+        end
         redis.call("zadd", KEYS[1], expiry, g.id)
         redis.call("hset", KEYS[2], g.id, int(g.units) .. ":" .. int(g.token))
         if g.id ~= me then

@@ -7,7 +7,10 @@ use std::time::Duration;
 use crate::backend::{transport_of, Backend};
 use crate::lock::Lock;
 use crate::observe::Label;
-use crate::settings::{millis, Settings, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
+use crate::settings::{
+    millis, Settings, DEFAULT_HEARTBEAT, DEFAULT_IO_TIMEOUT, DEFAULT_QUEUE_EXPIRE,
+    DEFAULT_SIGNAL_EXPIRE,
+};
 use crate::transport::Transport;
 use crate::{id, CancelToken, Error};
 
@@ -76,6 +79,10 @@ pub struct LockBuilder<K = Lock> {
     cancel: Option<CancelToken>,
     replicas: Option<(u32, Duration)>,
     metrics_label: Option<Cow<'static, str>>,
+    heartbeat: Duration,
+    queued: bool,
+    /// A semaphore's permits.
+    capacity: u64,
 }
 
 impl<K> LockBuilder<K> {
@@ -102,6 +109,9 @@ impl<K> LockBuilder<K> {
             cancel: None,
             replicas: None,
             metrics_label: None,
+            heartbeat: DEFAULT_HEARTBEAT,
+            queued: false,
+            capacity: 1,
         }
     }
 
@@ -263,6 +273,47 @@ impl<K> LockBuilder<K> {
         self
     }
 
+    /// How often a waiter of a queue primitive ([`Semaphore`](crate::Semaphore),
+    /// [`RwLock`](crate::RwLock), a [fair](LockBuilder::fair) lock) tells the server it is
+    /// still there. One that misses two heartbeats (a crashed or stopped process) is taken
+    /// out of the queue by the next waiter that looks, so it delays the others by at most
+    /// that. Default 2 s. Other locks do not queue and ignore it.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let backups = redis_blpop_lock::Semaphore::builder(&client, "backups", 2)
+    ///     .heartbeat(Duration::from_millis(500))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn heartbeat(mut self, interval: Duration) -> Self {
+        self.heartbeat = interval;
+        self
+    }
+
+    /// A queue primitive's builder: renewed leases by default, so a crashed holder's share
+    /// comes back within the expiry.
+    pub(crate) fn queued(mut self) -> Self {
+        self.queued = true;
+        if self.expire.is_none() {
+            self.expire = Some(DEFAULT_QUEUE_EXPIRE);
+            self.auto_renewal = true;
+        }
+        self
+    }
+
+    pub(crate) fn permits(mut self, permits: u32) -> Self {
+        self.capacity = u64::from(permits);
+        self
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// The checked settings, and where the lock lives.
     pub(crate) fn checked(self) -> Result<(Settings, Arc<dyn Transport>), Error> {
         if self.name.is_empty() {
@@ -278,6 +329,10 @@ impl<K> LockBuilder<K> {
             Some(id) => id,
             None => id::random_id()?,
         };
+        // Its half is how often a waiter asks again; under 1 ms there is none.
+        if self.heartbeat < Duration::from_millis(1) {
+            return Err(Error::invalid("heartbeat must be at least 1 ms"));
+        }
         if self.io_timeout < Duration::from_millis(1) {
             return Err(Error::invalid("io_timeout must be at least 1 ms"));
         }
@@ -297,6 +352,8 @@ impl<K> LockBuilder<K> {
             replicas,
             label: Label::new(&self.name, self.metrics_label),
             name: self.name,
+            heartbeat: self.heartbeat,
+            queued: self.queued,
         };
         let transport = self.transport?;
         transport.check(&settings)?;
@@ -305,6 +362,30 @@ impl<K> LockBuilder<K> {
 }
 
 impl LockBuilder<Lock> {
+    /// A fair lock: waiters take it in the order they asked, across processes, and a
+    /// newcomer never takes it ahead of them. It is the queue engine's (see the crate docs'
+    /// "Fair lock" section), on keys `fair-lock:{name}:*`, so it is not python-redis-lock's
+    /// and does not exclude a plain lock of the same name: every handle of one name must agree.
+    /// Its expiry defaults to 30 s, renewed, unless [`expire`](Self::expire) says otherwise.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "tickets").fair(true).build()?;
+    /// let guard = lock.lock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair(self, on: bool) -> Self {
+        match on {
+            true => self.queued(),
+            false => LockBuilder {
+                queued: false,
+                ..self
+            },
+        }
+    }
+
     /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
     ///
     /// ```no_run
@@ -337,6 +418,6 @@ impl LockBuilder<Lock> {
     /// ```
     pub fn build(self) -> Result<Lock, Error> {
         let (settings, transport) = self.checked()?;
-        Ok(Lock::from_settings(settings, transport))
+        Lock::from_settings(settings, transport)
     }
 }

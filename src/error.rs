@@ -93,6 +93,17 @@ pub enum Error {
     /// An argument was out of range or missing; the message says which.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// What was asked cannot be done safely on this backend, e.g. a semaphore on a
+    /// [`Quorum`](crate::Quorum): a count across independent servers is not safe.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// A thread holding a read lock asked for the write lock of the same handle: it would
+    /// wait for itself for ever. Release the read lock first.
+    #[error("read-write lock {name:?}: this thread holds a read lock, so a write lock would wait for ever")]
+    WouldDeadlock {
+        /// The read-write lock's name.
+        name: String,
+    },
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),

@@ -217,10 +217,6 @@ impl Lock {
         Ok(value)
     }
 
-    pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
-        now(self.inner.acquire(wait, &self.inner.settings.cancel))
-    }
-
     fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
         Ok(self
             .take(wait)?

@@ -796,6 +796,7 @@
 #![deny(missing_docs)]
 
 #[cfg(feature = "tokio")]
+mod acquisition;
 pub mod aio;
 mod backend;
 mod builder;
@@ -812,6 +813,8 @@ mod protocol;
 mod queue;
 mod quorum;
 mod reset_all;
+mod rwlock;
+mod semaphore;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod settings;
@@ -827,5 +830,7 @@ pub use guard::{with_lock, ArcLockGuard, LockGuard};
 pub use lock::Lock;
 pub use quorum::Quorum;
 pub use reset_all::reset_all;
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 #[cfg(feature = "sentinel")]
 pub use sentinel::Sentinel;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use crate::driver::blocking::Blocking;
 pub use crate::driver::Holder;
 use crate::driver::Inner;
+use crate::protocol::keys::{Primitive, QueueKeys};
 use crate::protocol::lease::Wait;
+use crate::protocol::queue::Ask;
 use crate::settings::Settings;
 use crate::transport::send::now;
 use crate::transport::Transport;
@@ -36,12 +38,35 @@ use crate::Error;
 /// ```
 pub struct Lock {
     pub(crate) inner: Arc<Inner<Blocking>>,
+    /// A fair lock's place in the queue engine: its keys and what it asks for.
+    fair: Option<(QueueKeys, Ask)>,
 }
 
 impl Lock {
-    pub(crate) fn from_settings(settings: Settings, transport: Arc<dyn Transport>) -> Lock {
-        Lock {
-            inner: Arc::new(Inner::new(settings, transport)),
+    pub(crate) fn from_settings(
+        settings: Settings,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Lock, Error> {
+        if !settings.queued {
+            return Ok(Lock {
+                inner: Arc::new(Inner::new(settings, transport)),
+                fair: None,
+            });
+        }
+        let keys = QueueKeys::new(Primitive::FairLock, &settings.name);
+        let ask = Ask::new(&settings.id, 1, 1, settings.expire(), settings.lapse())?;
+        Ok(Lock {
+            inner: Arc::new(Inner::queued(settings, transport, &keys, &ask)),
+            fair: Some((keys, ask)),
+        })
+    }
+
+    /// Takes the lock as `wait` allows: its epoch, or `None` when the wait ended first.
+    pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
+        let cancel = &self.inner.settings.cancel;
+        match &self.fair {
+            Some((keys, ask)) => self.inner.acquire_queued(keys, ask, wait, cancel),
+            None => now(self.inner.acquire(wait, cancel)),
         }
     }
 
@@ -90,10 +115,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire(&self) -> Result<(), Error> {
-        now(self
-            .inner
-            .acquire(Wait::Forever, &self.inner.settings.cancel))
-        .map(|_| ())
+        self.take(Wait::Forever).map(|_| ())
     }
 
     /// Takes the lock if it is free, never blocking. `Ok(false)` when someone else holds it.

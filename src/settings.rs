@@ -9,11 +9,16 @@ use crate::{CancelToken, Error};
 pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
 /// The deadline of a call that has none of its own, and of each round trip of `acquire()`.
 pub(crate) const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
+/// A queue primitive's expiry unless told otherwise: renewed, so a crashed holder's share
+/// comes back within it.
+pub(crate) const DEFAULT_QUEUE_EXPIRE: Duration = Duration::from_secs(30);
 /// The largest expiry or signal expiry accepted, about 34 years: far beyond any real use, and
 /// far below what would overflow Redis's millisecond clock arithmetic.
 const MAX_MILLIS: u64 = 1 << 40;
 
 /// What [`LockBuilder::build`](crate::LockBuilder::build) checked.
+#[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) name: String,
     pub(crate) id: String,
@@ -28,9 +33,18 @@ pub(crate) struct Settings {
     pub(crate) replicas: Option<(u32, u64)>,
     /// The `lock` label of the handle's metrics.
     pub(crate) label: Label,
+    /// A queue primitive's heartbeat: a waiter that misses two leaves the queue.
+    pub(crate) heartbeat: Duration,
+    /// Whether the handle is a queue primitive (a semaphore, a read-write lock, a fair lock).
+    pub(crate) queued: bool,
 }
 
 impl Settings {
+    /// The lapse window of a queue primitive's waiter: two heartbeats.
+    pub(crate) fn lapse(&self) -> Duration {
+        self.heartbeat.saturating_mul(2)
+    }
+
     pub(crate) fn expire(&self) -> Option<Duration> {
         self.expire_ms.map(Duration::from_millis)
     }

@@ -3,11 +3,18 @@
 //! how evenly the contenders were served, and that no more held at once than may); see the
 //! top of `bench.rs`.
 
+use std::future::ready;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{opt, opt_f, percentile, rtt_multiple, Impl, Line, Options, Place, ThreadStats, Turns};
+use redis_blpop_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit};
+
+use super::{
+    join_all, measure, opt, opt_f, percentile, rtt_multiple, run_blocking, Impl, Line, Options,
+    Place, ThreadStats, Turns,
+};
 
 /// Targets: the permits at least this busy with 10 ms holds, and every contender's count
 /// within this much of the mean.
@@ -119,7 +126,16 @@ fn semaphore_cell(
     let name = format!("bench:{}:{permits}:{concurrency}:{hold_ms}", imp.name());
     let turns = turns(seconds, hold_ms);
     let occupancy = Arc::new(Occupancy::default());
-    let per_task: Vec<ThreadStats> = match imp {
+    let per_task = match imp {
+        Impl::Ours => thread::scope(|s| {
+            let threads: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    let (turns, occupancy) = (turns.clone(), &occupancy);
+                    s.spawn(|| ours_semaphore(place, &name, permits, turns, occupancy))
+                })
+                .collect();
+            join_all(threads.into_iter().map(|t| t.join()))
+        })?,
         #[cfg(feature = "bench-distributed-lock")]
         Impl::DistributedLock => super::dlock_cells::semaphore_tasks(
             place,
@@ -157,6 +173,30 @@ fn semaphore_cell(
         rtt_p50_us: percentile(&mut pings, 50.0),
         most_holders: occupancy.most.load(Ordering::SeqCst),
     })
+}
+
+/// An `ours` contender: a thread with a `Semaphore` handle of its own (the defaults: 30 s
+/// expiry, renewed), `acquire()` → hold → `release()` on the permit.
+fn ours_semaphore(
+    place: &Place,
+    name: &str,
+    permits: u32,
+    turns: Turns,
+    occupancy: &Occupancy,
+) -> Result<ThreadStats, String> {
+    let semaphore = Semaphore::new(place.store(), name, permits).map_err(|e| e.to_string())?;
+    run_blocking(measure(
+        turns,
+        Some(place.pinger(name)?),
+        || {
+            let permit = semaphore.acquire().map_err(|e| e.to_string());
+            ready(permit.inspect(|_| occupancy.enter_shared()))
+        },
+        |permit: SemaphorePermit| {
+            occupancy.leave_shared();
+            ready(permit.release().map_err(|e| e.to_string()))
+        },
+    ))
 }
 
 /// How far the contender served most unevenly was from the mean count, in % of the mean.
@@ -306,7 +346,18 @@ fn rwlock_cell(
     let name = format!("bench:{}:rw:{hold_ms}", imp.name());
     let turns = turns(options.seconds, hold_ms);
     let occupancy = Arc::new(Occupancy::default());
-    let (readers, writers): (Vec<ThreadStats>, Vec<ThreadStats>) = match imp {
+    let (readers, writers) = match imp {
+        Impl::Ours => thread::scope(|s| {
+            let spawn = |write: bool| {
+                let (turns, occupancy, name) = (turns.clone(), &occupancy, &name);
+                s.spawn(move || ours_rwlock(place, name, write, turns, occupancy))
+            };
+            let readers: Vec<_> = (0..options.readers).map(|_| spawn(false)).collect();
+            let writers: Vec<_> = (0..options.writers).map(|_| spawn(true)).collect();
+            let readers = join_all(readers.into_iter().map(|t| t.join()));
+            let writers = join_all(writers.into_iter().map(|t| t.join()));
+            readers.and_then(|r| Ok((r, writers?)))
+        })?,
         #[cfg(feature = "bench-distributed-lock")]
         Impl::DistributedLock => super::dlock_cells::rwlock_tasks(
             place,
@@ -330,6 +381,46 @@ fn rwlock_cell(
         rtt_p50_us: percentile(&mut pings, 50.0),
         clashes: occupancy.clashes.load(Ordering::SeqCst),
     })
+}
+
+/// An `ours` reader or writer: a thread with an `RwLock` handle of its own (the defaults),
+/// `read()` or `write()` → hold → `unlock()` on the guard.
+fn ours_rwlock(
+    place: &Place,
+    name: &str,
+    write: bool,
+    turns: Turns,
+    occupancy: &Occupancy,
+) -> Result<ThreadStats, String> {
+    let lock = RwLock::new(place.store(), name).map_err(|e| e.to_string())?;
+    let pinger = Some(place.pinger(name)?);
+    if write {
+        run_blocking(measure(
+            turns,
+            pinger,
+            || {
+                let held = lock.write().map_err(|e| e.to_string());
+                ready(held.inspect(|_| occupancy.enter_exclusive()))
+            },
+            |held: RwLockWriteGuard| {
+                occupancy.leave_exclusive();
+                ready(held.unlock().map_err(|e| e.to_string()))
+            },
+        ))
+    } else {
+        run_blocking(measure(
+            turns,
+            pinger,
+            || {
+                let held = lock.read().map_err(|e| e.to_string());
+                ready(held.inspect(|_| occupancy.enter_shared()))
+            },
+            |held: RwLockReadGuard| {
+                occupancy.leave_shared();
+                ready(held.unlock().map_err(|e| e.to_string()))
+            },
+        ))
+    }
 }
 
 /// What the readers, or the writers, of an `rwlock` cell had.

@@ -4,8 +4,9 @@
 
 use redis::Value;
 
-use crate::protocol::keys::Keys;
-use crate::protocol::requests::{self, Extended, Observed, Request};
+use crate::protocol::keys::{Keys, QueueKeys};
+use crate::protocol::queue::{self, Ask};
+use crate::protocol::requests::{self, Extended, Observed, Pttl, Request};
 use crate::settings::Settings;
 use crate::Error;
 
@@ -88,5 +89,81 @@ impl Leasing for LockLeasing {
 
     fn parse_reset(&self, reply: &Value) -> Result<(), Error> {
         requests::parse_reset(&self.keys, reply).map(drop)
+    }
+}
+
+/// A queue primitive's lease (a permit, a read or write hold, a fair lock): an entry of the
+/// holders' set under this acquisition's id, which holds `units`.
+pub(crate) struct QueueLeasing {
+    keys: QueueKeys,
+    ask: Ask,
+}
+
+impl QueueLeasing {
+    pub(crate) fn new(keys: &QueueKeys, ask: &Ask) -> QueueLeasing {
+        QueueLeasing {
+            keys: keys.clone(),
+            ask: ask.clone(),
+        }
+    }
+}
+
+impl Leasing for QueueLeasing {
+    fn release(&self) -> Request {
+        queue::release(&self.keys, &self.ask)
+    }
+
+    fn released(&self, reply: &Value) -> Result<bool, Error> {
+        queue::parse_held(&self.keys, reply)
+    }
+
+    fn extend(&self, ms: u64) -> Request {
+        queue::extend(&self.keys, &self.ask, ms)
+    }
+
+    fn extended(&self, reply: &Value) -> Result<Extended, Error> {
+        Ok(match queue::parse_held(&self.keys, reply)? {
+            true => Extended::Yes,
+            false => Extended::NotOurs,
+        })
+    }
+
+    fn read(&self) -> Request {
+        queue::state(&self.keys)
+    }
+
+    /// This acquisition as the owner when it holds, else the first holder (or none), so
+    /// that "is it ours" reads the same as for a lock.
+    fn parse_read(&self, replies: &[Value]) -> Result<Observed, Error> {
+        let reply = replies.first().ok_or_else(|| Error::unexpected(&replies))?;
+        let state = queue::parse_state(&self.keys, reply)?;
+        let ours = state
+            .holders
+            .iter()
+            .find(|holder| holder.id == self.ask.id().as_bytes());
+        Ok(match ours.or(state.holders.first()) {
+            None => Observed {
+                owner: None,
+                pttl: Pttl::Gone,
+                fence: None,
+            },
+            Some(holder) => Observed {
+                owner: Some(holder.id.clone()),
+                pttl: holder.left.map_or(Pttl::Forever, Pttl::Left),
+                fence: Some(holder.token),
+            },
+        })
+    }
+
+    fn reset(&self, owner: &[u8]) -> Request {
+        queue::reset(
+            &self.keys,
+            Some(&String::from_utf8_lossy(owner)),
+            self.ask.capacity(),
+        )
+    }
+
+    fn parse_reset(&self, reply: &Value) -> Result<(), Error> {
+        queue::parse_reset(&self.keys, reply).map(drop)
     }
 }

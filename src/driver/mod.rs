@@ -12,6 +12,7 @@ mod acquire;
 pub(crate) mod blocking;
 mod hold;
 mod leasing;
+mod queued;
 pub(crate) mod renew;
 mod settle;
 #[cfg(test)]
@@ -28,14 +29,15 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::observe::Hold;
-use crate::protocol::keys::Keys;
+use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
+use crate::protocol::queue::Ask;
 use crate::protocol::requests::{Observed, Pttl, Request};
 use crate::settings::Settings;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::ConnId;
 use crate::{CancelToken, Error};
-use leasing::{Leasing, LockLeasing};
+use leasing::{Leasing, LockLeasing, QueueLeasing};
 
 pub use hold::Holder;
 
@@ -145,10 +147,33 @@ struct Confirmed {
 
 impl<R: Runtime> Inner<R> {
     pub(crate) fn new(settings: Settings, transport: Arc<R::Transport>) -> Self {
+        let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
+        let leasing = Box::new(LockLeasing::new(&keys, &settings));
+        Inner::with_leasing(settings, transport, keys, leasing)
+    }
+
+    /// One acquisition of a queue primitive, `ask` in the queue of `queue`: its acquire path
+    /// is [`acquire_queued`](Inner::acquire_queued), its hold the lock's.
+    pub(crate) fn queued(
+        settings: Settings,
+        transport: Arc<R::Transport>,
+        queue: &QueueKeys,
+        ask: &Ask,
+    ) -> Self {
+        let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
+        let leasing = Box::new(QueueLeasing::new(queue, ask));
+        Inner::with_leasing(settings, transport, keys, leasing)
+    }
+
+    fn with_leasing(
+        settings: Settings,
+        transport: Arc<R::Transport>,
+        keys: Keys,
+        leasing: Box<dyn Leasing>,
+    ) -> Self {
         let blocking = transport.blocking();
-        let keys = Keys::new(&settings.name, blocking.hash_tags());
         Inner {
-            leasing: Box::new(LockLeasing::new(&keys, &settings)),
+            leasing,
             keys,
             drift: settings
                 .expire()

@@ -100,7 +100,7 @@ fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
 /// The share of the expiry (one part in this many) that a woken grant of a holder that does
 /// not renew may lose to its wait before the grant is confirmed: a 10 s lock is confirmed after
 /// a wait of more than 500 ms.
-const LOOSE: u32 = 20;
+pub(crate) const LOOSE: u32 = 20;
 
 /// When the next renewal of a lease valid until `valid_until` is due, as a wait from `now`:
 /// when a third of `expire` is left by what the handle believes, so that a lease counted

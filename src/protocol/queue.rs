@@ -84,6 +84,14 @@ impl Ask {
         &self.id
     }
 
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub(crate) fn units(&self) -> u64 {
+        self.units
+    }
+
     /// When this waiter must ask again at the latest to stay in the queue.
     pub(crate) fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.lapse_ms / 2)
@@ -153,14 +161,10 @@ pub(crate) fn leave(keys: &QueueKeys, ask: &Ask) -> Request {
     release(keys, ask)
 }
 
-/// Sets the lease of what `ask`'s id holds to `ask`'s lease from now (`queue_extend.lua`):
+/// Sets the lease of what `ask`'s id holds to `ms` from now (`queue_extend.lua`):
 /// [`parse_held`] says whether it still held.
-pub(crate) fn extend(keys: &QueueKeys, ask: &Ask) -> Request {
-    script(
-        keys,
-        &QUEUE_EXTEND,
-        &[ask.id.as_bytes(), &num(ask.lease_ms)],
-    )
+pub(crate) fn extend(keys: &QueueKeys, ask: &Ask, ms: u64) -> Request {
+    script(keys, &QUEUE_EXTEND, &[ask.id.as_bytes(), &num(ms)])
 }
 
 /// Keeps `units` of what `ask`'s id holds (`queue_shrink.lua`, a downgrade): [`parse_held`]
@@ -335,23 +339,35 @@ pub(crate) enum Step {
     Block { until: Instant },
     /// Its time is up: leave the queue (giving back any grant that came meanwhile).
     Leave,
-    /// It holds its units. The lease started no earlier than `believed_start`: the send of
-    /// the last ask that found it not granted (or of the ask that granted it).
-    Granted { token: u64, believed_start: Instant },
+    /// It holds its units, until `valid_until` at the earliest (`None`: no expiry).
+    Granted {
+        token: u64,
+        valid_until: Option<Instant>,
+    },
 }
 
 /// One waiter's way through the queue, up to `deadline` (`None`: no limit).
 #[derive(Debug)]
 pub(crate) struct Queued {
     deadline: Option<Instant>,
+    /// How long a grant pushed by another's script lasts unless claimed: the waiter's lease,
+    /// cut to when its entry would have lapsed, so that a grant to a waiter that died
+    /// meanwhile comes back as soon as its entry would have.
+    claim: Duration,
     /// When the last ask that found it waiting was sent: a grant came after.
     waiting_since: Option<Instant>,
 }
 
 impl Queued {
-    pub(crate) fn new(deadline: Option<Instant>) -> Self {
+    pub(crate) fn new(ask: &Ask, deadline: Option<Instant>) -> Self {
+        let lapse = Duration::from_millis(ask.lapse_ms);
+        let claim = match ask.lease_ms {
+            0 => lapse,
+            ms => lapse.min(Duration::from_millis(ms)),
+        };
         Queued {
             deadline,
+            claim,
             waiting_since: None,
         }
     }
@@ -359,9 +375,10 @@ impl Queued {
     /// After an ask sent at `sent` was answered at `now`.
     pub(crate) fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Step {
         match answer {
-            Asked::Granted { token, .. } => Step::Granted {
+            // The server's count of what is left started after the send.
+            Asked::Granted { token, lease_left } => Step::Granted {
                 token,
-                believed_start: self.waiting_since.unwrap_or(sent),
+                valid_until: lease_left.map(|left| sent + left),
             },
             Asked::Waiting { next, .. } => {
                 self.waiting_since = Some(sent);
@@ -381,9 +398,10 @@ impl Queued {
     /// ran out, or it was ended early).
     pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Step {
         match token {
+            // Granted after the last ask that found it waiting, until its claim runs out.
             Some(token) => Step::Granted {
                 token,
-                believed_start: self.waiting_since.unwrap_or(now),
+                valid_until: Some(self.waiting_since.unwrap_or(now) + self.claim),
             },
             None if self.deadline.is_some_and(|d| now >= d) => Step::Leave,
             None => Step::Ask,
@@ -565,7 +583,7 @@ mod tests {
             position: 2,
             next: Duration::from_millis(ms),
         };
-        let mut queued = Queued::new(Some(t0 + secs(5)));
+        let mut queued = Queued::new(&ask(), Some(t0 + secs(5)));
         assert_eq!(
             queued.asked(t0, waiting(1000), t0),
             Step::Block {
@@ -578,7 +596,7 @@ mod tests {
                 until: t0 + secs(5)
             }
         );
-        let mut forever = Queued::new(None);
+        let mut forever = Queued::new(&ask(), None);
         assert_eq!(
             forever.asked(t0, waiting(1000), t0),
             Step::Block {
@@ -590,7 +608,7 @@ mod tests {
     #[test]
     fn a_waiter_that_pops_nothing_asks_again_until_its_deadline_then_leaves() {
         let t0 = Instant::now();
-        let mut queued = Queued::new(Some(t0 + secs(5)));
+        let mut queued = Queued::new(&ask(), Some(t0 + secs(5)));
         assert_eq!(queued.popped(None, t0 + secs(1)), Step::Ask);
         assert_eq!(queued.popped(None, t0 + secs(5)), Step::Leave);
         let waiting = Asked::Waiting {
@@ -600,10 +618,15 @@ mod tests {
         assert_eq!(queued.asked(t0, waiting, t0 + secs(6)), Step::Leave);
     }
 
+    /// A waiter's ask: a 30 s lease, a 4 s lapse window.
+    fn ask() -> Ask {
+        Ask::new("w", 1, 1, Some(secs(30)), secs(4)).unwrap()
+    }
+
     #[test]
-    fn a_grant_counts_its_lease_from_the_last_ask_that_found_it_waiting() {
+    fn a_pushed_grant_lasts_from_the_last_ask_that_found_it_waiting_until_its_claim_runs_out() {
         let t0 = Instant::now();
-        let mut queued = Queued::new(None);
+        let mut queued = Queued::new(&ask(), None);
         let waiting = Asked::Waiting {
             position: 1,
             next: secs(1),
@@ -614,27 +637,34 @@ mod tests {
             queued.popped(Some(4), t0 + secs(2)),
             Step::Granted {
                 token: 4,
-                believed_start: t0 + secs(1)
+                valid_until: Some(t0 + secs(5))
             }
         );
-        // A grant found by an ask (its signal was lost, or the reply to the pop) started
-        // after the ask before it, too.
+    }
+
+    #[test]
+    fn a_grant_found_by_an_ask_lasts_what_the_server_said_from_the_asks_send() {
+        let t0 = Instant::now();
         let granted = Asked::Granted {
+            token: 4,
+            lease_left: Some(secs(30)),
+        };
+        assert_eq!(
+            Queued::new(&ask(), None).asked(t0, granted, t0 + secs(1)),
+            Step::Granted {
+                token: 4,
+                valid_until: Some(t0 + secs(30))
+            }
+        );
+        let forever = Asked::Granted {
             token: 4,
             lease_left: None,
         };
         assert_eq!(
-            queued.asked(t0 + secs(3), granted, t0 + secs(3)),
+            Queued::new(&ask(), None).asked(t0, forever, t0),
             Step::Granted {
                 token: 4,
-                believed_start: t0 + secs(1)
-            }
-        );
-        assert_eq!(
-            Queued::new(None).asked(t0, granted, t0),
-            Step::Granted {
-                token: 4,
-                believed_start: t0
+                valid_until: None
             }
         );
     }

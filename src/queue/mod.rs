@@ -29,8 +29,13 @@ use crate::Error;
 /// How a wait came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Waited {
-    /// Granted with `token`; the lease started no earlier than `believed_start`.
-    Granted { token: u64, believed_start: Instant },
+    /// Granted with `token`, held until `valid_until` at the earliest unless extended
+    /// (`None`: no expiry). A grant pushed by another's script lasts only until the waiter's
+    /// entry would have lapsed: the holder claims it with an extend.
+    Granted {
+        token: u64,
+        valid_until: Option<Instant>,
+    },
     /// The deadline passed first; nothing is held, and the waiter left the queue.
     TimedOut,
 }
@@ -56,7 +61,7 @@ impl Line<'_> {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
-        let mut queued = Queued::new(deadline);
+        let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
         let mut pause = FIRST_PAUSE;
@@ -69,17 +74,11 @@ impl Line<'_> {
                     .pop(&mut conn, ask, until, cancel)
                     .map(|token| queued.popped(token, Instant::now())),
                 Step::Leave => return self.leave(ask).map(|()| Waited::TimedOut),
-                Step::Granted {
-                    token,
-                    believed_start,
-                } => {
+                Step::Granted { token, valid_until } => {
                     if let Some(conn) = conn {
                         conn.keep_for_holder();
                     }
-                    return Ok(Waited::Granted {
-                        token,
-                        believed_start,
-                    });
+                    return Ok(Waited::Granted { token, valid_until });
                 }
             };
             if cancel.is_cancelled() {
@@ -104,6 +103,24 @@ impl Line<'_> {
                     return Err(e);
                 }
             };
+        }
+    }
+
+    /// One try that does not queue (`Mode::Try`): granted when nobody waits and the units fit.
+    pub(crate) fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
+        let sent = Instant::now();
+        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Try))?;
+        match queue::parse_acquire(self.keys, &answered)? {
+            queue::Asked::Granted { token, lease_left } => Ok(Waited::Granted {
+                token,
+                valid_until: lease_left.map(|left| sent + left),
+            }),
+            queue::Asked::Refused => Ok(Waited::TimedOut),
+            // A try never queues: one that did (against the protocol) must not stay in line.
+            queue::Asked::Waiting { .. } => {
+                self.leave(ask)?;
+                Err(Error::unexpected(&answered))
+            }
         }
     }
 

@@ -257,6 +257,14 @@ impl Transport for Quorum {
     }
 
     fn check(&self, settings: &Settings) -> Result<(), Error> {
+        if settings.queued {
+            return Err(Error::Unsupported(format!(
+                "{:?} is a semaphore, read-write lock or fair lock: their counts and queues \
+                 cannot be kept across independent servers (a Quorum); use one primary, \
+                 with replicas or Sentinel",
+                settings.name
+            )));
+        }
         if settings.fencing {
             return Err(Error::invalid(
                 "fencing tokens cannot be made to grow across independent servers: a \

@@ -8,10 +8,10 @@ use std::time::Duration;
 use redis::Commands;
 use redis_blpop_lock::aio;
 
-use crate::quorum::{holding, quorum, servers};
+use crate::quorum::{holding, quorum};
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 use crate::support::blocked_task_waiter;
-use crate::support::{assert_task_woken_by, eventually, secs, spawn_task_waiter};
+use crate::support::{assert_task_woken_by, eventually, secs, servers, spawn_task_waiter};
 
 /// How long a test waits for its waiters to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);

@@ -2,7 +2,7 @@
 //! the guard's life across tasks and runtimes, `with_lock`, `reset_all`, the cache, and waits
 //! shared with the blocking API.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,8 @@ use redis::Commands;
 use redis_blpop_lock::{aio, Error, Lock};
 
 use crate::support::{
-    assert_task_woken_by, blocked_task_waiter, eventually, ms, secs, RedisServer,
+    assert_lost_and_dropped, assert_task_woken_by, blocked_task_waiter, eventually, ms, secs,
+    RedisServer,
 };
 
 /// How long a test waits for its waiters to block before it gives up.
@@ -39,15 +40,6 @@ fn renewed(server: &RedisServer, expire: Duration) -> aio::Lock {
         .auto_renewal(true)
         .build()
         .unwrap()
-}
-
-/// Sets a flag when dropped: put in a future, it tells whether the future was dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 #[test]
@@ -470,47 +462,11 @@ async fn with_lock_returns_the_works_value_and_releases() {
     assert_eq!(owner(&server, "m"), None);
 }
 
-/// Runs `with_lock` on work that gives the lock away (another id in `lock:l`) and then waits
-/// forever: `with_lock` must return `Error::Lost` and drop the work.
-async fn assert_lost_and_dropped<F>(server: &RedisServer, with_lock: impl FnOnce(StolenWork) -> F)
-where
-    F: std::future::Future<Output = Result<(), Error>>,
-{
-    let dropped = Arc::new(AtomicBool::new(false));
-    let flag = DropFlag(Arc::clone(&dropped));
-    let mut conn = server.conn();
-    let work: StolenWork = Box::pin(async move {
-        let _flag = flag;
-        let _: () = conn.set("lock:l", "thief").unwrap();
-        std::future::pending::<()>().await
-    });
-    let result = tokio::time::timeout(secs(60), with_lock(work))
-        .await
-        .expect("with_lock still ran its work a minute after the lock was stolen");
-    assert!(
-        matches!(result, Err(Error::Lost { ref name }) if name == "l"),
-        "{result:?}"
-    );
-    assert!(dropped.load(Ordering::SeqCst), "the work was not dropped");
-    assert_eq!(owner(server, "l").as_deref(), Some("thief"));
-}
-
-type StolenWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_on_a_handle_drops_the_work_and_is_lost_when_the_key_is_stolen() {
     let server = RedisServer::start();
     let lock = renewed(&server, ms(600));
     assert_lost_and_dropped(&server, |work| lock.with_lock(work)).await;
-}
-
-/// The free function keeps a 30 s expiry alive with a renewal every 20 s: the renewal that
-/// finds the thief's id comes 20 s in.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_drops_the_work_and_is_lost_when_the_key_is_stolen() {
-    let server = RedisServer::start();
-    let client = server.client();
-    assert_lost_and_dropped(&server, |work| aio::with_lock(&client, "l", work)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

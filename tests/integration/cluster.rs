@@ -1,7 +1,8 @@
 //! The same lock on a Redis Cluster: keys hash-tagged by name, requests routed to the key's
 //! primary, waiters that follow their slot through a migration and a failover, and
 //! `reset_all` over every primary. Tests that leave the cluster as it is share one; those that
-//! move slots or fail nodes over start their own.
+//! move slots or fail nodes over start their own. Killed primaries are in the slow group
+//! (`tests/slow/cluster.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -17,10 +18,6 @@ use crate::support::{
 
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
-
-fn client(cluster: &RedisCluster) -> ClusterClient {
-    ClusterClient::new(vec![cluster.seed_url()]).unwrap()
-}
 
 /// Names whose keys fall on every primary of the cluster, `per_primary` each.
 fn names_on_every_primary(cluster: &RedisCluster, prefix: &str, per_primary: usize) -> Vec<String> {
@@ -42,7 +39,7 @@ fn names_on_every_primary(cluster: &RedisCluster, prefix: &str, per_primary: usi
 #[test]
 fn a_locks_keys_carry_its_name_as_their_hash_tag() {
     let cluster = RedisCluster::shared();
-    let lock = Lock::new(&client(cluster), "tagged").unwrap();
+    let lock = Lock::new(&cluster.client(), "tagged").unwrap();
     let guard = lock.lock().unwrap();
     let primary = cluster.primary_for("lock:{tagged}");
     let owner: Option<String> = primary.conn().get("lock:{tagged}").unwrap();
@@ -59,7 +56,7 @@ fn a_locks_keys_carry_its_name_as_their_hash_tag() {
 #[test]
 fn a_name_with_its_own_hash_tag_keeps_it() {
     let cluster = RedisCluster::shared();
-    let lock = Lock::new(&client(cluster), "{tenant7}:jobs").unwrap();
+    let lock = Lock::new(&cluster.client(), "{tenant7}:jobs").unwrap();
     let _guard = lock.lock().unwrap();
     let owner: Option<String> = cluster
         .primary_for("{tenant7}")
@@ -80,7 +77,7 @@ fn locks_in_many_slots_exclude_each_other_across_processes() {
     for worker in workers {
         worker.wait_success();
     }
-    let mut conn = client(cluster).get_connection().unwrap();
+    let mut conn = cluster.client().get_connection().unwrap();
     for name in &names {
         let count: u64 = conn.get(format!("count:{{{name}}}")).unwrap();
         assert_eq!(
@@ -129,7 +126,7 @@ pub fn increment(client: &redis::Client, args: &[String]) {
 #[test]
 fn a_release_wakes_a_waiter_on_the_keys_primary() {
     let cluster = RedisCluster::shared();
-    let client = client(cluster);
+    let client = cluster.client();
     let holder = Lock::new(&client, "wake").unwrap();
     holder.acquire().unwrap();
     let primary = cluster.primary_for("lock:{wake}");
@@ -142,7 +139,7 @@ fn a_release_wakes_a_waiter_on_the_keys_primary() {
 #[test]
 fn a_waiter_follows_its_slot_to_another_primary() {
     let cluster = RedisCluster::start();
-    let client = client(&cluster);
+    let client = cluster.client();
     let holder = Lock::builder(&client, "moving")
         .expire(secs(60))
         .build()
@@ -166,7 +163,7 @@ fn a_waiter_follows_its_slot_to_another_primary() {
 #[test]
 fn a_try_during_a_migration_is_asked_of_the_importing_primary() {
     let cluster = RedisCluster::start();
-    let client = client(&cluster);
+    let client = cluster.client();
     let source = cluster.primary_for("lock:{asked}");
     let target = cluster
         .primaries()
@@ -188,7 +185,7 @@ fn a_try_during_a_migration_is_asked_of_the_importing_primary() {
 #[test]
 fn a_holder_and_a_waiter_carry_on_through_a_failover() {
     let cluster = RedisCluster::start();
-    let client = client(&cluster);
+    let client = cluster.client();
     let holder = Lock::builder(&client, "failing-over")
         .expire(secs(60))
         .replicas(1, secs(2))
@@ -208,94 +205,9 @@ fn a_holder_and_a_waiter_carry_on_through_a_failover() {
 }
 
 #[test]
-fn a_killed_primarys_waiters_and_holder_move_to_its_replica() {
-    let mut cluster = RedisCluster::start();
-    let client = client(&cluster);
-    // Long enough to ride out the failover (node timeout 1 s, then the election).
-    let io = secs(20);
-    let holder = Lock::builder(&client, "crashing")
-        .expire(secs(60))
-        .replicas(1, secs(2))
-        .io_timeout(io)
-        .build()
-        .unwrap();
-    holder.acquire().unwrap();
-    let primary = cluster.primary_for("lock:{crashing}").port;
-    let waiter_lock = Lock::builder(&client, "crashing")
-        .io_timeout(io)
-        .build()
-        .unwrap();
-    let waiter = spawn_waiter(waiter_lock, secs(60));
-    cluster
-        .primary_for("lock:{crashing}")
-        .until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    cluster.kill_primary_and_wait_failover(primary);
-    // The replica had acknowledged the lock, so it survived.
-    let owner: Option<String> = cluster
-        .primary_for("lock:{crashing}")
-        .conn()
-        .get("lock:{crashing}")
-        .unwrap();
-    assert_eq!(owner.as_deref(), Some(holder.id()));
-    assert!(!holder.lost());
-    // The new primary has no replica left to acknowledge the release, which it says; the
-    // release happened all the same.
-    match holder.release() {
-        Err(Error::NotReplicated {
-            acked: 0,
-            wanted: 1,
-            ..
-        }) => {}
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
-    assert!(waiter.join().unwrap().unwrap());
-}
-
-#[test]
-fn a_lock_lost_in_a_failover_is_lost_to_its_holder() {
-    let mut cluster = RedisCluster::start();
-    let client = client(&cluster);
-    let primary = cluster.primary_for("lock:{unreplicated}").port;
-    let replica = cluster.replica_of(cluster.node(primary)).port;
-    // The replica is frozen and its primary gives up on it (after `repl-timeout`) before
-    // the lock is taken, so the key is never sent to it: not even into its socket buffer,
-    // which a frozen process still fills.
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "repl-timeout", "1"])
-        .query(&mut cluster.node(primary).conn())
-        .unwrap();
-    cluster.node(replica).pause();
-    crate::support::eventually(secs(20), "the primary to drop its frozen replica", || {
-        let info: redis::InfoDict = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut cluster.node(primary).conn())
-            .unwrap();
-        info.get::<u64>("connected_slaves") == Some(0)
-    });
-    let holder = Lock::builder(&client, "unreplicated")
-        .expire(secs(3))
-        .auto_renewal(true)
-        .io_timeout(secs(20))
-        .build()
-        .unwrap();
-    let guard = holder.lock().unwrap();
-    cluster.kill(primary);
-    cluster.node(replica).resume();
-    cluster.until_replaced(primary, replica);
-    crate::support::eventually(secs(20), "the holder to learn its lock was lost", || {
-        guard.lost()
-    });
-    let other = Lock::new(&client, "unreplicated").unwrap();
-    assert!(
-        other.try_acquire().unwrap(),
-        "the key did not survive the failover"
-    );
-}
-
-#[test]
 fn reset_all_frees_the_locks_of_every_primary() {
     let cluster = RedisCluster::start();
-    let client = client(&cluster);
+    let client = cluster.client();
     let names = names_on_every_primary(&cluster, "reset", 2);
     let holders: Vec<Lock> = names
         .iter()
@@ -317,7 +229,7 @@ fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
     let mut python = python_peer(&cluster.seed_url(), &["cluster"]);
     python.send_line("acquire {shared-with-python}");
     let python_id = python.expect_line("acquired");
-    let lock = Lock::new(&client(cluster), "shared-with-python").unwrap();
+    let lock = Lock::new(&cluster.client(), "shared-with-python").unwrap();
     assert!(!lock.try_acquire().unwrap());
     let holder = lock.holder().unwrap().expect("held by python");
     assert!(
@@ -327,7 +239,7 @@ fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
     let primary = cluster.primary_for("lock:{shared-with-python}");
     let before = primary.blocked_clients();
     let waiter = spawn_waiter(
-        Lock::new(&client(cluster), "shared-with-python").unwrap(),
+        Lock::new(&cluster.client(), "shared-with-python").unwrap(),
         secs(60),
     );
     primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
@@ -337,7 +249,7 @@ fn python_redis_lock_reaches_the_same_lock_by_naming_it_in_braces() {
 #[test]
 fn the_cache_keeps_a_value_and_its_freshness_marker_in_one_slot() {
     let cluster = RedisCluster::shared();
-    let cache = Cache::new(&client(cluster)).unwrap().prefix("cache:");
+    let cache = Cache::new(&cluster.client()).unwrap().prefix("cache:");
     let fresh = || Ok::<_, Error>("v1".to_string());
     let value: String = cache
         .get_or_revalidate("page", secs(30), secs(60), fresh)
@@ -420,7 +332,7 @@ fn a_cluster_client_with_no_reachable_seed_is_an_error_by_the_deadline() {
 #[test]
 fn a_waiter_asked_elsewhere_during_a_migration_never_takes_a_held_lock() {
     let cluster = RedisCluster::start();
-    let client = client(&cluster);
+    let client = cluster.client();
     let holder = Lock::builder(&client, "mid-move")
         .expire(secs(2))
         .auto_renewal(true)
@@ -451,7 +363,7 @@ fn a_waiter_asked_elsewhere_during_a_migration_never_takes_a_held_lock() {
 #[test]
 fn a_cancel_ends_a_cluster_wait_at_once() {
     let cluster = RedisCluster::shared();
-    let client = client(cluster);
+    let client = cluster.client();
     let holder = Lock::new(&client, "cancelled").unwrap();
     holder.acquire().unwrap();
     let token = redis_blpop_lock::CancelToken::new();
@@ -472,60 +384,4 @@ fn a_cancel_ends_a_cluster_wait_at_once() {
     // A wait the cancel missed would end only at its 5 s block.
     assert!(cancelled.elapsed() < secs(2), "{:?}", cancelled.elapsed());
     holder.release().unwrap();
-}
-
-/// A name of lock whose keys `cluster`'s primary on `port` serves.
-fn name_served_by(cluster: &RedisCluster, port: u16) -> String {
-    (0..)
-        .map(|n| format!("crash-{n}"))
-        .find(|name| cluster.primary_for(&format!("lock:{{{name}}}")).port == port)
-        .unwrap()
-}
-
-#[test]
-fn waiters_of_a_killed_primary_each_take_the_lock_once_its_replica_took_over() {
-    // The lost reply is settled on the new primary as soon as it serves, not after the I/O
-    // timeout: a dying server resets the connections in its backlog, and that reset once
-    // sent a waiter's settling to wait for a connection of its own to the dead server. Only
-    // some kills do it, so ten waiters, and each primary of two clusters killed in turn.
-    const WAITERS: usize = 10;
-    for _ in 0..2 {
-        let mut cluster = RedisCluster::start();
-        let client = client(&cluster);
-        let ports: Vec<u16> = cluster.primaries().iter().map(|p| p.port).collect();
-        for port in ports {
-            let name = name_served_by(&cluster, port);
-            // Never released: the waiters take turns once it expired on the new primary.
-            let holder = Lock::builder(&client, &name)
-                .expire(secs(2))
-                .build()
-                .unwrap();
-            holder.acquire().unwrap();
-            let waiters: Vec<_> = (0..WAITERS)
-                .map(|_| {
-                    let lock = Lock::builder(&client, &name)
-                        .io_timeout(secs(20))
-                        .build()
-                        .unwrap();
-                    std::thread::spawn(move || {
-                        let took = lock.acquire_timeout(secs(12))?;
-                        if took {
-                            lock.release()?;
-                        }
-                        Ok::<bool, Error>(took)
-                    })
-                })
-                .collect();
-            cluster
-                .node(port)
-                .until_blocked(WAITERS as u64, BLOCK_LIMIT, || false);
-            cluster.kill_primary_and_wait_failover(port);
-            for waiter in waiters {
-                match waiter.join().unwrap() {
-                    Ok(true) => {}
-                    other => panic!("a waiter of {name} on port {port}: {other:?}"),
-                }
-            }
-        }
-    }
 }

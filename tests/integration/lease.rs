@@ -97,7 +97,8 @@ mod one_server {
 
 mod quorum {
     use super::*;
-    use crate::quorum::{quorum, servers};
+    use crate::quorum::quorum;
+    use crate::support::servers;
 
     #[test]
     fn a_renewing_holder_keeps_a_lock_it_waited_for() {
@@ -217,7 +218,7 @@ mod async_api {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn on_a_quorum_a_renewing_holder_keeps_a_lock_it_waited_for() {
-        let servers = crate::quorum::servers(3);
+        let servers = crate::support::servers(3);
         waits_of_every_length(&crate::quorum::quorum(&servers), "renewing", true).await;
     }
 

@@ -1,7 +1,10 @@
 //! The integration tests, in one test binary with a module per suite. Every test starts its
 //! own private `redis-server` (`support`); a test that needs another process re-runs this
-//! binary as a child playing one of the roles below.
+//! binary as a child playing one of the roles below. Soaks, failovers by a killed node and the
+//! bench's smoke test are in the slow group, `tests/slow/`, a binary of their own.
 
+// Part of the support serves only the slow group (`tests/slow/`), which shares it.
+#[allow(dead_code, unused_imports)]
 mod support;
 
 // The async API's suites.
@@ -19,13 +22,13 @@ mod aio_seams;
 mod aio_shared;
 #[cfg(feature = "tokio")]
 mod aio_waiting;
-mod bench_smoke;
 mod cache;
 #[cfg(feature = "cluster")]
 mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
+mod fair_lock;
 mod fault_injection;
 mod faults;
 mod hostile_input;
@@ -41,13 +44,15 @@ mod quorum;
 mod quorum_faults;
 mod renewals;
 mod replicas;
+mod rwlock;
 mod seams_conn;
 mod security;
+mod semaphore;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod threads;
-// Tests of the cluster and sentinel support itself.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
+// Tests of the cluster support itself.
+#[cfg(feature = "cluster")]
 mod topology;
 mod waiting;
 
@@ -66,12 +71,12 @@ fn child_process_role() {
         #[cfg(feature = "cluster")]
         "cluster::increment" => cluster::increment(&client, &args),
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
-        "fault_injection::soak" => fault_injection::soak_worker(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
-        "quorum_faults::soak" => quorum_faults::soak_worker(&client, &args),
         "renewals::frozen" => renewals::frozen(&client, &args),
         "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
+        "semaphore::hold" => semaphore::hold(&client, &args),
+        "semaphore::wait" => semaphore::wait(&client, &args),
         #[cfg(feature = "sentinel")]
         "sentinel::listeners_end" => sentinel::listeners_end(&args),
         "threads::renewal_threads_end" => threads::renewal_threads_end(&client),

@@ -13,7 +13,7 @@ use metrics_util::CompositeKey;
 use redis::Commands;
 use redis_blpop_lock::{observe, CancelToken, Error, Lock};
 
-use crate::support::{eventually, ms, secs, Proxy, RedisServer};
+use crate::support::{eventually, example_binary, ms, secs, Proxy, RedisServer};
 
 /// Everything the process-wide recorder has recorded: its snapshots drain it, so each read
 /// keeps what it took for the next.
@@ -539,18 +539,7 @@ fn a_failed_renewal_is_a_warning_event() {
 #[test]
 fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
     let server = RedisServer::start();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let built = std::process::Command::new(cargo)
-        .args(["build", "--example", "metrics", "--features", "metrics"])
-        .status()
-        .expect("run cargo build --example metrics");
-    assert!(built.success(), "cargo build --example metrics failed");
-    let deps = std::env::current_exe().expect("test binary path");
-    let target = deps
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target folder");
-    let output = std::process::Command::new(target.join("examples").join("metrics"))
+    let output = std::process::Command::new(example_binary("metrics"))
         .args(["--seconds", "1"])
         .env("REDIS_URL", server.url())
         .output()

@@ -6,14 +6,10 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock, Quorum};
 
-use crate::support::{assert_woken_by, eventually, ms, secs, spawn_waiter, RedisServer};
+use crate::support::{assert_woken_by, eventually, ms, secs, servers, spawn_waiter, RedisServer};
 
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 const EXPIRE: Duration = Duration::from_secs(30);
-
-pub fn servers(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
-}
 
 pub fn quorum(servers: &[RedisServer]) -> Quorum {
     Quorum::new(servers.iter().map(RedisServer::client)).unwrap()

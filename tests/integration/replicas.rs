@@ -8,7 +8,8 @@ use crate::support::{eventually, ms, secs, RedisServer};
 
 /// A primary and a replica whose link is up.
 fn primary_with_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
+    // A full sync through a file: a diskless one would first wait 5 s for other replicas.
+    let primary = RedisServer::start_with(&["--repl-diskless-sync", "no"]);
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
     eventually(secs(20), "the replica's link to come up", || {
         let info: redis::InfoDict = redis::cmd("INFO")

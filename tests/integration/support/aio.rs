@@ -1,9 +1,13 @@
 //! What the async API's suites share: a task waiting for a lock, the check that it was woken
-//! by a release (not by its own timer), and the connections a server counts.
+//! by a release (not by its own timer), the connections a server counts, and the check that
+//! `with_lock` drops work whose lock was stolen.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::Commands;
 use redis_blpop_lock::{aio, Error};
 use tokio::task::JoinHandle;
 
@@ -108,4 +112,43 @@ pub async fn connections_after_a_wait(server: &RedisServer) -> usize {
         || server.blocked_clients() == 0,
     );
     connections(server)
+}
+
+/// Runs `with_lock` on work that gives the lock away (another id in `lock:l`) and then waits
+/// forever: `with_lock` must return `Error::Lost` and drop the work.
+pub async fn assert_lost_and_dropped<F>(
+    server: &RedisServer,
+    with_lock: impl FnOnce(StolenWork) -> F,
+) where
+    F: std::future::Future<Output = Result<(), Error>>,
+{
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = DropFlag(Arc::clone(&dropped));
+    let mut conn = server.conn();
+    let work: StolenWork = Box::pin(async move {
+        let _flag = flag;
+        let _: () = conn.set("lock:l", "thief").unwrap();
+        std::future::pending::<()>().await
+    });
+    let result = tokio::time::timeout(Duration::from_secs(60), with_lock(work))
+        .await
+        .expect("with_lock still ran its work a minute after the lock was stolen");
+    assert!(
+        matches!(result, Err(Error::Lost { ref name }) if name == "l"),
+        "{result:?}"
+    );
+    assert!(dropped.load(Ordering::SeqCst), "the work was not dropped");
+    let owner: Option<String> = server.conn().get("lock:l").unwrap();
+    assert_eq!(owner.as_deref(), Some("thief"));
+}
+
+pub type StolenWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Sets a flag when dropped: put in a future, it tells whether the future was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }

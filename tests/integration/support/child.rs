@@ -106,3 +106,10 @@ impl Drop for ChildProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The value of `name=value` in a line a child printed (values without spaces).
+pub fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::node::{until_all, Node};
-use super::server::{free_port, Args, INSTALL_HINT};
+use super::server::{free_port, Args, DISKLESS, INSTALL_HINT};
 use super::RedisServer;
 
 const NODES: usize = 6;
@@ -69,6 +69,11 @@ impl RedisCluster {
     /// The URL of a live primary, to start a cluster client from.
     pub fn seed_url(&self) -> String {
         self.primaries()[0].url()
+    }
+
+    /// A cluster client that starts from a live primary.
+    pub fn client(&self) -> redis::cluster::ClusterClient {
+        redis::cluster::ClusterClient::new(vec![self.seed_url()]).unwrap()
     }
 
     /// The URLs of every live node.
@@ -390,15 +395,11 @@ fn start_node(config_file: PathBuf) -> RedisServer {
             // The default, the port + 10000, may be taken or beyond 65535.
             "--cluster-port",
             &free_port().to_string(),
-            // A replica would otherwise wait 5 s for others to share its full sync.
-            "--repl-diskless-sync-delay",
-            "0",
-            // A replica would otherwise write the primary's data to a file.
-            "--repl-diskless-load",
-            "swapdb",
         ]
+        .into_iter()
+        .chain(DISKLESS)
         .map(String::from)
-        .to_vec(),
+        .collect(),
     })
 }
 

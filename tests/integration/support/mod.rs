@@ -1,15 +1,19 @@
 //! What the suites share: a private `redis-server` per test (`server`), child processes
-//! (`child`), a proxy that delays and drops replies on cue (`proxy`), Redis Cluster and
-//! Sentinel topologies (`cluster`, `sentinel`), and small helpers.
+//! (`child`), the examples' binaries (`example`), a proxy that delays and drops replies on cue
+//! (`proxy`), Redis Cluster and Sentinel topologies (`cluster`, `sentinel`), servers for a
+//! quorum (`quorum`), a clock and random numbers (`random`), and small helpers.
 
 #[cfg(feature = "tokio")]
 mod aio;
 mod child;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod example;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 mod node;
 mod proxy;
+mod quorum;
+mod random;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod server;
@@ -19,19 +23,22 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "tokio")]
 pub use aio::{
-    assert_task_woken_by, blocked_task_waiter, client_list, connections, connections_after_a_wait,
-    spawn_task_waiter, tries_run,
+    assert_lost_and_dropped, assert_task_woken_by, blocked_task_waiter, client_list, connections,
+    connections_after_a_wait, spawn_task_waiter, tries_run,
 };
-pub use child::{child_role, send_signal, ChildProcess};
+pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
 pub use cluster::RedisCluster;
+pub use example::example_binary;
 pub use proxy::Proxy;
+pub use quorum::{quorum_of, servers, urls};
+pub use random::{now_ns, Rng};
 // Outside `RedisServer`, only the TLS tests' server needs a port.
 #[cfg(feature = "sentinel")]
-pub use sentinel::SentinelSet;
+pub use sentinel::{patient, SentinelSet};
 #[cfg(feature = "tls")]
 pub use server::free_port;
-pub use server::RedisServer;
+pub use server::{RedisServer, DISKLESS};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

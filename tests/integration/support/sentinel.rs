@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::node::{until_all, Node};
-use super::server::Args;
+use super::server::{Args, DISKLESS};
 use super::RedisServer;
 
 const SERVICE: &str = "redis-lock-test";
@@ -34,19 +34,11 @@ impl SentinelSet {
             sentinels: Vec::new(),
             config_files: Vec::new(),
         };
-        // Both may be a replica: without these, one would wait 5 s for others to share its
-        // full sync, and write the data it receives to a file.
-        let diskless = [
-            "--repl-diskless-sync-delay",
-            "0",
-            "--repl-diskless-load",
-            "swapdb",
-        ];
-        let primary = RedisServer::start_with(&diskless);
+        let primary = RedisServer::start_with(&DISKLESS);
         let primary_port = primary.port.to_string();
         set.data.push(Node::new(primary));
         let replica = RedisServer::start_with(
-            &[&diskless[..], &["--replicaof", "127.0.0.1", &primary_port]].concat(),
+            &[&DISKLESS[..], &["--replicaof", "127.0.0.1", &primary_port]].concat(),
         );
         set.data.push(Node::new(replica));
         // Before the sentinels start: they learn of replicas from the primary's INFO, asked
@@ -93,6 +85,19 @@ impl SentinelSet {
     /// The name the sentinels monitor the primary under.
     pub fn service(&self) -> &str {
         SERVICE
+    }
+
+    /// The library's backend for the primary the sentinels name.
+    pub fn backend(&self) -> redis_blpop_lock::Sentinel {
+        redis_blpop_lock::Sentinel::new(self.sentinel_urls(), self.service()).unwrap()
+    }
+
+    /// Whether the server on `port` says it is a primary.
+    pub fn is_primary(&self, port: u16) -> bool {
+        let role: redis::Value = redis::cmd("ROLE")
+            .query(&mut self.server(port).conn())
+            .unwrap();
+        format!("{role:?}").contains("master")
     }
 
     /// The server the sentinels name as the primary now.
@@ -263,4 +268,9 @@ fn new_config_path() -> PathBuf {
         "redis-lock-test-{}-sentinel-{n}.conf",
         std::process::id()
     ))
+}
+
+/// A handle whose calls ride out a failover (a second to notice, a second or two to elect).
+pub fn patient(backend: &redis_blpop_lock::Sentinel, name: &str) -> redis_blpop_lock::LockBuilder {
+    redis_blpop_lock::Lock::builder(backend, name).io_timeout(Duration::from_secs(20))
 }

@@ -42,6 +42,16 @@ pub struct Args {
     pub extra: Vec<String>,
 }
 
+/// Arguments for a server that is or may become a replica, or has one: without them a primary
+/// waits 5 s for other replicas to share a full sync, and a replica writes the data it receives
+/// to a file.
+pub const DISKLESS: [&str; 4] = [
+    "--repl-diskless-sync-delay",
+    "0",
+    "--repl-diskless-load",
+    "swapdb",
+];
+
 impl RedisServer {
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])

@@ -1,10 +1,9 @@
 //! The benchmark example runs and prints the JSON it promises (no timing is asserted here:
 //! speed lives in the benchmark itself).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use crate::support::RedisServer;
+use crate::support::{example_binary, RedisServer};
 
 const FIELDS: [&str; 12] = [
     "impl",
@@ -20,48 +19,6 @@ const FIELDS: [&str; 12] = [
     "busy_pct",
     "rtt_p50_us",
 ];
-
-/// The bench example's binary, built (or found up to date) by `cargo build --example bench`:
-/// `cargo test --test integration` alone does not build examples, and a stale binary from an
-/// earlier build would not know the newer flags.
-fn bench_binary() -> PathBuf {
-    let deps = std::env::current_exe().expect("test binary path");
-    let target = deps
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target folder");
-    let bench = target.join("examples").join("bench");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    // With this test binary's features: the cells that need one are there, and the bench
-    // links the library build the tests already made instead of one of its own.
-    let features: Vec<&str> = [
-        ("cli", cfg!(feature = "cli")),
-        ("cluster", cfg!(feature = "cluster")),
-        ("sentinel", cfg!(feature = "sentinel")),
-        ("tls", cfg!(feature = "tls")),
-        ("tokio", cfg!(feature = "tokio")),
-        ("bench-rslock", cfg!(feature = "bench-rslock")),
-        (
-            "bench-distributed-lock",
-            cfg!(feature = "bench-distributed-lock"),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(feature, on)| on.then_some(feature))
-    .collect();
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--example",
-            "bench",
-            "--features",
-            &features.join(","),
-        ])
-        .status()
-        .expect("run cargo build --example bench");
-    assert!(status.success(), "cargo build --example bench failed");
-    bench
-}
 
 /// Runs `bench`, which must succeed, and parses each line it printed as JSON.
 fn json_lines(bench: &mut Command) -> (String, Vec<serde_json::Value>) {
@@ -82,7 +39,7 @@ fn json_lines(bench: &mut Command) -> (String, Vec<serde_json::Value>) {
 #[test]
 fn the_bench_prints_one_json_object_per_cell() {
     let server = RedisServer::start();
-    let mut bench = Command::new(bench_binary());
+    let mut bench = Command::new(example_binary("bench"));
     bench
         .args([
             "--url",
@@ -122,7 +79,7 @@ fn the_async_cells_print_their_json() {
     } else {
         &["ours-async"]
     };
-    let mut bench = Command::new(bench_binary());
+    let mut bench = Command::new(example_binary("bench"));
     bench
         .args(["--url", &server.url(), "--seconds", "0.2"])
         .args([
@@ -214,7 +171,7 @@ fn the_crash_and_overshoot_cells_print_their_json() {
     // python-redis-lock is a test requirement (the interop tests fail with the install
     // command without it), so its cells are smoke-tested too, never skipped.
     let impls = ["ours", "polling", "python"];
-    let mut bench = Command::new(bench_binary());
+    let mut bench = Command::new(example_binary("bench"));
     bench
         .args(["--url", &server.url(), "--cell", "crash,overshoot"])
         .args(["--trials", "2", "--expire-ms", "100", "--timeout-ms", "20"])
@@ -265,7 +222,7 @@ fn the_crash_and_overshoot_cells_print_their_json() {
 #[cfg(feature = "cluster")]
 #[test]
 fn the_cluster_cells_print_their_json() {
-    let output = Command::new(bench_binary())
+    let output = Command::new(example_binary("bench"))
         .args([
             "--cluster",
             "--seconds",
@@ -327,7 +284,7 @@ fn the_cluster_cells_print_their_json() {
 #[test]
 fn the_quorum_cells_print_their_json() {
     let impls = ["ours", "redlock-polling"];
-    let mut bench = Command::new(bench_binary());
+    let mut bench = Command::new(example_binary("bench"));
     bench
         .args(["--quorum", "3", "--seconds", "0.2", "--concurrency", "1,2"])
         .args(["--hold-ms", "0", "--impl", &impls.join(","), "--json"]);
@@ -349,14 +306,18 @@ fn the_quorum_cells_print_their_json() {
     }
 }
 
-/// A tiny `semaphore` cell (3 contenders on 2 permits) and `rwlock` cell per impl: every
-/// field, every contender served, never more holders than permits, never a clash.
-#[cfg(feature = "bench-distributed-lock")]
+/// A tiny `semaphore` cell (3 contenders on 2 permits) and `rwlock` cell per impl (ours, and
+/// `distributed-lock` with `bench-distributed-lock`): every field, every contender served,
+/// never more holders than permits, never a clash.
 #[test]
 fn the_semaphore_and_rwlock_cells_print_their_json() {
     let server = RedisServer::start();
-    let impls = ["distributed-lock"];
-    let mut bench = Command::new(bench_binary());
+    let impls: &[&str] = if cfg!(feature = "bench-distributed-lock") {
+        &["ours", "distributed-lock"]
+    } else {
+        &["ours"]
+    };
+    let mut bench = Command::new(example_binary("bench"));
     bench
         .args(["--url", &server.url(), "--cell", "semaphore,rwlock"])
         .args(["--seconds", "0.3", "--permits", "2", "--concurrency", "3"])
@@ -364,7 +325,7 @@ fn the_semaphore_and_rwlock_cells_print_their_json() {
         .args(["--impl", &impls.join(","), "--json"]);
     let (stdout, cells) = json_lines(&mut bench);
     assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
-    for imp in impls {
+    for &imp in impls {
         let cell = |kind: &str| {
             let found = cells.iter().find(|c| c["impl"] == imp && c["cell"] == kind);
             found.unwrap_or_else(|| panic!("no {kind} line for {imp}: {stdout}"))
@@ -395,13 +356,13 @@ fn the_semaphore_and_rwlock_cells_print_their_json() {
 
 #[test]
 fn the_bench_refuses_a_bad_argument() {
-    let output = Command::new(bench_binary())
+    let output = Command::new(example_binary("bench"))
         .args(["--concurrency", "x"])
         .output()
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--concurrency"));
-    let output = Command::new(bench_binary())
+    let output = Command::new(example_binary("bench"))
         .args(["--cell", "nope"])
         .output()
         .unwrap();

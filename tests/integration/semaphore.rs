@@ -1,0 +1,358 @@
+//! The semaphore against real servers: never more holders than permits, first come first
+//! served, k permits released wake k waiters, and crashed holders and waiters do not keep
+//! the others waiting.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{Error, Quorum, Semaphore};
+
+use crate::support::{secs, ChildProcess, Proxy, RedisServer};
+
+/// Long enough for a waiter to block on a loaded machine; the tests wait for the server to
+/// say it did.
+const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Holds permit(s) of semaphore `args[0]` (`args[1]` permits, expiry `args[2]` ms, renewed
+/// when `args[3]` is "renew"), says so, and holds until told (or killed).
+pub fn hold(client: &redis::Client, args: &[String]) {
+    let permits: u32 = args[1].parse().unwrap();
+    let semaphore = Semaphore::builder(client, &args[0], permits)
+        .expire(Duration::from_millis(args[2].parse().unwrap()))
+        .auto_renewal(args[3] == "renew")
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    println!("acquired");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    permit.release().unwrap();
+    println!("released");
+}
+
+/// Waits for a permit of semaphore `args[0]` (`args[1]` permits), says when it is queued
+/// (from the outside: blocked) and when it got one.
+/// With `args[2]`, its heartbeat in ms.
+pub fn wait(client: &redis::Client, args: &[String]) {
+    let permits: u32 = args[1].parse().unwrap();
+    let mut builder = Semaphore::builder(client, &args[0], permits);
+    if let Some(ms) = args.get(2) {
+        builder = builder.heartbeat(Duration::from_millis(ms.parse().unwrap()));
+    }
+    let semaphore = builder.build().unwrap();
+    println!("waiting");
+    let permit = semaphore.acquire().unwrap();
+    println!("acquired");
+    drop(permit);
+}
+
+/// A thread that takes a permit of `semaphore` within 60 s and reports it on `done`, with
+/// its name, then holds it until `release` says so.
+fn waiter(
+    semaphore: &Arc<Semaphore>,
+    name: &'static str,
+    done: &mpsc::Sender<&'static str>,
+    release: mpsc::Receiver<()>,
+) -> thread::JoinHandle<()> {
+    let (semaphore, done) = (Arc::clone(semaphore), done.clone());
+    thread::spawn(move || {
+        let permit = semaphore.try_acquire_for(secs(60)).unwrap().unwrap();
+        done.send(name).unwrap();
+        let _ = release.recv();
+        permit.release().unwrap();
+    })
+}
+
+#[test]
+fn no_more_holders_than_permits_at_once() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (semaphore, inside, most) = (semaphore.clone(), inside.clone(), most.clone());
+            thread::spawn(move || {
+                for _ in 0..10 {
+                    let permit = semaphore.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+    // Nothing is left but the fencing counter.
+    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+}
+
+#[test]
+fn waiters_are_served_in_the_order_they_came() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 1).unwrap());
+    let first = semaphore.acquire().unwrap();
+    let (done, order) = mpsc::channel();
+    let mut releases = Vec::new();
+    let mut threads = Vec::new();
+    for (n, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let (release, released) = mpsc::channel();
+        threads.push(waiter(&semaphore, name, &done, released));
+        releases.push(release);
+        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+    }
+    first.release().unwrap();
+    let mut served = Vec::new();
+    for release in releases {
+        served.push(order.recv_timeout(secs(30)).unwrap());
+        release.send(()).unwrap();
+    }
+    assert_eq!(served, ["a", "b", "c", "d"]);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn permits_released_together_wake_as_many_waiters() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
+    let all = semaphore.acquire_many(3).unwrap();
+    let (done, woken) = mpsc::channel();
+    let releases: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .enumerate()
+        .map(|(n, name)| {
+            let (release, released) = mpsc::channel();
+            let thread = waiter(&semaphore, name, &done, released);
+            server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+            (release, thread)
+        })
+        .collect();
+    all.release().unwrap();
+    let mut names: Vec<_> = (0..3)
+        .map(|_| woken.recv_timeout(secs(30)).unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = Arc::new(Semaphore::new(&client, "s", 2).unwrap());
+    let one = semaphore.acquire().unwrap();
+    let big = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            semaphore
+                .try_acquire_many_for(2, secs(60))
+                .unwrap()
+                .is_some()
+        })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || big.is_finished());
+    // One permit is free, but the request for two came first.
+    assert!(semaphore
+        .try_acquire_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(semaphore.try_acquire().unwrap().is_none());
+    one.release().unwrap();
+    assert!(big.join().unwrap());
+}
+
+#[test]
+fn a_try_takes_a_free_permit_at_once() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
+    let a = semaphore.try_acquire().unwrap().unwrap();
+    let b = semaphore.try_acquire().unwrap().unwrap();
+    assert!(semaphore.try_acquire().unwrap().is_none());
+    assert_eq!(semaphore.available().unwrap(), 0);
+    assert!(b.fencing_token() > a.fencing_token());
+    drop(a);
+    assert_eq!(semaphore.available().unwrap(), 1);
+    drop(b);
+}
+
+#[test]
+fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
+    let server = RedisServer::start();
+    let mut holder =
+        ChildProcess::spawn("semaphore::hold", &server.url(), &["s", "1", "1500", "-"]);
+    holder.expect_line("acquired");
+    holder.child.kill().unwrap();
+    let left: Vec<(String, f64)> = server
+        .conn()
+        .zrange_withscores("semaphore:{s}:holders", 0, 0)
+        .unwrap();
+    let time: (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let server_now_ms = time.0 * 1000 + time.1 / 1000;
+    let expires_at =
+        Instant::now() + Duration::from_millis((left[0].1 as u64).saturating_sub(server_now_ms));
+    let semaphore = Semaphore::new(&server.client(), "s", 1).unwrap();
+    let permit = semaphore.try_acquire_for(secs(60)).unwrap();
+    assert!(permit.is_some());
+    let late = Instant::now().saturating_duration_since(expires_at);
+    assert!(
+        late < Duration::from_millis(750),
+        "took it {late:?} after the expiry"
+    );
+}
+
+#[test]
+fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    // A waiter process, first in line, killed while it waits.
+    let mut dead = ChildProcess::spawn("semaphore::wait", &server.url(), &["s", "1"]);
+    dead.expect_line("waiting");
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    let live = Arc::new(
+        Semaphore::builder(&client, "s", 1)
+            .heartbeat(Duration::from_millis(500))
+            .build()
+            .unwrap(),
+    );
+    let next = {
+        let live = live.clone();
+        thread::spawn(move || live.try_acquire_for(secs(60)).unwrap().map(|p| p.release()))
+    };
+    server.until_blocked(2, BLOCK_LIMIT, || next.is_finished());
+    dead.child.kill().unwrap();
+    let killed = Instant::now();
+    permit.release().unwrap();
+    assert!(next.join().unwrap().is_some());
+    // The dead waiter's default heartbeat is 2 s: it lapses 4 s after its last one.
+    let waited = killed.elapsed();
+    assert!(waited < secs(8), "the queue was held up {waited:?}");
+}
+
+#[test]
+fn a_semaphore_on_a_quorum_is_refused_with_the_reason() {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = Quorum::new(servers.iter().map(RedisServer::client)).unwrap();
+    match Semaphore::new(&quorum, "s", 2) {
+        Err(Error::Unsupported(why)) => assert!(why.contains("independent servers"), "{why}"),
+        other => panic!("not refused: {:?}", other.map(|s| s.permits())),
+    }
+}
+
+#[test]
+fn a_frozen_server_ends_a_wait_by_its_deadline() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(700));
+    let took = started.elapsed();
+    server.resume();
+    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
+    assert!(took < secs(3), "the wait took {took:?}");
+    drop(permit);
+}
+
+#[test]
+fn zero_permits_or_asking_for_more_than_there_are_is_an_error() {
+    let server = RedisServer::start();
+    assert!(matches!(
+        Semaphore::new(&server.client(), "s", 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
+    assert!(matches!(
+        semaphore.try_acquire_many(3),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_granted() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let mut stopped = ChildProcess::spawn("semaphore::wait", &server.url(), &["s", "1", "200"]);
+    stopped.expect_line("waiting");
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    stopped.signal("STOP");
+    // Its entry lapses 400 ms after its last heartbeat; a waiter that comes later is first.
+    thread::sleep(Duration::from_millis(1200));
+    let next = Arc::new(Semaphore::new(&client, "s", 1).unwrap());
+    let (got, taken) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let later = {
+        let next = next.clone();
+        thread::spawn(move || {
+            let permit = next.try_acquire_for(secs(60)).unwrap().unwrap();
+            got.send(()).unwrap();
+            released.recv().unwrap();
+            permit.release().unwrap();
+        })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || later.is_finished());
+    permit.release().unwrap();
+    taken.recv_timeout(secs(30)).unwrap();
+    stopped.signal("CONT");
+    // Back, it finds itself out of the queue and joins behind the holder: it does not hold.
+    let state = || -> Vec<String> { server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap() };
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(state().len(), 1, "two holders of one permit: {:?}", state());
+    release.send(()).unwrap();
+    later.join().unwrap();
+    stopped.expect_line("acquired");
+    stopped.wait_success();
+}
+
+#[test]
+fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 2)
+        .id("me")
+        .build()
+        .unwrap();
+    proxy.drop_reply_to("me:0");
+    let permit = semaphore.try_acquire().unwrap().expect("granted");
+    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    assert_eq!(holders, ["me:0"]);
+    assert_eq!(semaphore.available().unwrap(), 1);
+    permit.release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_is_a_release() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 1)
+        .id("me")
+        .auto_renewal(false)
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    proxy.drop_reply_to("me:0");
+    permit.release().unwrap();
+    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    assert!(holders.is_empty(), "{holders:?}");
+}

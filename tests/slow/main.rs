@@ -1,0 +1,38 @@
+//! The slow group: tests slow by their nature (soaks, failovers, the bench's smoke test, a
+//! wait for a default renewal interval), in a test binary of their own that a plain `cargo
+//! test` leaves out (`test = false` in Cargo.toml); `cargo test --all-features --test slow`
+//! runs it. It shares the integration tests' `support`, and a test that needs another process
+//! re-runs this binary as a child playing one of the roles below.
+
+// Each binary uses only part of the shared support.
+#[allow(dead_code, unused_imports)]
+#[path = "../integration/support/mod.rs"]
+mod support;
+
+#[cfg(feature = "tokio")]
+mod aio_lock;
+mod bench_smoke;
+#[cfg(feature = "cluster")]
+mod cluster;
+mod quorum_soak;
+#[cfg(feature = "sentinel")]
+mod sentinel;
+mod soak;
+// Tests of the cluster and sentinel support itself.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+mod topology;
+
+/// Runs the other side of a multi-process test when this binary was started as a child (and
+/// does nothing in a normal run). A role is named after the module that owns it.
+#[test]
+fn child_process_role() {
+    let Some((role, url, args)) = support::child_role() else {
+        return;
+    };
+    let client = redis::Client::open(url).expect("a valid URL");
+    match role.as_str() {
+        "quorum_soak::worker" => quorum_soak::worker(&client, &args),
+        "soak::worker" => soak::worker(&client, &args),
+        other => panic!("unknown role {other}"),
+    }
+}
