@@ -16,6 +16,9 @@
 //!     [--writers 2] [--concurrency 1,8,32] [--hold-ms 0,10] [--seconds S] [--json]
 //! cargo run --release --example bench --features bench-distributed-lock -- --cell semaphore,rwlock
 //!     --impl ours,distributed-lock [..]
+//! cargo run --release --example bench -- --cell permit-crash,dead-waiter,fifo [--trials N]
+//!     [--expire-ms E]
+//! cargo run --release --example bench -- --impl ours,ours-fair [..]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -259,9 +262,39 @@
 //! at all (it fails with `Timeout` while a writer holds or waits), so a reader that needs the
 //! lock tries again after 10 ms doubling up to 200 ms, the crate's own semaphore's pauses.
 //!
-//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash`, `overshoot`,
-//! `scale`, `semaphore` and `rwlock` lines carry a `"cell"` field (the `loop` lines have
-//! none).
+//! `ours` takes `Semaphore::new(&client, name, P)` and `RwLock::new(&client, name)` per
+//! contender (a thread; the defaults: 30 s expiry, renewed) and releases with `release()` /
+//! `unlock()` on the permit or guard. `--impl ours-fair` runs the `loop` cells on
+//! `Lock::builder(..).fair(true)` (with the cells' 10 s expiry), next to `ours`.
+//!
+//! # The queue primitives' fault cells: `permit-crash`, `dead-waiter`, `fifo`
+//!
+//! Ours only (`--impl` does not apply), one server only, each trial on a fresh one-permit
+//! semaphore; the other processes are this binary re-executed in a role
+//! (`support/queue_faults.rs`).
+//!
+//! - `permit-crash`: the `crash` cell for a permit. A holder process takes the permit with
+//!   expiry E (`--expire-ms`, default 300; renewal off) and prints `held`; the bench reads the
+//!   lease's expiry (`TIME` and the holder's score in `semaphore:{name}:holders`, in one
+//!   transaction: the instant is known to within that round trip, `pttl_rtt_max_us`), SIGKILLs
+//!   the holder, and a waiter arriving at the same spread points as `crash`'s times
+//!   `try_acquire_for(10 s)`. lateness = grant − expiry; target p99 ≤ 10 ms.
+//! - `dead-waiter`: the bench holds the permit; a waiter process queues, then a waiter in the
+//!   bench behind it; the process is SIGKILLed and the bench releases at once, so the grant
+//!   goes to the dead waiter. Reported: `delay` (the kill to the live waiter's grant) and
+//!   `after_lapse` (the grant − the dead waiter's lapse instant, its score in
+//!   `semaphore:{name}:beats` read after the kill); target: `after_lapse` ≤ one heartbeat
+//!   interval (2 s, the default). Each trial takes about a lapse window (4 s).
+//! - `fifo`: per round (`--trials`), the bench holds the permit while 3 processes of 10
+//!   waiters each arrive interleaved 1 ms apart (process p's waiter j at 3j + p steps after a
+//!   common start on the wall clock, each with a handle of its own), then releases; each
+//!   waiter prints its arrival (the wall clock just before `acquire()`) and grant. Counted:
+//!   `inversions` (pairs served in the other order than they arrived) and
+//!   `inversions_beyond_rtt` (of those, pairs that arrived more than one RTT apart; target 0),
+//!   with `widest_inversion_us`.
+//!
+//! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
+//! `"cell"` field.
 
 #[cfg(feature = "tokio")]
 #[path = "support/async_cells.rs"]
@@ -273,6 +306,8 @@ mod deployments;
 mod dlock_cells;
 #[path = "support/queue_cells.rs"]
 mod queue_cells;
+#[path = "support/queue_faults.rs"]
+mod queue_faults;
 mod support;
 
 use std::future::{ready, Future};
@@ -364,6 +399,12 @@ enum CellKind {
     Semaphore,
     /// Readers and writers on one read-write lock.
     RwLock,
+    /// Lateness after a crashed holder's permit expired.
+    PermitCrash,
+    /// How long a SIGKILLed waiter holds up the one behind it.
+    DeadWaiter,
+    /// Grant order against arrival order across processes.
+    Fifo,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -439,7 +480,13 @@ struct Cell {
 
 fn main() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
-        if let Err(e) = crash_holder(&role, std::env::args().skip(1)) {
+        let done = if role.starts_with("queue-") {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            queue_faults::child(&role, &args)
+        } else {
+            crash_holder(&role, std::env::args().skip(1))
+        };
+        if let Err(e) = done {
             eprintln!("bench holder: {e}");
             std::process::exit(2);
         }
@@ -477,8 +524,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Scale => unreachable!("parse_args refuses it without the tokio feature"),
             CellKind::Semaphore => queue_cells::run_semaphore(&place, &options)?,
             CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
-            CellKind::Crash | CellKind::Overshoot => match &place {
-                Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
+            CellKind::Crash
+            | CellKind::Overshoot
+            | CellKind::PermitCrash
+            | CellKind::DeadWaiter
+            | CellKind::Fifo => match &place {
+                Place::Server { url, client } => match kind {
+                    CellKind::Crash | CellKind::Overshoot => {
+                        run_tail_cells(client, url, kind, &options)?
+                    }
+                    _ => run_queue_faults(client, url, kind, &options)?,
+                },
                 Place::Quorum { .. } => {
                     unreachable!("parse_args refuses these cells with --quorum")
                 }
@@ -804,9 +860,12 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "scale" => Err(rebuild("the scale cell", "tokio")),
                         "semaphore" => Ok(CellKind::Semaphore),
                         "rwlock" => Ok(CellKind::RwLock),
+                        "permit-crash" => Ok(CellKind::PermitCrash),
+                        "dead-waiter" => Ok(CellKind::DeadWaiter),
+                        "fifo" => Ok(CellKind::Fifo),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
-                             scale, semaphore, rwlock)"
+                             scale, semaphore, rwlock, permit-crash, dead-waiter, fifo)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -861,7 +920,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     if options.quorum.is_some() && options.cells.iter().any(|&kind| kind != CellKind::Loop) {
         return Err("--quorum runs the loop cells only".into());
     }
-    let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
+    // The cells that kill processes or time a server's expiries: one server only.
+    let tail = |kind: &CellKind| {
+        use CellKind::*;
+        matches!(kind, Crash | Overshoot | PermitCrash | DeadWaiter | Fifo)
+    };
     if options.cluster && options.cells.iter().any(tail) {
         return Err(
             "--cluster runs the loop, names, wait1, semaphore and rwlock cells only".into(),
@@ -1675,6 +1738,7 @@ impl TailCell {
     fn names(&self) -> (&'static str, &'static str, &'static str) {
         match self.kind {
             CellKind::Crash => ("crash", "expire_ms", "lateness"),
+            CellKind::PermitCrash => ("permit-crash", "expire_ms", "lateness"),
             _ => ("overshoot", "timeout_ms", "overshoot"),
         }
     }
@@ -1688,7 +1752,7 @@ impl Line for TailCell {
     fn json(&self) -> String {
         let (cell, param, figure) = self.names();
         let opt_i = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
-        let pttl = if self.kind == CellKind::Crash {
+        let pttl = if self.kind != CellKind::Overshoot {
             format!(r#""pttl_rtt_max_us":{},"#, opt(self.pttl_rtt_max_us))
         } else {
             String::new()
@@ -1790,6 +1854,26 @@ fn run_tail_cells(
         for cell in cells {
             cell.print(options.json);
         }
+    }
+    Ok(())
+}
+
+/// A fault cell of the queue primitives (ours only: `--impl` does not apply).
+fn run_queue_faults(
+    client: &redis::Client,
+    url: &str,
+    kind: CellKind,
+    options: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match kind {
+        CellKind::PermitCrash => {
+            let server_hz = server_hz(client);
+            queue_faults::run_permit_crash(client, url, options, server_hz)?.print(options.json)
+        }
+        CellKind::DeadWaiter => {
+            queue_faults::run_dead_waiter(client, url, options)?.print(options.json)
+        }
+        _ => queue_faults::run_fifo(client, url, options)?.print(options.json),
     }
     Ok(())
 }
