@@ -381,6 +381,114 @@
 //! [`Cache::get_or_revalidate`] serves a stale value to everyone while one background thread
 //! recomputes it. See [`Cache`] for the details and the keys it writes.
 //!
+//! # Beyond the mutex: Semaphore, fair Lock, RwLock
+//!
+//! Three primitives share one engine, a fair queue on the server: a [`Semaphore`] (at most N
+//! holders), a fair [`Lock`] (`Lock::builder(..).fair(true)`: first come, first served across
+//! processes) and a [`RwLock`] (many readers or one writer). Like the lock, they block in
+//! `BLPOP` and wake in about one round trip; unlike it, they are not python-redis-lock's.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use redis_blpop_lock::{Lock, RwLock, Semaphore};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let backups = Semaphore::new(&client, "backups", 2)?;
+//! let permit = backups.acquire()?; // at most two hosts back up at once
+//! drop(permit);
+//!
+//! let tickets = Lock::builder(&client, "tickets").fair(true).build()?;
+//! let guard = tickets.lock()?; // in the order the callers asked
+//! drop(guard);
+//!
+//! let config = RwLock::new(&client, "config")?;
+//! let read = config.read()?; // readers share; a waiting writer goes before later readers
+//! drop(read);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## The queue engine
+//!
+//! A primitive has a capacity (a semaphore's permits, 1 for a fair lock, a million for a
+//! read-write lock, where a reader takes one unit and a writer all of them) and every
+//! acquisition asks for some units:
+//!
+//! - **Arrival order.** An acquisition that cannot be served at once takes a ticket, and
+//!   grants go strictly in ticket order: the first waiter whose units do not fit stops the
+//!   ones behind it, so a request for many permits, or a writer, is never starved by later
+//!   small requests. A try ([`Semaphore::try_acquire`], `try_lock`) never passes a waiter.
+//! - **No lost wake-ups.** Each waiter blocks in `BLPOP` on a list of its own. Whatever frees
+//!   units (a release, a waiter leaving, an expiry or lapse found by any script) grants them
+//!   in the same script to exactly the waiters that now fit, pushing each its fencing token:
+//!   k permits released wake k waiters.
+//! - **Crash safety.** Every hold is a lease (30 s by default, renewed while held, by the
+//!   process's one renewal thread), so a crashed holder's units come back at its expiry, and
+//!   the first waiter's `BLPOP` ends at that instant. Waiters heartbeat (every
+//!   [`heartbeat`](LockBuilder::heartbeat), 2 s by default); one that misses two is taken out
+//!   of the queue by the next script that looks, and the waiter behind it looks exactly then.
+//!   A grant pushed to a waiter lasts only until that waiter's entry would have lapsed, unless
+//!   the waiter claims it (an extend on waking): a waiter killed just before its turn holds
+//!   the queue up no longer than a lapse window.
+//! - **Server time only.** Leases, heartbeats and lapses are counted in the server's `TIME`
+//!   inside the scripts, never a client's clock.
+//! - **Safe to repeat.** Every script is idempotent by acquisition id, so a request whose
+//!   reply was lost is sent again, never settled by guessing: a lost acquire holds exactly one
+//!   grant, a lost release is a release. A waiter stopped past its lapse (`SIGSTOP`, a paused
+//!   VM) finds itself out of the queue when it resumes and joins again at the back; it never
+//!   holds what it was not granted. A waiter that times out or is cancelled leaves the queue,
+//!   handing on any grant that came meanwhile.
+//! - **One primary.** All keys of a primitive share one hash slot (`{name}`), so it works on a
+//!   Redis Cluster (a waiter follows its slot when it moves) and behind [`Sentinel`]. On a
+//!   [`Quorum`] it is refused ([`Error::Unsupported`]): a count across independent servers
+//!   cannot be kept safely.
+//!
+//! Keys of the primitive `<kind>` (`semaphore`, `fair-lock`, `rwlock`) named `<name>`:
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `<kind>:{<name>}:holders` | sorted set | acquisition id → lease expiry (server ms) |
+//! | `<kind>:{<name>}:held` | hash | acquisition id → `<units>:<fencing token>` |
+//! | `<kind>:{<name>}:queue` | sorted set | waiter id → ticket |
+//! | `<kind>:{<name>}:beats` | sorted set | waiter id → when its entry lapses (server ms) |
+//! | `<kind>:{<name>}:wants` | hash | waiter id → `<units>:<lease ms>` |
+//! | `<kind>:{<name>}:tickets` | string (counter) | the last ticket (gone with the queue) |
+//! | `<kind>:{<name>}:fence` | string (counter) | the last fencing token handed out |
+//! | `<kind>:{<name>}:signal:<id>` | list | a waiter's wake-up: the token of its grant |
+//!
+//! The scripts (`scripts/queue_*.lua`, each sent after `queue_engine.lua`, their shared part):
+//! `queue_acquire` (take, join the queue, or heartbeat), `queue_release` (give back, or leave
+//! the queue), `queue_extend` (renew a lease), `queue_shrink` (a read-write lock's downgrade),
+//! `queue_reset` (an operator's reset of one holder or all) and `queue_state` (a read).
+//!
+//! ## Semaphore
+//!
+//! [`Semaphore::new`]`(&backend, name, permits)`; [`Semaphore::acquire`],
+//! [`try_acquire`](Semaphore::try_acquire), [`try_acquire_for`](Semaphore::try_acquire_for),
+//! [`acquire_many`](Semaphore::acquire_many) and their `_arc` forms return a permit guard with
+//! `lost()`, `fencing_token()` and `release()`. Every handle says how many permits there are,
+//! and each script uses the count of the handle that sent it: to change the count of a live
+//! semaphore, make handles with the new count. A larger count lets waiters in at the next
+//! request any handle makes; a smaller one takes nothing back from holders and grants nothing
+//! until the permits in use fall below it.
+//!
+//! ## Fair lock
+//!
+//! `Lock::builder(&backend, name).fair(true)` is the same [`Lock`] API (guards, `lost()`,
+//! fencing tokens, `reset`) on the queue engine with a capacity of one: a release hands the
+//! lock to the waiter that asked first, and a newcomer never takes it ahead of a waiter. Its
+//! keys are `fair-lock:{<name>}:*`, so it does not exclude a plain lock of the same name:
+//! every handle on one name must agree.
+//!
+//! ## Read-write lock
+//!
+//! [`RwLock::read`] and [`RwLock::write`] (and their `try_` forms) return guards; readers share,
+//! a writer is alone, and a writer that waits goes before readers that come after it. Each
+//! read hold is a lease of its own, so a reader's renewal renews only its own entry.
+//! [`RwLockWriteGuard::downgrade`] turns a write hold into a read hold and lets the readers
+//! queued behind it in. An upgrade would wait for itself: a blocking `write()` by a thread
+//! that holds a read guard of the same handle is [`Error::WouldDeadlock`].
+//!
 //! # Async (tokio)
 //!
 //! With the `tokio` feature, [`aio`] has the same locks for async code: the same names and
@@ -778,7 +886,8 @@
 //! | `lock-fence:<name>` | string (counter) | the last fencing token handed out (only with `.fencing(true)`) |
 //!
 //! These are python-redis-lock 4.x's key names, ids and unlock script, which is what makes the
-//! two interoperate. How waiting works, the connection pool and the scripts are described in the
+//! two interoperate. The semaphore's, the fair lock's and the read-write lock's keys are listed
+//! in [The queue engine](#the-queue-engine). How waiting works, the connection pool and the scripts are described in the
 //! repository's `docs/design.md`.
 //!
 //! # Cargo features

@@ -19,6 +19,7 @@ use redis::Value;
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
+use crate::protocol::redirect;
 use crate::protocol::requests::Request;
 use crate::transport::admin::Blocked;
 use crate::transport::send::{longer, FIRST_PAUSE};
@@ -234,10 +235,14 @@ impl From<Fault> for PopFault {
     }
 }
 
-/// The token in a `BLPOP` reply; `nil` when it timed out or was ended.
+/// The token in a `BLPOP` reply; `nil` when it timed out or was ended, or turned away by a
+/// cluster (the slot moved, the primary is changing): the ask that follows goes where the
+/// queue lives now, and the waiter's connection follows it.
 fn token(reply: &Value) -> Result<Option<u64>, Error> {
     let token = match reply {
         Value::Nil => return Ok(None),
+        Value::ServerError(e) if redirect::of(e).is_some() => return Ok(None),
+        Value::ServerError(e) => return Err(Error::Redis(e.clone().into())),
         Value::Array(pair) => pair.get(1),
         other => return Err(Error::unexpected(other)),
     };

@@ -39,6 +39,8 @@ mod lock;
 #[cfg(all(feature = "metrics", feature = "tracing"))]
 mod observe;
 mod outcomes;
+#[cfg(feature = "cluster")]
+mod queue_backends;
 mod queue_engine;
 mod quorum;
 mod quorum_faults;
@@ -73,7 +75,6 @@ fn child_process_role() {
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
         "renewals::frozen" => renewals::frozen(&client, &args),
-        "renewals::many" => renewals::many(&client),
         "seams_conn::call" => seams_conn::call(&client, &args),
         "semaphore::hold" => semaphore::hold(&client, &args),
         "semaphore::wait" => semaphore::wait(&client, &args),

@@ -315,7 +315,12 @@ fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_g
     taken.recv_timeout(secs(30)).unwrap();
     stopped.signal("CONT");
     // Back, it finds itself out of the queue and joins behind the holder: it does not hold.
-    let state = || -> Vec<String> { server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap() };
+    let state = || -> Vec<String> {
+        server
+            .conn()
+            .zrange("semaphore:{s}:holders", 0, -1)
+            .unwrap()
+    };
     thread::sleep(Duration::from_millis(500));
     assert_eq!(state().len(), 1, "two holders of one permit: {:?}", state());
     release.send(()).unwrap();
@@ -334,7 +339,10 @@ fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
         .unwrap();
     proxy.drop_reply_to("me:0");
     let permit = semaphore.try_acquire().unwrap().expect("granted");
-    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
     assert_eq!(holders, ["me:0"]);
     assert_eq!(semaphore.available().unwrap(), 1);
     permit.release().unwrap();
@@ -353,6 +361,9 @@ fn a_release_whose_reply_was_lost_is_a_release() {
     let permit = semaphore.acquire().unwrap();
     proxy.drop_reply_to("me:0");
     permit.release().unwrap();
-    let holders: Vec<String> = server.conn().zrange("semaphore:{s}:holders", 0, -1).unwrap();
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
     assert!(holders.is_empty(), "{holders:?}");
 }

@@ -6,16 +6,7 @@ use std::time::Duration;
 
 use redis_blpop_lock::Lock;
 
-use crate::support::{eventually, ChildProcess, RedisServer};
-
-/// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
-pub fn renewal_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("redis-lock-rene"))
-        .count()
-}
+use crate::support::{eventually, renewal_threads, ChildProcess, RedisServer};
 
 /// Waits for the renewal thread to show up: a new thread names itself only once it runs.
 fn until_one_renewal_thread() {

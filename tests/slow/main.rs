@@ -14,7 +14,10 @@ mod aio_lock;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "sentinel")]
+mod queue_sentinel;
 mod quorum_soak;
+mod renewals;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod soak;
@@ -32,6 +35,7 @@ fn child_process_role() {
     let client = redis::Client::open(url).expect("a valid URL");
     match role.as_str() {
         "quorum_soak::worker" => quorum_soak::worker(&client, &args),
+        "renewals::many" => renewals::many(&client),
         "soak::worker" => soak::worker(&client, &args),
         other => panic!("unknown role {other}"),
     }

@@ -87,3 +87,12 @@ pub fn spawn_waiter(
 ) -> std::thread::JoinHandle<Result<bool, redis_blpop_lock::Error>> {
     std::thread::spawn(move || lock.acquire_timeout(timeout))
 }
+
+/// Threads of this process named like renewal threads (Linux keeps 15 bytes of a name).
+pub fn renewal_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("redis-lock-rene"))
+        .count()
+}

@@ -1,0 +1,58 @@
+//! The queue primitives on a Redis Cluster: one slot per primitive, and a waiter that follows
+//! its slot to another primary. Behind Sentinel, through a failover: `tests/slow/queue_sentinel.rs`.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use redis_blpop_lock::{RwLock, Semaphore};
+
+use crate::support::{secs, RedisCluster};
+
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_semaphores_keys_share_one_slot_and_hand_off_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let semaphore = Arc::new(Semaphore::new(&cluster.client(), "cluster-permits", 1).unwrap());
+    let permit = semaphore.acquire().unwrap();
+    let primary = cluster.primary_for("semaphore:{cluster-permits}:holders");
+    let before = primary.blocked_clients();
+    let waiter = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            semaphore
+                .try_acquire_for(secs(60))
+                .unwrap()
+                .map(|p| p.release())
+        })
+    };
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    permit.release().unwrap();
+    assert!(waiter.join().unwrap().is_some());
+}
+
+#[test]
+fn a_queued_waiter_follows_its_slot_to_another_primary() {
+    let cluster = RedisCluster::start();
+    let client = cluster.client();
+    let lock = Arc::new(RwLock::new(&client, "moving").unwrap());
+    let write = lock.write().unwrap();
+    let key = "rwlock:{moving}:holders";
+    let source = cluster.primary_for(key);
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source.port)
+        .unwrap();
+    let reader = {
+        let lock = lock.clone();
+        thread::spawn(move || lock.try_read_for(secs(60)).unwrap().map(|r| r.unlock()))
+    };
+    source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    cluster.migrate_slot(cluster.slot_of(key), target.port);
+    // Its heartbeat (every 2 s) is turned away from the old primary and asks the new one.
+    target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    write.unlock().unwrap();
+    assert!(reader.join().unwrap().is_some());
+}
