@@ -331,6 +331,10 @@ fn fifo_child(
             .map(|j| {
                 s.spawn(move || {
                     let semaphore = Semaphore::new(client, name, 1).map_err(|e| e.to_string())?;
+                    // Connected before it arrives: a connect (several ms on a busy machine)
+                    // between the arrival and the ticket would be the client's delay, not
+                    // the queue's order.
+                    semaphore.available().map_err(|e| e.to_string())?;
                     let step = FIFO_STEP.as_micros() as u64;
                     let at = start_us + (FIFO_PROCESSES as u64 * j + index) * step;
                     thread::sleep(Duration::from_micros(at.saturating_sub(epoch_us())));
