@@ -46,6 +46,10 @@ local KINDS = {"zset", "hash", "zset", "zset", "hash", "string", "string"}
 local function read(k, ...)
     local reply = redis.pcall(...)
     if type(reply) == "table" and reply.err then
+        -- Any other refusal (a missing ACL right) is the script's error, not a corrupt key.
+        if not string.find(reply.err, "WRONGTYPE", 1, true) then
+            error(reply)
+        end
         return nil, {-1, k, "it is not a " .. KINDS[k] .. ": " .. reply.err}
     end
     return reply

@@ -53,16 +53,7 @@ impl Shares {
 
     /// Takes `units` as `wait` allows: `None` when the wait ended first.
     pub(crate) fn take(&self, units: u64, wait: Wait) -> Result<Option<Held>, Error> {
-        let n = self.made.fetch_add(1, Ordering::Relaxed);
-        let mut settings = self.settings.clone();
-        settings.id = format!("{}:{n}", self.settings.id);
-        let ask = Ask::new(
-            &settings.id,
-            units,
-            self.capacity,
-            settings.expire(),
-            settings.lapse(),
-        )?;
+        let (settings, ask) = next_ask(&self.settings, &self.made, units, self.capacity)?;
         let cancel = settings.cancel.clone();
         let inner = Arc::new(Inner::queued(
             settings,
@@ -70,15 +61,15 @@ impl Shares {
             &self.keys,
             &ask,
         ));
-        Ok(inner
-            .acquire_queued(&self.keys, &ask, wait, &cancel)?
-            .map(|epoch| Held {
+        Ok(
+            now(inner.acquire_queued(&self.keys, &ask, wait, &cancel))?.map(|epoch| Held {
                 inner,
                 epoch,
                 ask,
                 keys: self.keys.clone(),
                 released: false,
-            }))
+            }),
+        )
     }
 
     /// The holders and waiters as the server sees them now.
@@ -91,6 +82,27 @@ impl Shares {
         ))?;
         queue::parse_state(&self.keys, &answered.replies.swap_remove(0))
     }
+}
+
+/// The settings and ask of a new acquisition of `units` of `capacity` by the handle with
+/// `settings`, which has made `made` before: an id of its own, the handle's and a count.
+pub(crate) fn next_ask(
+    settings: &Settings,
+    made: &AtomicU64,
+    units: u64,
+    capacity: u64,
+) -> Result<(Settings, Ask), Error> {
+    let n = made.fetch_add(1, Ordering::Relaxed);
+    let mut settings = settings.clone();
+    settings.id = format!("{}:{n}", settings.id);
+    let ask = Ask::new(
+        &settings.id,
+        units,
+        capacity,
+        settings.expire(),
+        settings.lapse(),
+    )?;
+    Ok((settings, ask))
 }
 
 impl Held {

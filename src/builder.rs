@@ -305,6 +305,24 @@ impl<K> LockBuilder<K> {
         self
     }
 
+    /// A lock's builder made fair (on the queue engine) or not: for either API's lock.
+    pub(crate) fn fair_or_not(self, on: bool) -> Self {
+        match on {
+            true => self.queued(),
+            false => LockBuilder {
+                queued: false,
+                ..self
+            },
+        }
+    }
+
+    /// Lets `token` cancel the waits of the handle built: for the handles whose builders
+    /// offer it.
+    pub(crate) fn cancelled_by(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
     pub(crate) fn permits(mut self, permits: u32) -> Self {
         self.capacity = u64::from(permits);
         self
@@ -377,13 +395,7 @@ impl LockBuilder<Lock> {
     /// # }
     /// ```
     pub fn fair(self, on: bool) -> Self {
-        match on {
-            true => self.queued(),
-            false => LockBuilder {
-                queued: false,
-                ..self
-            },
-        }
+        self.fair_or_not(on)
     }
 
     /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].

@@ -1,6 +1,13 @@
 //! An operator's view of every lock, and the clearing of a key that is not a lock: what
 //! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. Also the
-//! `SCAN` over every primary's lock keys that [`reset_all`](crate::reset_all) shares.
+//! `SCAN` over every primary's lock keys that [`reset_all`](crate::reset_all) shares. The
+//! semaphores, fair locks and read-write locks: [`queues`] and [`queue`].
+
+pub(crate) mod queues;
+
+pub use crate::protocol::keys::Primitive;
+pub(crate) use queues::each_queue;
+pub use queues::{queue, queues, reset_queue, Queue, QueueHolder, QueueWaiter, WRITER_UNITS};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -74,9 +81,12 @@ pub(crate) fn holders_on(
     // Per lock key, what each primary that has it holds (a key `SCAN` returns twice counts
     // once).
     let mut seen = Seen::new();
-    let primaries = each_batch(transport, &deadline, &mut |keys_to, batch, primary| {
-        read(keys_to, batch, primary, &deadline, &mut seen)
-    })?;
+    let primaries = each_batch(
+        transport,
+        keys::LOCK_PATTERN,
+        &deadline,
+        &mut |keys_to, batch, primary| read(keys_to, batch, primary, &deadline, &mut seen),
+    )?;
     Ok(agreed_by(seen, tags, primaries))
 }
 
@@ -253,12 +263,13 @@ pub fn clear_corrupt(
 pub(crate) type Batch<'a> =
     dyn FnMut(&(dyn Transport + 'static), Vec<Vec<u8>>, usize) -> Result<(), Error> + 'a;
 
-/// Runs `visit` on every lock key (`lock:*`) of every primary, one `SCAN` batch at a time,
+/// Runs `visit` on every key that matches `pattern` on every primary, one `SCAN` batch at a time,
 /// split so that the keys of one call share a hash slot (a cluster's commands need that);
 /// with where to send requests about them, and the primary's number. Returns how many
 /// primaries were scanned.
 pub(crate) fn each_batch(
     transport: &dyn Transport,
+    pattern: &str,
     deadline: &dyn Fn() -> Instant,
     visit: &mut Batch<'_>,
 ) -> Result<usize, Error> {
@@ -269,7 +280,7 @@ pub(crate) fn each_batch(
         primaries += 1;
         let mut cursor: u64 = 0;
         loop {
-            let scan = requests::scan(cursor, SCAN_BATCH);
+            let scan = requests::scan(cursor, pattern, SCAN_BATCH);
             let (next, found) =
                 requests::parse_scan(send_repeatable(primary, &scan, deadline())?.first())?;
             let mut by_slot: BTreeMap<u16, BTreeSet<Vec<u8>>> = BTreeMap::new();

@@ -245,12 +245,18 @@
 //! someone took after it looked. `reset_all` finds `lock:*` keys with `SCAN` from the client, a batch of 1000 at a time,
 //! and resets each batch in one script call, so a big keyspace never blocks the server
 //! (python-redis-lock's version runs `KEYS` inside a script). Keys under `lock:*` that are not
-//! strings are not locks and are left alone.
+//! strings are not locks and are left alone. `reset_all` also ends every hold and line of the
+//! semaphores, fair locks and read-write locks (`scripts/queue_reset_all.lua`, one call per
+//! primitive): each waiter is woken and joins the line anew, and the fencing counters are
+//! kept; its count is of holds ended, a lock being one. [`inspect::reset_queue`] ends one
+//! holder's hold (or all) on one of them and hands it on to the line.
 //!
 //! The [`inspect`] module is the operator's wider view: [`inspect::holders`] lists every held
 //! lock (name, owner id, remaining expiry) on every primary, found with `SCAN` as `reset_all`
 //! finds them; [`inspect::clear_corrupt`] deletes a key at a lock's name that is not a lock,
-//! which every other call reports as [`Error::Corrupt`] and leaves alone:
+//! which every other call reports as [`Error::Corrupt`] and leaves alone; [`inspect::queues`]
+//! and [`inspect::queue`] show the semaphores', fair locks' and read-write locks' holders (id,
+//! units, remaining lease, fencing token) and their waiters in line order:
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -387,6 +393,8 @@
 //! holders), a fair [`Lock`] (`Lock::builder(..).fair(true)`: first come, first served across
 //! processes) and a [`RwLock`] (many readers or one writer). Like the lock, they block in
 //! `BLPOP` and wake in about one round trip; unlike it, they are not python-redis-lock's.
+//! With the `tokio` feature, `aio::Semaphore`, `aio::RwLock` and `aio::Lock`'s `.fair(true)` are
+//! the same for async code; a dropped acquire future leaves the queue.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -816,9 +824,14 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +client|id +client|unblock +client|kill
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|unblock +client|kill
 //! ```
 //!
+//! - `~semaphore:* ~fair-lock:* ~rwlock:*` and `+time +zadd +zrem +zrange +zrangebyscore
+//!   +zscore +zrank +zcard +hset +hget +hmget +hdel` are for the semaphore, the fair lock and
+//!   the read-write lock: the commands inside `scripts/queue_*.lua` (their line is a sorted
+//!   set, their holders a sorted set and a hash, their clock the server's `TIME`). A program
+//!   that uses only the default lock can leave them out.
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).
@@ -904,8 +917,8 @@
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
-#[cfg(feature = "tokio")]
 mod acquisition;
+#[cfg(feature = "tokio")]
 pub mod aio;
 mod backend;
 mod builder;

@@ -14,6 +14,17 @@ use crate::transport::send::now;
 use crate::transport::Transport;
 use crate::Error;
 
+/// A fair lock's place in the queue engine (its keys, and what it asks for), for a lock
+/// with `settings`; `None` for a plain lock.
+pub(crate) fn fair_queue(settings: &Settings) -> Result<Option<(QueueKeys, Ask)>, Error> {
+    if !settings.queued {
+        return Ok(None);
+    }
+    let keys = QueueKeys::new(Primitive::FairLock, &settings.name);
+    let ask = Ask::new(&settings.id, 1, 1, settings.expire(), settings.lapse())?;
+    Ok(Some((keys, ask)))
+}
+
 /// A distributed lock on one Redis key, `lock:<name>`.
 ///
 /// Acquiring blocks in `BLPOP lock-signal:<name>` instead of polling; a release wakes exactly
@@ -47,17 +58,14 @@ impl Lock {
         settings: Settings,
         transport: Arc<dyn Transport>,
     ) -> Result<Lock, Error> {
-        if !settings.queued {
-            return Ok(Lock {
-                inner: Arc::new(Inner::new(settings, transport)),
-                fair: None,
-            });
-        }
-        let keys = QueueKeys::new(Primitive::FairLock, &settings.name);
-        let ask = Ask::new(&settings.id, 1, 1, settings.expire(), settings.lapse())?;
+        let fair = fair_queue(&settings)?;
+        let inner = match &fair {
+            Some((keys, ask)) => Inner::queued(settings, transport, keys, ask),
+            None => Inner::new(settings, transport),
+        };
         Ok(Lock {
-            inner: Arc::new(Inner::queued(settings, transport, &keys, &ask)),
-            fair: Some((keys, ask)),
+            inner: Arc::new(inner),
+            fair,
         })
     }
 
@@ -65,7 +73,7 @@ impl Lock {
     pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
         let cancel = &self.inner.settings.cancel;
         match &self.fair {
-            Some((keys, ask)) => self.inner.acquire_queued(keys, ask, wait, cancel),
+            Some((keys, ask)) => now(self.inner.acquire_queued(keys, ask, wait, cancel)),
             None => now(self.inner.acquire(wait, cancel)),
         }
     }

@@ -6,27 +6,34 @@ use redis::Value;
 
 use crate::backend::{transport_of, Backend};
 use crate::inspect;
-use crate::protocol::keys;
+use crate::protocol::keys::{self, QueueKeys};
+use crate::protocol::queue;
 use crate::protocol::requests::{self, Request};
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 
-/// Deletes every lock (every string key `lock:*`) and wakes a waiter on each; returns how many
-/// lock keys it deleted. On a cluster it scans every primary; on a [`Quorum`](crate::Quorum)
-/// every server, and a lock counts once for each server that held it.
+/// Deletes every lock (every string key `lock:*`) and wakes a waiter on each, and ends every
+/// hold and line of the semaphores, fair locks and read-write locks (every `semaphore:*`,
+/// `fair-lock:*` and `rwlock:*` primitive), waking each of their waiters, which joins the
+/// line anew; returns how many holds it ended: each lock key it deleted, each queue holder
+/// with a live lease it removed. Fencing counters are kept, so tokens keep growing. On a
+/// cluster it scans every primary; on a [`Quorum`](crate::Quorum) every server, and a lock
+/// counts once for each server that held it.
 ///
 /// Keys are found with `SCAN` from the client, a batch at a time; the owners of a batch are
 /// read with `MGET`, and one script call deletes each lock that still holds the owner read,
 /// so a large keyspace never blocks the server the way `KEYS` would, and a lock taken after
 /// its batch was read is never deleted. On a cluster a batch is split by hash slot, since
-/// one command's keys must share one. Each round trip has a deadline of 5 s.
+/// one command's keys must share one. A queue primitive is reset in one script call
+/// (`scripts/queue_reset_all.lua`), all that holds or waits at that moment. Each round trip
+/// has a deadline of 5 s.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let freed = redis_blpop_lock::reset_all(&client)?;
-/// println!("reset {freed} locks");
+/// println!("reset {freed} holds");
 /// # Ok(())
 /// # }
 /// ```
@@ -39,11 +46,24 @@ pub(crate) fn on(transport: &dyn Transport) -> Result<usize, Error> {
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     let mut reset = 0;
     let deadline = || Instant::now() + DEFAULT_IO_TIMEOUT;
-    inspect::each_batch(transport, &deadline, &mut |keys_to, batch, _| {
-        reset += reset_batch(keys_to, batch, signal_expire_ms)?;
+    inspect::each_batch(
+        transport,
+        keys::LOCK_PATTERN,
+        &deadline,
+        &mut |keys_to, batch, _| {
+            reset += reset_batch(keys_to, batch, signal_expire_ms)?;
+            Ok(())
+        },
+    )?;
+    let locks = reset;
+    inspect::each_queue(transport, &deadline, &mut |keys_to, kind, name| {
+        let keys = QueueKeys::new(kind, name);
+        let reply = one(keys_to, &queue::reset_all(&keys, signal_expire_ms))?;
+        reset += usize::try_from(queue::parse_reset(&keys, &reply)?)
+            .map_err(|_| Error::unexpected(&reply))?;
         Ok(())
     })?;
-    log::info!("reset {reset} locks");
+    log::info!("reset {locks} locks and {} queue holders", reset - locks);
     Ok(reset)
 }
 

@@ -307,6 +307,23 @@ impl Semaphore {
 }
 
 impl LockBuilder<Semaphore> {
+    /// Lets `token` cancel this handle's waits from another thread; see
+    /// [`CancelToken`](crate::CancelToken). A cancelled waiter leaves the queue.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let token = redis_blpop_lock::CancelToken::new();
+    /// let handle = redis_blpop_lock::Semaphore::builder(&client, "exports", 4)
+    ///     .cancel_token(token.clone())
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cancel_token(self, token: crate::CancelToken) -> Self {
+        self.cancelled_by(token)
+    }
+
     /// Checks the settings and makes the handle. No connection is opened yet.
     ///
     /// ```no_run

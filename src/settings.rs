@@ -59,8 +59,13 @@ impl Settings {
     /// for the `CLIENT UNBLOCK` and the try that follow a wait's end on a live server, short
     /// enough that a frozen one does not hold the caller much past its deadline.
     pub(crate) fn grace(&self) -> Duration {
-        self.io_timeout.min(Duration::from_millis(250))
+        grace(self.io_timeout)
     }
+}
+
+/// [`Settings::grace`] for an I/O timeout of `io_timeout`.
+pub(crate) fn grace(io_timeout: Duration) -> Duration {
+    io_timeout.min(Duration::from_millis(250))
 }
 
 /// Whole milliseconds for Redis, rounded up so a sub-millisecond duration is not zero.

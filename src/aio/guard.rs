@@ -122,22 +122,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn when_lost(&self) {
-        loop {
-            let changed = self.inner.lease_changed.notified();
-            let mut changed = std::pin::pin!(changed);
-            // Registered before the lease is read, so a change in between is not missed.
-            changed.as_mut().enable();
-            match self.inner.valid_until(self.epoch) {
-                None => return,
-                Some(None) => changed.await,
-                Some(Some(until)) => {
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(until.into()) => {}
-                    }
-                }
-            }
-        }
+        self.inner.when_lost(self.epoch).await;
     }
 
     /// The acquisition's fencing token, when the lock was built with

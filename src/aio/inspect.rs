@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::backend::transport_of;
-use crate::inspect::Held;
+use crate::inspect::{Held, Primitive, Queue};
 use crate::{Backend, Error};
 
 /// Every held lock, sorted by name: the blocking [`crate::inspect::holders`], run on tokio's
@@ -53,6 +53,56 @@ pub async fn holder(
     let transport = transport_of(backend)?;
     let name = name.to_owned();
     blocking(move || crate::inspect::holder_on(&*transport, &name, io_timeout)).await
+}
+
+/// Every semaphore, fair lock and read-write lock with a holder or a waiter: the blocking
+/// [`crate::inspect::queues`], run on tokio's blocking pool.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// for queue in redis_blpop_lock::aio::inspect::queues(&client, Duration::from_secs(5)).await? {
+///     println!("{:?} {}: {} waiting", queue.kind, queue.name, queue.waiters.len());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn queues(
+    backend: &(impl Backend + ?Sized),
+    io_timeout: Duration,
+) -> Result<Vec<Queue>, Error> {
+    let transport = transport_of(backend)?;
+    blocking(move || crate::inspect::queues::queues_on(&*transport, io_timeout)).await
+}
+
+/// The holders and the line of the `kind` primitive `name`: the blocking
+/// [`crate::inspect::queue`], run on tokio's blocking pool.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+/// use redis_blpop_lock::inspect::Primitive;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let io_timeout = Duration::from_secs(5);
+/// let backups =
+///     redis_blpop_lock::aio::inspect::queue(&client, Primitive::Semaphore, "backups", io_timeout)
+///         .await?;
+/// println!("{} permits in use", backups.used);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn queue(
+    backend: &(impl Backend + ?Sized),
+    kind: Primitive,
+    name: &str,
+    io_timeout: Duration,
+) -> Result<Queue, Error> {
+    let transport = transport_of(backend)?;
+    let name = name.to_owned();
+    blocking(move || crate::inspect::queues::queue_on(&*transport, kind, &name, io_timeout)).await
 }
 
 /// Runs `read` on the caller's runtime's blocking pool.

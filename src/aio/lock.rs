@@ -8,7 +8,10 @@ use super::turn::{self, Turn, Turns};
 use super::LockGuard;
 use crate::driver::tokio::Tokio;
 use crate::driver::Inner;
+use crate::lock::fair_queue;
+use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::queue::Ask;
 use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 
 /// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
@@ -36,6 +39,8 @@ use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 pub struct Lock {
     inner: Arc<Inner<Tokio>>,
     turns: Turns,
+    /// A fair lock's place in the queue engine: its keys and what it asks for.
+    fair: Option<Arc<(QueueKeys, Ask)>>,
 }
 
 impl Lock {
@@ -402,8 +407,12 @@ impl Lock {
         let abandon = Abandon(cancel.clone());
         let inner = Arc::clone(&self.inner);
         let turns = self.turns.clone();
+        let fair = self.fair.clone();
         let acquiring = runtime.spawn(async move {
-            let epoch = inner.acquire(wait, &cancel).await?;
+            let epoch = match fair.as_deref() {
+                Some((keys, ask)) => inner.acquire_queued(keys, ask, wait, &cancel).await?,
+                None => inner.acquire(wait, &cancel).await?,
+            };
             Ok(epoch.map(|epoch| LockGuard::new(inner, turns, epoch, turn)))
         });
         let outcome = acquiring.await;
@@ -422,7 +431,7 @@ impl Lock {
 }
 
 /// Cancels a spawned acquire when the future waiting for it is dropped.
-struct Abandon(CancelToken);
+pub(super) struct Abandon(pub(super) CancelToken);
 
 impl Drop for Abandon {
     fn drop(&mut self) {
@@ -468,6 +477,22 @@ impl Drop for Unfinished {
 }
 
 impl LockBuilder<Lock> {
+    /// A fair lock: tasks and processes take it in the order they asked, and a newcomer never
+    /// takes it ahead of them; see [`crate::LockBuilder::fair`] (the same lock, on the queue
+    /// engine's keys `fair-lock:{name}:*`).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "tickets").fair(true).build()?;
+    /// let guard = lock.lock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair(self, on: bool) -> Self {
+        self.fair_or_not(on)
+    }
+
     /// Checks the settings and makes the async handle. No connection is opened yet.
     ///
     /// ```no_run
@@ -482,9 +507,16 @@ impl LockBuilder<Lock> {
     /// ```
     pub fn build(self) -> Result<Lock, Error> {
         let (settings, transport) = self.checked()?;
+        let fair = fair_queue(&settings)?;
+        let transport = transport.to_async();
+        let inner = match &fair {
+            Some((keys, ask)) => Inner::queued(settings, transport, keys, ask),
+            None => Inner::new(settings, transport),
+        };
         Ok(Lock {
-            inner: Arc::new(Inner::new(settings, transport.to_async())),
+            inner: Arc::new(inner),
             turns: Turns::default(),
+            fair: fair.map(Arc::new),
         })
     }
 }

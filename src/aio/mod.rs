@@ -19,20 +19,43 @@
 //! # }
 //! ```
 //!
+//! The queue primitives have their async twins too: [`Semaphore`], [`RwLock`] and the fair
+//! lock (`Lock::builder(..).fair(true)`), on the same keys as the blocking ones (the two serve
+//! each other in turn). Each waiting task blocks in `BLPOP` on a list of its own; a future
+//! dropped while it waits leaves the queue and passes on a grant that came meanwhile, and a
+//! permit or guard dropped unreleased is given back from a task, or, as the runtime ends, from
+//! the dropping thread.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), redis_blpop_lock::Error> {
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let exports = redis_blpop_lock::aio::Semaphore::new(&client, "exports", 4)?;
+//! let permit = exports.acquire().await?;
+//! // ... at most four tasks or processes export at once ...
+//! permit.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! What each future does when it is dropped, what a dropped guard does, how tasks share one
 //! `BLPOP` per name and which connections a process holds: the crate docs'
 //! [Async (tokio)](crate#async-tokio) section.
 
+mod acquisition;
 mod cache;
 mod guard;
 pub mod inspect;
 mod lock;
 mod reset_all;
+mod rwlock;
+mod semaphore;
 mod turn;
 
 pub use cache::Cache;
 pub use guard::{with_lock, LockGuard};
 pub use lock::Lock;
 pub use reset_all::reset_all;
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 
 use crate::driver::tokio::runtime;

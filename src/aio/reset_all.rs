@@ -3,7 +3,8 @@
 use crate::backend::transport_of;
 use crate::{Backend, Error};
 
-/// Deletes every lock and wakes a waiter on each; returns how many lock keys it deleted. The
+/// Deletes every lock and ends every hold and line of the queue primitives, waking their
+/// waiters; returns how many holds it ended. The
 /// blocking [`crate::reset_all`], run on tokio's blocking pool: an operator's tool, whose
 /// `SCAN` over the keyspace is written once.
 ///
@@ -11,7 +12,7 @@ use crate::{Backend, Error};
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let freed = redis_blpop_lock::aio::reset_all(&client).await?;
-/// println!("reset {freed} locks");
+/// println!("reset {freed} holds");
 /// # Ok(())
 /// # }
 /// ```

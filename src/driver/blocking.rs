@@ -10,8 +10,11 @@ use redis::Value;
 
 use super::renew::Renewal;
 use super::{Inner, Renewing, Runtime, Tried};
+use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::queue::Ask;
 use crate::protocol::requests::{self, Request};
+use crate::queue::Waited;
 use crate::transport::admin::Blocked;
 use crate::transport::send::{now, send_repeatable, FIRST_PAUSE};
 use crate::transport::timer;
@@ -37,6 +40,21 @@ impl Runtime for Blocking {
         cancel: &'a CancelToken,
     ) -> impl Future<Output = Result<Tried, Error>> + Send {
         ready(wait_once(inner, slot, until, wait, cancel))
+    }
+
+    fn wait_queue(
+        inner: &Inner<Self>,
+        queue: &QueueKeys,
+        ask: &Ask,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> impl Future<Output = Result<Waited, Error>> + Send {
+        let line = inner.line(queue);
+        ready(match wait {
+            Wait::Never => line.try_once(ask),
+            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel),
+            Wait::Forever => line.wait(ask, None, cancel),
+        })
     }
 
     fn keep_for_holder(waiting: Self::Waiting<'_>) {

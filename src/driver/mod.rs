@@ -33,6 +33,7 @@ use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::queue::Ask;
 use crate::protocol::requests::{Observed, Pttl, Request};
+use crate::queue::{Line, Waited};
 use crate::settings::Settings;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::ConnId;
@@ -62,6 +63,16 @@ pub(crate) trait Runtime: Sized + Send + Sync + 'static {
         wait: Wait,
         cancel: &'a CancelToken,
     ) -> impl Future<Output = Result<Tried, Error>> + Send;
+
+    /// Waits in the queue `queue` for `ask` as `wait` allows (one try, for `Wait::Never`),
+    /// leaving it, and giving back a grant, if the wait ends otherwise.
+    fn wait_queue(
+        inner: &Inner<Self>,
+        queue: &QueueKeys,
+        ask: &Ask,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> impl Future<Output = Result<Waited, Error>> + Send;
 
     /// Done with what the waits kept, because they took the lock.
     fn keep_for_holder(waiting: Self::Waiting<'_>);
@@ -190,6 +201,16 @@ impl<R: Runtime> Inner<R> {
             })),
             #[cfg(feature = "tokio")]
             lease_changed: ::tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The queue `queue`, as this handle's waits reach it.
+    pub(crate) fn line<'a>(&'a self, queue: &'a QueueKeys) -> Line<'a, R::Transport> {
+        Line {
+            transport: &self.transport,
+            keys: queue,
+            name: &self.settings.name,
+            io_timeout: self.settings.io_timeout,
         }
     }
 

@@ -3,24 +3,21 @@
 //! follows a grant (the lease, its renewal, release, `lost()`) is the lock's, through
 //! [`QueueLeasing`](super::leasing::QueueLeasing).
 
-use std::future::ready;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::blocking::Blocking;
-use super::Inner;
+use super::{Inner, Runtime};
 use crate::observe;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::{Wait, LOOSE};
 use crate::protocol::queue::Ask;
-use crate::queue::{Line, Waited};
-use crate::transport::send::now;
+use crate::queue::Waited;
 use crate::{CancelToken, Error};
 
-impl Inner<Blocking> {
+impl<R: Runtime> Inner<R> {
     /// Waits in line as `wait` allows; returns the acquisition's epoch, or `None` when the
     /// wait ended first (nothing is then held, and the waiter has left the queue).
-    pub(crate) fn acquire_queued(
+    pub(crate) async fn acquire_queued(
         self: &Arc<Self>,
         queue: &QueueKeys,
         ask: &Ask,
@@ -28,64 +25,51 @@ impl Inner<Blocking> {
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
         let settings = &self.settings;
-        now(observe::acquiring(
-            &settings.label,
-            &settings.name,
-            &settings.id,
-            ready(self.wait_in_line(queue, ask, wait, cancel)),
-        ))
+        let waiting = self.wait_in_line(queue, ask, wait, cancel);
+        observe::acquiring(&settings.label, &settings.name, &settings.id, waiting).await
     }
 
-    fn wait_in_line(
+    async fn wait_in_line(
         self: &Arc<Self>,
         queue: &QueueKeys,
         ask: &Ask,
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
-        if cancel.is_cancelled() {
-            return Err(self.error(|name| Error::Cancelled { name }));
-        }
-        // A handle that holds already (a fair lock's) must not be granted twice.
-        if let Some(epoch) = now(self.before_acquire(wait, cancel))? {
-            return Ok(Some(epoch));
-        }
-        let line = Line {
-            transport: &self.transport,
-            keys: queue,
-            name: &self.settings.name,
-            io_timeout: self.settings.io_timeout,
-        };
-        let waited = match wait {
-            Wait::Never => line.try_once(ask)?,
-            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel)?,
-            Wait::Forever => line.wait(ask, None, cancel)?,
-        };
-        let Waited::Granted { token, valid_until } = waited else {
-            return Ok(None);
-        };
-        let mut valid_until = self.less_drift(valid_until);
-        if let Some(ms) = self
-            .settings
-            .expire_ms
-            .filter(|_| self.must_claim(valid_until))
-        {
-            match now(self.confirm(wait, ms)) {
-                Ok(Some(confirmed)) => valid_until = confirmed.valid_until,
-                // Its lease ran out between the grant and now (the waiter was stopped): it
-                // holds nothing, and asks anew.
-                Ok(None) => return self.wait_in_line(queue, ask, wait, cancel),
-                Err(e) => {
-                    now(self.unlock_quietly());
-                    return Err(e);
+        loop {
+            if cancel.is_cancelled() {
+                return Err(self.error(|name| Error::Cancelled { name }));
+            }
+            // A handle that holds already (a fair lock's) must not be granted twice.
+            if let Some(epoch) = self.before_acquire(wait, cancel).await? {
+                return Ok(Some(epoch));
+            }
+            let waited = R::wait_queue(self, queue, ask, wait, cancel).await?;
+            let Waited::Granted { token, valid_until } = waited else {
+                return Ok(None);
+            };
+            let mut valid_until = self.less_drift(valid_until);
+            if let Some(ms) = self
+                .settings
+                .expire_ms
+                .filter(|_| self.must_claim(valid_until))
+            {
+                match self.confirm(wait, ms).await {
+                    Ok(Some(confirmed)) => valid_until = confirmed.valid_until,
+                    // Its lease ran out between the grant and now (the waiter was stopped): it
+                    // holds nothing, and asks anew.
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.unlock_quietly().await;
+                        return Err(e);
+                    }
                 }
             }
+            if wait != Wait::Never {
+                observe::handoff(&self.settings.label);
+            }
+            return self.acquired(valid_until, Some(token)).map(Some);
         }
-        let woken = wait != Wait::Never;
-        if woken {
-            observe::handoff(&self.settings.label);
-        }
-        self.acquired(valid_until, Some(token)).map(Some)
     }
 
     /// Whether a grant believed valid until `valid_until` is extended before it is handed

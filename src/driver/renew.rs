@@ -3,8 +3,9 @@
 //!
 //! It holds only a `Weak` reference to what it renews, so dropping the handle stops the
 //! renewing and the lock then expires on its own. The thread sleeps until the earliest renewal
-//! is due, runs it, and ends when no renewal is left (the stop that removed the last one joins
-//! it, so a release leaves no thread behind).
+//! is due, runs it, and ends [`LINGER`] after the last renewal is gone: a process that takes and
+//! gives back leases in a loop (a semaphore's permits) would otherwise start and join a thread
+//! for each, which costs more than the round trips.
 //!
 //! One renewal stuck on a frozen server (up to its I/O deadline) must not make the others late.
 //! So each renewal runs under a watchdog on the timer thread: still running after [`PATIENCE`]
@@ -28,6 +29,9 @@ const THREAD_NAME: &str = "redis-lock-renew";
 /// How long a renewal may run before the schedule is handed to another thread: a round trip
 /// to a healthy server takes far less, and a renewal is due a third of the expiry early.
 const PATIENCE: Duration = Duration::from_millis(100);
+
+/// How long a scheduler thread with nothing to renew waits for a new renewal before it ends.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// One renewal: the wait before the next, or `None` to stop (or its handle is gone).
 type Renew = Box<dyn FnMut() -> Option<Duration> + Send>;
@@ -53,7 +57,7 @@ struct State {
     /// Renewals stopped while running: not scheduled again.
     stopped: HashSet<u64>,
     next_key: u64,
-    /// The scheduler threads, for the last stop to join.
+    /// The scheduler threads (each leaves itself when it ends).
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -109,8 +113,7 @@ impl Renewal {
 
 impl super::Renewing for Renewal {
     /// Unschedules the renewal, and waits for it if it is running on another thread (on this
-    /// one, the last reference to the lock was dropped by the renewal itself). The stop that
-    /// leaves nothing to renew joins the scheduler threads.
+    /// one, the last reference to the lock was dropped by the renewal itself).
     fn stop(self: Box<Self>) {
         let me = thread::current().id();
         let mut state = SCHEDULE.state.lock();
@@ -123,31 +126,29 @@ impl super::Renewing for Renewal {
         while state.running.get(&self.key).is_some_and(|on| *on != me) {
             SCHEDULE.changed.wait(&mut state);
         }
-        if !state.is_empty() {
-            return;
-        }
         SCHEDULE.changed.notify_all();
-        let threads = std::mem::take(&mut state.threads);
-        drop(state);
-        for thread in threads {
-            if thread.thread().id() != me && thread.join().is_err() {
-                log::error!("a lock renewal thread panicked");
-            }
-        }
     }
 }
 
-/// A scheduler thread: runs each renewal when it is due, until none is left, or it is an extra
-/// thread and another is idle.
+/// A scheduler thread: runs each renewal when it is due, until none has been left for
+/// [`LINGER`], or it is an extra thread and another is idle.
 fn serve() {
     let me = thread::current().id();
     let mut state = SCHEDULE.state.lock();
     loop {
-        let ours = state.threads.iter().any(|t| t.thread().id() == me);
-        if !ours || state.is_empty() {
-            // Joined by the stop that emptied the schedule, or detached if it was not.
-            leave(&mut state, me);
-            return;
+        if state.is_empty() {
+            let idle_until = Instant::now() + LINGER;
+            while state.is_empty()
+                && !SCHEDULE
+                    .changed
+                    .wait_until(&mut state, idle_until)
+                    .timed_out()
+            {}
+            if state.is_empty() {
+                leave(&mut state, me);
+                return;
+            }
+            continue;
         }
         if state.idle_threads() > 1 && first_due(&state).is_none_or(|at| at > Instant::now()) {
             leave(&mut state, me);
@@ -189,7 +190,7 @@ fn first_due(state: &State) -> Option<Instant> {
     state.due.keys().next().map(|(at, _)| *at)
 }
 
-/// This thread ends: it leaves the schedule's threads, unless a stop took them to join.
+/// This thread ends: it leaves the schedule's threads (its handle is dropped: detached).
 fn leave(state: &mut State, me: ThreadId) {
     state.threads.retain(|t| t.thread().id() != me);
     SCHEDULE.changed.notify_all();

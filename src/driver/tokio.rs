@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::waits::{give_back_unattended, Ticket, Waited, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
+use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::queue::Ask;
 use crate::protocol::requests::Request;
+use crate::queue;
 use crate::transport::aio::AsyncTransport;
 use crate::transport::ConnId;
 use crate::{CancelToken, Error};
@@ -73,6 +76,21 @@ impl Runtime for Tokio {
         }
     }
 
+    async fn wait_queue(
+        inner: &Inner<Self>,
+        queue: &QueueKeys,
+        ask: &Ask,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<queue::Waited, Error> {
+        let line = inner.line(queue);
+        match wait {
+            Wait::Never => line.try_once(ask).await,
+            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await,
+            Wait::Forever => line.wait(ask, None, cancel).await,
+        }
+    }
+
     fn keep_for_holder(waiting: Ticket) {
         drop(waiting);
     }
@@ -128,6 +146,29 @@ impl Runtime for Tokio {
                     });
                 if let Err(e) = spawned {
                     log::error!("no thread to settle a lock's outcome: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl Inner<Tokio> {
+    /// Resolves once acquisition `epoch` is lost: a renewal found it not ours or failed until
+    /// the expiry passed, an extend found it not ours, or, with no renewal, the expiry passed.
+    pub(crate) async fn when_lost(&self, epoch: u64) {
+        loop {
+            let changed = self.lease_changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before the lease is read, so a change in between is not missed.
+            changed.as_mut().enable();
+            match self.valid_until(epoch) {
+                None => return,
+                Some(None) => changed.await,
+                Some(Some(until)) => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(until.into()) => {}
+                    }
                 }
             }
         }

@@ -143,16 +143,35 @@ mod tests {
 // `<kind>:{name}:<part>`, always hash-tagged, even on one server: so that a primitive's keys,
 // and the signal list of each of its waiters, which a script reaches by name, share a slot.
 
-/// The primitive a queue's keys belong to, which gives them their prefix.
-#[cfg_attr(not(test), allow(dead_code))] // Used by the handles (Semaphore, fair Lock, RwLock): next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Primitive {
+/// A kind of primitive on the fair queue engine, as [`inspect::queues`](crate::inspect::queues)
+/// reports it; its keys start with `semaphore:`, `fair-lock:` or `rwlock:`.
+///
+/// ```
+/// use redis_blpop_lock::inspect::Primitive;
+///
+/// assert_ne!(Primitive::Semaphore, Primitive::RwLock);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// A counting semaphore (`semaphore:{name}:*`).
     Semaphore,
+    /// A fair lock: `Lock::builder(..).fair(true)` (`fair-lock:{name}:*`).
     FairLock,
+    /// A read-write lock (`rwlock:{name}:*`): a reader holds 1 unit, a writer
+    /// [`WRITER_UNITS`](crate::inspect::WRITER_UNITS).
     RwLock,
 }
 
 impl Primitive {
+    pub(crate) const ALL: [Primitive; 3] =
+        [Primitive::Semaphore, Primitive::FairLock, Primitive::RwLock];
+
+    /// The `SCAN MATCH` pattern that finds every key of this kind.
+    pub(crate) fn pattern(self) -> String {
+        format!("{}*", self.prefix())
+    }
+
     fn prefix(self) -> &'static str {
         match self {
             Primitive::Semaphore => "semaphore:",
@@ -195,6 +214,32 @@ impl QueueKeys {
         }
     }
 
+    /// The kind and the name (as `new` takes it) of the primitive whose key `SCAN` found, for
+    /// any of its keys but its fence and its signal lists; `None` for any other key.
+    pub(crate) fn of_key(key: &[u8]) -> Option<(Primitive, String)> {
+        let key = std::str::from_utf8(key).ok()?;
+        let kind = Primitive::ALL
+            .into_iter()
+            .find(|kind| key.starts_with(kind.prefix()))?;
+        let (tagged, part) = key[kind.prefix().len()..].rsplit_once(':')?;
+        let parts = ["holders", "held", "queue", "beats", "wants", "tickets"];
+        if !parts.contains(&part) || hash_tag(tagged.as_bytes()).is_none() {
+            return None;
+        }
+        // `new` puts braces around a name without a hash tag of its own.
+        let name = match tagged.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+            Some(inner) if !inner.is_empty() && !inner.contains(['{', '}']) => inner,
+            _ => tagged,
+        };
+        (QueueKeys::new(kind, name).base() == format!("{}{tagged}:", kind.prefix()))
+            .then(|| (kind, name.to_owned()))
+    }
+
+    /// What every key of the primitive starts with.
+    fn base(&self) -> &str {
+        self.signals.trim_end_matches("signal:")
+    }
+
     /// The signal list of waiter `id`.
     pub(crate) fn signal(&self, id: &str) -> String {
         format!("{}{id}", self.signals)
@@ -235,5 +280,23 @@ mod queue_tests {
             QueueKeys::new(Primitive::RwLock, "a").fence,
             "rwlock:{a}:fence"
         );
+    }
+
+    #[test]
+    fn a_scanned_key_names_its_primitive_as_new_takes_it() {
+        for name in ["db", "{jobs}", "user:{42}:mail", "a:b", "{a}b{c}"] {
+            for kind in Primitive::ALL {
+                let keys = QueueKeys::new(kind, name);
+                for key in [&keys.holders, &keys.queue, &keys.tickets] {
+                    let (found, named) = QueueKeys::of_key(key.as_bytes()).unwrap();
+                    assert_eq!((found, QueueKeys::new(found, &named)), (kind, keys.clone()));
+                }
+                assert_eq!(QueueKeys::of_key(keys.fence.as_bytes()), None);
+                assert_eq!(QueueKeys::of_key(keys.signal("w").as_bytes()), None);
+            }
+        }
+        assert_eq!(QueueKeys::of_key(b"semaphore:db:holders"), None);
+        assert_eq!(QueueKeys::of_key(b"lock:{db}:holders"), None);
+        assert_eq!(QueueKeys::of_key(b"semaphore:{db}:\xff"), None);
     }
 }

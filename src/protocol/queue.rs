@@ -18,7 +18,8 @@ use redis::Value;
 use super::keys::QueueKeys;
 use super::requests::Request;
 use super::scripts::{
-    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_SHRINK, QUEUE_STATE,
+    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_RESET_ALL, QUEUE_SHRINK,
+    QUEUE_STATE,
 };
 use crate::Error;
 
@@ -182,6 +183,17 @@ pub(crate) fn shrink(keys: &QueueKeys, ask: &Ask, units: u64) -> Request {
 pub(crate) fn reset(keys: &QueueKeys, id: Option<&str>, capacity: u64) -> Request {
     let id = id.unwrap_or_default();
     script(keys, &QUEUE_RESET, &[id.as_bytes(), &num(capacity)])
+}
+
+/// What `reset_all` pushes to a waiter's signal list: not a token, so the waiter asks again,
+/// finds its entry gone and joins anew.
+pub(crate) const WAKE: &[u8] = b"reset";
+
+/// Deletes the primitive's holders and queue, keeping its fencing counter, and wakes each
+/// waiter with [`WAKE`], kept for `signal_expire_ms` (`queue_reset_all.lua`): [`parse_reset`]
+/// says how many live holders it removed. Needs no capacity: it grants nothing.
+pub(crate) fn reset_all(keys: &QueueKeys, signal_expire_ms: u64) -> Request {
+    script(keys, &QUEUE_RESET_ALL, &[&num(signal_expire_ms)])
 }
 
 /// Reads holders and waiters (`queue_state.lua`), writing nothing.

@@ -598,12 +598,12 @@ pub(crate) fn parse_extend(keys: &Keys, reply: &Value) -> Result<Extended, Error
     }
 }
 
-/// One `SCAN` step over the lock keys. A read.
-pub(crate) fn scan(cursor: u64, count: usize) -> Request {
+/// One `SCAN` step over the keys that match `pattern`. A read.
+pub(crate) fn scan(cursor: u64, pattern: &str, count: usize) -> Request {
     let mut cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")
-        .arg(super::keys::LOCK_PATTERN)
+        .arg(pattern)
         .arg("COUNT")
         .arg(count);
     Request::new(vec![cmd], true)

@@ -54,6 +54,8 @@ pub(crate) static RESET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset.lua")));
 pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));
+pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/queue_reset_all.lua")));
 
 /// A fair queue engine script: the engine's shared part, then the script's own.
 macro_rules! queue_script {

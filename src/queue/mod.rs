@@ -11,6 +11,9 @@
 //! to send twice, so a lost reply is sent again or settled by the next ask, which reads what
 //! the id holds.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod aio;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,9 +44,10 @@ pub(crate) enum Waited {
     TimedOut,
 }
 
-/// One primitive's queue, as a waiter reaches it.
-pub(crate) struct Line<'a> {
-    pub(crate) transport: &'a Arc<dyn Transport>,
+/// One primitive's queue, as a waiter reaches it over transport `T`: a blocking
+/// [`Transport`], or an async one ([`aio`]).
+pub(crate) struct Line<'a, T: ?Sized = dyn Transport> {
+    pub(crate) transport: &'a Arc<T>,
     pub(crate) keys: &'a QueueKeys,
     /// The primitive's name, for errors.
     pub(crate) name: &'a str,
@@ -51,7 +55,7 @@ pub(crate) struct Line<'a> {
     pub(crate) io_timeout: Duration,
 }
 
-impl Line<'_> {
+impl Line<'_, dyn Transport> {
     /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. While the
     /// server is away (a restart, a failover) it asks again after a backoff. On any other
     /// error, and on a cancel, the waiter leaves the queue first (as far as the server can be
@@ -65,7 +69,7 @@ impl Line<'_> {
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut pause = FIRST_PAUSE;
+        let mut backoff = Backoff::default();
         loop {
             let outcome = match step {
                 Step::Ask => self
@@ -88,16 +92,12 @@ impl Line<'_> {
                     name: self.name.into(),
                 });
             }
-            step = match outcome {
-                Ok(next) => {
-                    pause = FIRST_PAUSE;
+            step = match backoff.after(outcome, deadline, self.name) {
+                Ok((next, pause)) => {
+                    if let Some(pause) = pause {
+                        cancel.pause(pause);
+                    }
                     next
-                }
-                Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + pause < d) => {
-                    log::debug!("{:?}: server away ({e}); asking again", self.name);
-                    cancel.pause(pause);
-                    pause = longer(pause);
-                    Step::Ask
                 }
                 Err(e) => {
                     self.leave_quietly(ask, &e.to_string());
@@ -111,18 +111,10 @@ impl Line<'_> {
     pub(crate) fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
         let sent = Instant::now();
         let answered = self.send(&queue::acquire(self.keys, ask, Mode::Try))?;
-        match queue::parse_acquire(self.keys, &answered)? {
-            queue::Asked::Granted { token, lease_left } => Ok(Waited::Granted {
-                token,
-                valid_until: lease_left.map(|left| sent + left),
-            }),
-            queue::Asked::Refused => Ok(Waited::TimedOut),
-            // A try never queues: one that did (against the protocol) must not stay in line.
-            queue::Asked::Waiting { .. } => {
-                self.leave(ask)?;
-                Err(Error::unexpected(&answered))
-            }
-        }
+        tried(self.keys, sent, &answered).or_else(|e| {
+            self.leave(ask)?;
+            Err(e)
+        })
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
@@ -200,21 +192,76 @@ impl Line<'_> {
             ),
             None => None,
         };
-        let ms = until
-            .saturating_duration_since(Instant::now())
-            .as_millis()
-            .max(1);
-        let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(self.keys.signal(ask.id()))
-            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-        let request = Request::single(blpop, false).on_slot(self.keys.slot);
+        let request = pop_request(self.keys, ask, until);
         waiter.send(&request, Instant::now() + self.io_timeout)?;
         let alarm = waiter.id().map(|id| timer::set(until, self.transport, id));
         let reply = waiter.recv(until + self.io_timeout);
         drop(alarm);
         drop(registration);
         Ok(reply?)
+    }
+}
+
+/// What a try (`Mode::Try`) sent at `sent` came to, from its reply `answered`. A try never
+/// queues: one that did (against the protocol) is an error, and must not stay in line.
+fn tried(keys: &QueueKeys, sent: Instant, answered: &Value) -> Result<Waited, Error> {
+    match queue::parse_acquire(keys, answered)? {
+        queue::Asked::Granted { token, lease_left } => Ok(Waited::Granted {
+            token,
+            valid_until: lease_left.map(|left| sent + left),
+        }),
+        queue::Asked::Refused => Ok(Waited::TimedOut),
+        queue::Asked::Waiting { .. } => Err(Error::unexpected(answered)),
+    }
+}
+
+/// A `BLPOP` on `ask`'s signal list until `until`.
+fn pop_request(keys: &QueueKeys, ask: &Ask, until: Instant) -> Request {
+    let ms = until
+        .saturating_duration_since(Instant::now())
+        .as_millis()
+        .max(1);
+    let mut blpop = redis::cmd("BLPOP");
+    blpop
+        .arg(keys.signal(ask.id()))
+        .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+    Request::single(blpop, false).on_slot(keys.slot)
+}
+
+/// A waiter's backoff while its server is away (a restart, a failover).
+struct Backoff {
+    pause: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { pause: FIRST_PAUSE }
+    }
+}
+
+impl Backoff {
+    /// The step after `outcome`, and the pause to take first, if any: after an error that
+    /// says the server is away, with time left before `deadline`, a pause then an ask. Any
+    /// other error is the wait's.
+    fn after(
+        &mut self,
+        outcome: Result<Step, Error>,
+        deadline: Option<Instant>,
+        name: &str,
+    ) -> Result<(Step, Option<Duration>), Error> {
+        match outcome {
+            Ok(next) => {
+                self.pause = FIRST_PAUSE;
+                Ok((next, None))
+            }
+            Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + self.pause < d) => {
+                log::debug!("{name:?}: server away ({e}); asking again");
+                let pause = self.pause;
+                self.pause = longer(pause);
+                Ok((Step::Ask, Some(pause)))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -235,9 +282,9 @@ impl From<Fault> for PopFault {
     }
 }
 
-/// The token in a `BLPOP` reply; `nil` when it timed out or was ended, or turned away by a
-/// cluster (the slot moved, the primary is changing): the ask that follows goes where the
-/// queue lives now, and the waiter's connection follows it.
+/// The token in a `BLPOP` reply; none when it timed out, was ended, was woken by `reset_all`,
+/// or was turned away by a cluster (the slot moved, the primary is changing): the ask that
+/// follows goes where the queue lives now, and the waiter's connection follows it.
 fn token(reply: &Value) -> Result<Option<u64>, Error> {
     let token = match reply {
         Value::Nil => return Ok(None),
@@ -247,6 +294,8 @@ fn token(reply: &Value) -> Result<Option<u64>, Error> {
         other => return Err(Error::unexpected(other)),
     };
     match token {
+        // `reset_all` took the entry away: ask again, and join anew.
+        Some(Value::BulkString(text)) if text == queue::WAKE => Ok(None),
         Some(Value::BulkString(text)) => std::str::from_utf8(text)
             .ok()
             .and_then(|t| t.parse().ok())
@@ -269,7 +318,7 @@ mod tests {
     use crate::protocol::queue::{Asked, QueueState};
 
     /// A private `redis-server` on a free port, killed on drop.
-    struct Server {
+    pub(super) struct Server {
         child: Mutex<Child>,
         port: u16,
         client: redis::Client,
@@ -310,7 +359,7 @@ mod tests {
         }
 
         /// Kills the server and starts an empty one on its port, as a crash and restart.
-        fn restart(&self) {
+        pub(super) fn restart(&self) {
             let mut child = self.child.lock();
             let _ = child.kill();
             let _ = child.wait();
@@ -338,14 +387,14 @@ mod tests {
         }
     }
 
-    struct Fixture {
-        server: Server,
-        transport: Arc<dyn Transport>,
-        keys: QueueKeys,
+    pub(super) struct Fixture {
+        pub(super) server: Server,
+        pub(super) transport: Arc<dyn Transport>,
+        pub(super) keys: QueueKeys,
     }
 
     impl Fixture {
-        fn new() -> Fixture {
+        pub(super) fn new() -> Fixture {
             let server = Server::start();
             let transport = crate::backend::transport_of(&server.client).unwrap();
             let keys = QueueKeys::new(Primitive::Semaphore, "db");
@@ -356,7 +405,7 @@ mod tests {
             }
         }
 
-        fn line(&self) -> Line<'_> {
+        pub(super) fn line(&self) -> Line<'_> {
             Line {
                 transport: &self.transport,
                 keys: &self.keys,
@@ -366,7 +415,7 @@ mod tests {
         }
 
         /// A holder of all of a capacity of 1, until released.
-        fn hold(&self, id: &str) -> Ask {
+        pub(super) fn hold(&self, id: &str) -> Ask {
             let ask = Ask::new(id, 1, 1, None, Duration::from_secs(2)).unwrap();
             let reply = self
                 .line()
@@ -376,13 +425,13 @@ mod tests {
             ask
         }
 
-        fn state(&self) -> QueueState {
+        pub(super) fn state(&self) -> QueueState {
             let reply = self.line().send(&queue::state(&self.keys)).unwrap();
             queue::parse_state(&self.keys, &reply).unwrap()
         }
 
         /// Until `n` waiters are in the queue (a test's own check, not a way of waiting).
-        fn until_waiters(&self, n: usize) {
+        pub(super) fn until_waiters(&self, n: usize) {
             let start = Instant::now();
             while self.state().waiters.len() != n {
                 assert!(
@@ -394,7 +443,7 @@ mod tests {
             }
         }
 
-        fn keys_left(&self) -> Vec<String> {
+        pub(super) fn keys_left(&self) -> Vec<String> {
             let mut conn = self.server.client.get_connection().unwrap();
             let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
             keys.sort();
@@ -402,7 +451,7 @@ mod tests {
         }
     }
 
-    fn waiter() -> Ask {
+    pub(super) fn waiter() -> Ask {
         Ask::new("w", 1, 1, None, Duration::from_secs(2)).unwrap()
     }
 

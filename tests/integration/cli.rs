@@ -15,7 +15,7 @@ use crate::support::{eventually, send_signal, RedisServer};
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
-const HUNG: Duration = Duration::from_secs(60);
+pub(crate) const HUNG: Duration = Duration::from_secs(60);
 /// A woken waiter must start well before this; one that missed its wake-up would try again
 /// only after the lock's 5 s longest block.
 const WOKEN_WITHIN: Duration = Duration::from_secs(3);
@@ -28,7 +28,7 @@ echo started >> "$1"; sleep 60 & wait"#;
 const DIES_OF_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; trap - TERM; kill -TERM $$' TERM
 echo started >> "$1"; sleep 60 & wait"#;
 
-fn redis_lock(server: &RedisServer) -> Command {
+pub(crate) fn redis_lock(server: &RedisServer) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
     cmd.arg("--url")
         .arg(server.url())
@@ -40,7 +40,7 @@ fn redis_lock(server: &RedisServer) -> Command {
 }
 
 /// Waits for `child` to exit (failing the test if it hangs) and collects its output.
-fn finish(mut child: Child) -> Output {
+pub(crate) fn finish(mut child: Child) -> Output {
     eventually(HUNG, "redis-lock to exit", || {
         child.try_wait().expect("wait for redis-lock").is_some()
     });
@@ -49,7 +49,7 @@ fn finish(mut child: Child) -> Output {
         .expect("collect redis-lock's output")
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -331,7 +331,7 @@ fn reset_all_with_yes_frees_locks_and_wakes_waiters() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "reset 2 locks\n");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "reset 2 holds\n");
     let waited = finish(waiter);
     assert!(waited.status.success(), "{}", stderr(&waited));
     let after = reset_at.elapsed();
@@ -541,7 +541,7 @@ fn with_cluster_the_url_is_a_seed_node_for_run_status_and_reset() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&reset.stdout).trim(),
-        "reset 1 lock"
+        "reset 1 hold"
     );
     let output = finish(holder);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
@@ -584,7 +584,7 @@ fn sentinel_without_a_service_is_a_usage_error() {
 }
 
 /// `redis-lock` over a quorum: `--url` once per server.
-fn redis_lock_over(servers: &[RedisServer]) -> Command {
+pub(crate) fn redis_lock_over(servers: &[RedisServer]) -> Command {
     let mut cmd = redis_lock_at(&[]);
     for server in servers {
         cmd.arg("--url").arg(server.url());
@@ -734,12 +734,12 @@ fn run_holding(server: &RedisServer, name: &str) -> Child {
     run
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// `list --json` at `cmd`'s place, parsed.
-fn list_json(mut cmd: Command) -> serde_json::Value {
+pub(crate) fn list_json(mut cmd: Command) -> serde_json::Value {
     let output = cmd.args(["list", "--json"]).output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     serde_json::from_slice(&output.stdout).unwrap()
@@ -864,8 +864,8 @@ fn list_shows_every_held_lock_with_its_owner_and_ttl() {
     assert_eq!(
         list,
         serde_json::json!([
-            {"name": "a", "owner": "one", "ttl_ms": ttl},
-            {"name": "b", "owner": "two", "ttl_ms": null},
+            {"kind": "lock", "name": "a", "owner": "one", "ttl_ms": ttl},
+            {"kind": "lock", "name": "b", "owner": "two", "ttl_ms": null},
         ])
     );
     let output = redis_lock(&server).arg("list").output().unwrap();
@@ -933,7 +933,7 @@ fn list_on_a_quorum_shows_what_a_majority_holds() {
     let list = list_json(redis_lock_over(&servers));
     assert_eq!(
         list,
-        serde_json::json!([{"name": "q", "owner": "holder", "ttl_ms": null}])
+        serde_json::json!([{"kind": "lock", "name": "q", "owner": "holder", "ttl_ms": null}])
     );
 }
 
@@ -950,7 +950,7 @@ fn list_behind_sentinel_reads_the_named_primary() {
     let list = list_json(redis_lock_at(&args));
     assert_eq!(
         list,
-        serde_json::json!([{"name": "s", "owner": "holder", "ttl_ms": null}])
+        serde_json::json!([{"kind": "lock", "name": "s", "owner": "holder", "ttl_ms": null}])
     );
 }
 

@@ -17,6 +17,8 @@ mod aio_faults;
 #[cfg(feature = "tokio")]
 mod aio_lock;
 #[cfg(feature = "tokio")]
+mod aio_queue;
+#[cfg(feature = "tokio")]
 mod aio_seams;
 #[cfg(feature = "tokio")]
 mod aio_shared;
@@ -28,6 +30,8 @@ mod cluster;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_queues;
 mod fair_lock;
 mod fault_injection;
 mod faults;
@@ -42,6 +46,7 @@ mod outcomes;
 #[cfg(feature = "cluster")]
 mod queue_backends;
 mod queue_engine;
+mod queue_ops;
 mod quorum;
 mod quorum_faults;
 mod renewals;

@@ -5,15 +5,18 @@
 use std::thread;
 use std::time::Duration;
 
-use redis_blpop_lock::{reset_all, Error, Lock};
+use redis_blpop_lock::inspect::{self, Primitive};
+use redis_blpop_lock::{reset_all, Error, Lock, RwLock, Semaphore};
 
 use crate::support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 pub const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
-     resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr \
-     +pexpire +del +lpush +type +client|id +client|unblock +client|kill";
+     ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha \
+     +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange \
+     +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|unblock \
+     +client|kill";
 
 fn admin(server: &RedisServer, args: &[&str]) {
     let _: redis::Value = redis::cmd(args[0])
@@ -90,6 +93,43 @@ fn everything(server: &RedisServer, client: &redis::Client) -> Result<(), Error>
     Lock::new(client, "a")?.acquire()?;
     Lock::new(client, "b")?.acquire()?;
     assert_eq!(reset_all(client)?, 2);
+
+    // The queue primitives: a semaphore's permit, and a waiter in its line, seen by
+    // inspect and woken by the release; a fair lock; a read-write lock's read and write;
+    // reset_all over a held permit.
+    let permits = Semaphore::new(client, "permits", 1)?;
+    let permit = permits.acquire()?;
+    assert!(permits.try_acquire()?.is_none());
+    let waiter_client = client.clone();
+    let queued = thread::spawn(move || {
+        let permits = Semaphore::new(&waiter_client, "permits", 1)?;
+        match permits.try_acquire_for(secs(10))? {
+            Some(permit) => permit.release().map(|()| true),
+            None => Ok(false),
+        }
+    });
+    server.until_blocked(1, secs(30), || queued.is_finished());
+    if queued.is_finished() {
+        // Refused while it asked: that refusal is the outcome.
+        queued.join().unwrap()?;
+        panic!("the semaphore's waiter did not wait");
+    }
+    let line = inspect::queue(client, Primitive::Semaphore, "permits", secs(5));
+    let released = permit.release();
+    // Joined before any error is returned: no waiter outlives this run.
+    let woken = queued.join().unwrap();
+    assert_eq!(line?.waiters.len(), 1);
+    released?;
+    assert!(woken?, "the semaphore's waiter was not woken");
+    let fair = Lock::builder(client, "fair").fair(true).build()?;
+    fair.acquire()?;
+    fair.release()?;
+    let rw = RwLock::new(client, "rw")?;
+    rw.read()?.unlock()?;
+    rw.write()?.unlock()?;
+    let held = permits.acquire()?;
+    assert_eq!(reset_all(client)?, 1);
+    drop(held);
 
     // Every script again after the server forgot them (NOSCRIPT, then EVAL).
     flush();

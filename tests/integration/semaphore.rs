@@ -367,3 +367,26 @@ fn a_release_whose_reply_was_lost_is_a_release() {
         .unwrap();
     assert!(holders.is_empty(), "{holders:?}");
 }
+
+#[test]
+fn a_cancelled_waiter_leaves_the_queue() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let token = redis_blpop_lock::CancelToken::new();
+    let waiter = Semaphore::builder(&client, "s", 1)
+        .cancel_token(token.clone())
+        .build()
+        .unwrap();
+    let waiting = thread::spawn(move || waiter.acquire().map(drop));
+    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    token.cancel();
+    assert!(matches!(
+        waiting.join().unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
+    let queued: Vec<String> = server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap();
+    assert!(queued.is_empty(), "{queued:?}");
+    drop(permit);
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::peek::{self, Seen};
 use crate::place::Place;
+use crate::queues;
 use crate::{exit, Failure, Outcome};
 
 /// Each round trip of the library's `reset_all` (which takes no timeout) may take this long.
@@ -18,7 +19,7 @@ pub(crate) fn describe(holder: &Holder) -> String {
     held_by(&holder.id, holder.ttl)
 }
 
-fn held_by(id: &str, ttl: Option<Duration>) -> String {
+pub(crate) fn held_by(id: &str, ttl: Option<Duration>) -> String {
     let mut text = format!("held by {id:?}");
     match ttl {
         Some(ttl) => {
@@ -77,27 +78,31 @@ pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
     Ok(code)
 }
 
-/// Every held lock, a line (or a JSON object) each.
+/// Every held lock, a line (or a JSON object) each; then every semaphore, fair lock and
+/// read-write lock with a holder or a waiter.
 pub(crate) fn list(place: &Place, json: bool) -> Outcome {
     let held =
         inspect::holders(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))?;
+    let lines = queues::list(place)?;
     if json {
         let entries: Vec<String> = held
             .iter()
             .map(|h| {
                 format!(
-                    "{{\"name\":{},\"owner\":{},\"ttl_ms\":{}}}",
+                    "{{\"kind\":\"lock\",\"name\":{},\"owner\":{},\"ttl_ms\":{}}}",
                     json_string(&h.name),
                     json_string(&h.id),
                     json_ttl(h.ttl)
                 )
             })
+            .chain(lines.iter().map(queues::json_queue))
             .collect();
         out!("[{}]", entries.join(","));
     } else {
         for h in &held {
             out!("lock {:?}: {}", h.name, held_by(&h.id, h.ttl));
         }
+        lines.iter().for_each(queues::show);
     }
     Ok(0)
 }
@@ -168,7 +173,7 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
         // A prompt that cannot be shown or answered is a "no", so write errors are let go.
         let _ = write!(
             stderr,
-            "Release every lock (every lock:* key) on {}? [y/N] ",
+            "Release every lock (every lock:* key), semaphore, fair lock and read-write lock on {}? [y/N] ",
             place.describe()
         );
         let _ = stderr.flush();
@@ -182,7 +187,8 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
     let count = redis_blpop_lock::reset_all(place.backend())
         .map_err(|e| place.failure_within(e, RESET_ALL_IO_TIMEOUT))?;
     let plural = if count == 1 { "" } else { "s" };
-    out!("reset {count} lock{plural}");
+    // A lock is one hold; a semaphore or a read-write lock may have several.
+    out!("reset {count} hold{plural}");
     Ok(0)
 }
 

@@ -18,8 +18,10 @@ macro_rules! err {
 }
 
 mod admin;
+mod hold;
 mod peek;
 mod place;
+mod queues;
 mod run;
 mod top;
 
@@ -149,19 +151,26 @@ enum Command {
     Run(RunArgs),
     /// Show whether the lock is held, by whom, and for how much longer; exits 0 when it is
     /// held, 1 when it is free.
+    ///
+    /// With --semaphore, --fair or --rwlock: that primitive's holders (id, units, expiry,
+    /// fencing token) and its line of waiters, first first.
     Status {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
+        #[command(flatten)]
+        which: queues::Which,
         /// Print one JSON object: {"name":..,"held":..,"owner":..|null,"ttl_ms":..|null}; on
         /// a quorum with "servers":[{"server":"host:port/db","held":..|null,"owner":..|null,
         /// "ttl_ms":..|null,"error":..|null},...] besides.
         #[arg(long)]
         json: bool,
     },
-    /// Every held lock: its name, owner and remaining expiry.
+    /// Every held lock: its name, owner and remaining expiry; then every semaphore, fair lock
+    /// and read-write lock with a holder or a waiter: its holders and its line.
     List {
-        /// Print one JSON array: [{"name":..,"owner":..,"ttl_ms":..|null},...].
+        /// Print one JSON array: [{"kind":"lock","name":..,"owner":..,"ttl_ms":..|null},...],
+        /// then the queue primitives as `status --semaphore NAME --json` prints them.
         #[arg(long)]
         json: bool,
     },
@@ -187,15 +196,29 @@ enum Command {
         json: bool,
     },
     /// Forcibly release a lock, whoever holds it; the first waiter, if any, takes it.
+    ///
+    /// With --semaphore, --fair or --rwlock: end the hold of the holder --id names (every
+    /// holder's with --force), and hand it on to the first waiters.
     Reset {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
-        /// Also delete the key if it holds something that is not a lock (exit code 65).
+        /// Also delete the key if it holds something that is not a lock (exit code 65); with
+        /// --semaphore, --fair or --rwlock: release every holder.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        which: queues::Which,
+        /// The holder to release, by its id (`status` shows them); only with --semaphore,
+        /// --fair or --rwlock.
+        #[arg(long, value_parser = NonEmptyStringValueParser::new())]
+        id: Option<String>,
+        /// The semaphore's permit count, so the permits go to the waiters that fit.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        permits: Option<u32>,
     },
-    /// Forcibly release every lock (every lock:* key) and wake their waiters.
+    /// Forcibly release every lock (every lock:* key), and every hold and line of the
+    /// semaphores, fair locks and read-write locks, and wake their waiters.
     ResetAll {
         /// Do not ask for confirmation (needed when not run on a terminal).
         #[arg(long, short = 'y')]
@@ -234,6 +257,27 @@ struct RunArgs {
     /// The owner id stored in the lock while it is held (default: HOST:PID:RANDOM).
     #[arg(long, value_parser = NonEmptyStringValueParser::new())]
     id: Option<String>,
+    /// Take one of N permits of the semaphore NAME (keys semaphore:{NAME}:*) instead of the
+    /// lock: at most N runs on NAME at once, served in the order they asked. Every run on
+    /// NAME should give the same N.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with_all = ["read", "write", "fair"]
+    )]
+    permits: Option<u32>,
+    /// Hold the read-write lock NAME (keys rwlock:{NAME}:*) shared: runs with --read run
+    /// together, but not while a --write run does, and not ahead of one that asked first.
+    #[arg(long, conflicts_with_all = ["write", "fair"])]
+    read: bool,
+    /// Hold the read-write lock NAME exclusively: no other --read or --write run meanwhile.
+    #[arg(long, conflicts_with = "fair")]
+    write: bool,
+    /// Take the fair lock NAME (keys fair-lock:{NAME}:*) instead of python-redis-lock's:
+    /// runs take it in the order they asked.
+    #[arg(long)]
+    fair: bool,
     /// Exit with N instead of 1 when the lock is busy.
     #[arg(
         long,
@@ -288,7 +332,10 @@ fn main() -> ExitCode {
         })
         .and_then(|place| match cli.command {
             Command::Run(args) => run::run(&place, args),
-            Command::Status { name, json } => admin::status(&place, &name, json),
+            Command::Status { name, which, json } => match which.primitive() {
+                Some(kind) => queues::status(&place, kind, &name, json),
+                None => admin::status(&place, &name, json),
+            },
             Command::List { json } => admin::list(&place, json),
             Command::Top {
                 interval,
@@ -302,7 +349,20 @@ fn main() -> ExitCode {
                 };
                 top::top(&place, interval, count, shape)
             }
-            Command::Reset { name, force } => admin::reset(&place, &name, force),
+            Command::Reset {
+                name,
+                force,
+                which,
+                id,
+                permits,
+            } => match which.primitive() {
+                Some(kind) => queues::reset(&place, kind, &name, id.as_deref(), force, permits),
+                None if id.is_some() || permits.is_some() => Err(Failure::new(
+                    exit::USAGE,
+                    "--id and --permits are for --semaphore, --fair and --rwlock",
+                )),
+                None => admin::reset(&place, &name, force),
+            },
             Command::ResetAll { yes } => admin::reset_all(&place, yes),
         });
     match outcome {

@@ -4,18 +4,17 @@ use std::io::{ErrorKind, IsTerminal, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use redis_blpop_lock::{CancelToken, Error, Lock};
+use redis_blpop_lock::{CancelToken, Error};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 
-use crate::admin;
+use crate::hold::{Hold, Target, Took};
 use crate::place::Place;
 use crate::{exit, Failure, Outcome, RunArgs};
 
@@ -29,12 +28,12 @@ const FORWARDED: [c_int; 3] = [SIGINT, SIGTERM, SIGHUP];
 
 enum Event {
     Signal(Origin),
-    Acquired(Result<bool, Error>),
+    Acquired(Took<'static>),
 }
 
 /// How the wait for the lock ended.
 enum Taken {
-    Yes,
+    Yes(Box<dyn Hold>),
     Busy,
     Interrupted(c_int),
 }
@@ -45,42 +44,31 @@ pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
         Some(id) => id.clone(),
         None => default_id(place, &args.name)?,
     };
-    let lock = place
-        .lock(&args.name)
-        .expire(args.expire)
-        .auto_renewal(true)
-        .cancel_token(cancel.clone())
-        .id(id)
-        .build()
-        .map_err(|e| place.failure(e))?;
-    let lock = Arc::new(lock);
+    // Kept for as long as redis-lock runs: the wait's thread borrows it, and a queue
+    // primitive's wait, which no signal can end, may still be in it when redis-lock exits.
+    let target: &'static Target = Box::leak(Box::new(Target::new(place, &args, id, &cancel)?));
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    match take(place, &lock, &cancel, &args, &events, &received)? {
-        Taken::Yes => {}
+    match take(place, target, &cancel, &args, &events, &received)? {
+        Taken::Yes(hold) => supervise(place, hold, &args, &received),
         Taken::Busy => {
-            let holder = match lock.holder() {
-                Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
-                // Freed just now, or Redis went away: the busy answer stands either way.
-                Ok(None) | Err(_) => String::new(),
-            };
             err!(
-                "redis-lock: lock {:?} is busy{holder}; nothing ran",
-                args.name
+                "redis-lock: lock {:?} is busy{}; nothing ran",
+                args.name,
+                target.held_by(place)
             );
-            return Ok(args.conflict_exit_code);
+            Ok(args.conflict_exit_code)
         }
         Taken::Interrupted(signal) => {
             err!(
                 "redis-lock: interrupted while waiting for lock {:?}; nothing ran",
                 args.name
             );
-            return Ok(signal_exit_code(signal));
+            Ok(signal_exit_code(signal))
         }
     }
-    supervise(place, &lock, &args, &received)
 }
 
 /// `HOST:PID:RANDOM`: an operator who sees it in `status` or `list` knows which host and
@@ -126,18 +114,20 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 }
 
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
-/// on a thread, which a signal ends through the lock's cancel token.
+/// on a thread, which a signal ends through the lock's cancel token. A queue primitive's
+/// wait has no cancel token: a signal ends the wait at once, and the place in line, with
+/// any grant that came to it, lapses within the heartbeat's lapse window (4 s).
 fn take(
     place: &Place,
-    lock: &Arc<Lock>,
+    target: &'static Target,
     cancel: &CancelToken,
     args: &RunArgs,
     events: &Sender<Event>,
     received: &Receiver<Event>,
 ) -> Result<Taken, Failure> {
     let started = Instant::now();
-    if acquired(place, lock.try_acquire())? {
-        return Ok(Taken::Yes);
+    if let Some(hold) = acquired(place, target.try_take())? {
+        return Ok(Taken::Yes(hold));
     }
     let timeout = if args.no_wait {
         Some(Duration::ZERO)
@@ -148,24 +138,23 @@ fn take(
         return Ok(Taken::Busy);
     }
     let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
-    let waiting = WaitingLine::show(lock);
-    let waiter = Arc::clone(lock);
+    let waiting = WaitingLine::show(place, target, &args.name);
     let events = events.clone();
     thread::Builder::new()
         .name("acquire".into())
         .spawn(move || {
-            let result = match remaining {
-                Some(timeout) => waiter.acquire_timeout(timeout),
-                None => waiter.acquire().map(|()| true),
-            };
             // The receiver is gone only when redis-lock is exiting anyway.
-            let _ = events.send(Event::Acquired(result));
+            let _ = events.send(Event::Acquired(target.take(remaining)));
         })
         .map_err(|e| Failure::new(exit::OS, format!("cannot start a thread: {e}")))?;
     let mut interrupted = None;
     let taken = loop {
         match received.recv() {
-            Ok(Event::Acquired(result)) => break result,
+            Ok(Event::Acquired(taken)) => break taken,
+            Ok(Event::Signal(origin)) if !target.cancellable() => {
+                waiting.clear();
+                return Ok(Taken::Interrupted(origin.signal));
+            }
             Ok(Event::Signal(origin)) if interrupted.is_none() => {
                 // Ends the wait; a grant that lands after this is released by the wait
                 // itself, and the wake-up it used is passed on.
@@ -182,31 +171,36 @@ fn take(
     waiting.clear();
     if let Some(signal) = interrupted {
         // The lock was taken before the cancel reached the wait: give it back.
-        if matches!(taken, Ok(true)) {
-            release_quietly(place, lock);
+        if let Ok(Some(hold)) = taken {
+            release_quietly(place, hold, &args.name);
         }
         return Ok(Taken::Interrupted(signal));
     }
-    acquired(place, taken).map(|taken| if taken { Taken::Yes } else { Taken::Busy })
+    acquired(place, taken).map(|taken| taken.map_or(Taken::Busy, Taken::Yes))
 }
 
-/// Whether the lock was taken; held under our id elsewhere (`--id` shared with another
-/// holder) is busy, not an error.
-fn acquired(place: &Place, result: Result<bool, Error>) -> Result<bool, Failure> {
+/// The hold, if taken; held under our id elsewhere (`--id` shared with another holder) is
+/// busy, not an error.
+fn acquired<'t>(place: &Place, result: Took<'t>) -> Result<Option<Box<dyn Hold + 't>>, Failure> {
     match result {
         Ok(taken) => Ok(taken),
-        Err(Error::AlreadyAcquired { .. }) => Ok(false),
+        Err(Error::AlreadyAcquired { .. }) => Ok(None),
         Err(e) => Err(place.failure(e)),
     }
 }
 
 /// Runs the command while the lock is held, passing signals on and watching for the lock
 /// being lost; releases the lock once the command has exited.
-fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Event>) -> Outcome {
+fn supervise(
+    place: &Place,
+    hold: Box<dyn Hold + '_>,
+    args: &RunArgs,
+    received: &Receiver<Event>,
+) -> Outcome {
     // A signal that came with the lock still counts as one during the wait.
     while let Ok(event) = received.try_recv() {
         if let Event::Signal(origin) = event {
-            release_quietly(place, lock);
+            release_quietly(place, hold, &args.name);
             err!(
                 "redis-lock: interrupted before running the command; released lock {:?}",
                 args.name
@@ -216,7 +210,7 @@ fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Eve
     }
     // `required = true` makes clap refuse an empty command.
     let Some((program, program_args)) = args.command.split_first() else {
-        release_quietly(place, lock);
+        release_quietly(place, hold, &args.name);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
     let own_group = !std::io::stdin().is_terminal();
@@ -226,7 +220,7 @@ fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Eve
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            release_quietly(place, lock);
+            release_quietly(place, hold, &args.name);
             let code = match e.kind() {
                 ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
@@ -249,14 +243,14 @@ fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Eve
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                release_quietly(place, lock);
+                release_quietly(place, hold, &args.name);
                 return Err(Failure::new(
                     exit::OS,
                     format!("lost track of the command: {e}"),
                 ));
             }
         }
-        if !lost && lock.lost() {
+        if !lost && hold.lost() {
             lost = true;
             err!(
                 "redis-lock: lost lock {:?} (reset by someone else, or not renewed in time); \
@@ -267,7 +261,7 @@ fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Eve
         }
     };
     let code = exit_code(status);
-    match lock.release() {
+    match hold.release() {
         // A lost lock may have come back to us with a late renewal; the command was told to
         // stop all the same, and the caller must hear that its work may have overlapped.
         Ok(()) | Err(Error::NotAcquired { .. }) if lost => Ok(exit::LOST),
@@ -294,12 +288,11 @@ fn supervise(place: &Place, lock: &Lock, args: &RunArgs, received: &Receiver<Eve
 
 /// Gives the lock back if it is ours. Only used on the way out, where a failure changes
 /// nothing: a lock left behind frees itself at its expiry, and its renewal dies with us.
-fn release_quietly(place: &Place, lock: &Lock) {
-    match lock.release() {
+fn release_quietly(place: &Place, hold: Box<dyn Hold + '_>, name: &str) {
+    match hold.release() {
         Ok(()) | Err(Error::NotAcquired { .. }) => {}
         Err(e) => err!(
-            "redis-lock: could not release lock {:?}: {}",
-            lock.name(),
+            "redis-lock: could not release lock {name:?}: {}",
             place.failure(e).message
         ),
     }
@@ -382,17 +375,13 @@ struct WaitingLine {
 }
 
 impl WaitingLine {
-    fn show(lock: &Lock) -> WaitingLine {
+    fn show(place: &Place, target: &Target, name: &str) -> WaitingLine {
         let mut stderr = std::io::stderr();
         if !stderr.is_terminal() {
             return WaitingLine { shown: false };
         }
-        let name = lock.name();
-        let holder = match lock.holder() {
-            Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
-            // Informational only: the wait itself will meet any Redis error.
-            Ok(None) | Err(_) => String::new(),
-        };
+        // Informational only: the wait itself will meet any Redis error.
+        let holder = target.held_by(place);
         let _ = write!(stderr, "redis-lock: waiting for lock {name:?}{holder} ...");
         let _ = stderr.flush();
         WaitingLine { shown: true }

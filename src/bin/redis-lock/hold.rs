@@ -1,0 +1,204 @@
+//! What `run` takes and holds while its command runs: the lock (python-redis-lock's, or the
+//! fair one), a permit of a semaphore, or a shared or exclusive hold of a read-write lock;
+//! one shape for the waiting and the watching of each.
+
+use std::time::Duration;
+
+use redis_blpop_lock::inspect::{self, Primitive};
+use redis_blpop_lock::{
+    CancelToken, Error, Lock, LockBuilder, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore,
+    SemaphorePermit,
+};
+
+use crate::place::Place;
+use crate::{admin, Failure, RunArgs};
+
+/// What `run` takes.
+pub(crate) enum Target {
+    /// python-redis-lock's lock.
+    Lock(Lock),
+    /// The fair lock: a `Lock` on the queue engine.
+    FairLock(Lock),
+    /// One permit of a semaphore.
+    Permit(Semaphore),
+    /// A read-write lock, shared.
+    Read(RwLock),
+    /// A read-write lock, exclusive.
+    Write(RwLock),
+}
+
+/// A hold that `run` keeps while its command runs.
+pub(crate) trait Hold: Send {
+    /// Whether the hold was lost (reset, or not renewed in time): a local check.
+    fn lost(&self) -> bool;
+    /// Gives the hold back; `Error::NotAcquired` when it was no longer ours.
+    fn release(self: Box<Self>) -> Result<(), Error>;
+}
+
+/// A held lock: the handle is the hold.
+struct LockHold<'a>(&'a Lock);
+
+impl Hold for LockHold<'_> {
+    fn lost(&self) -> bool {
+        self.0.lost()
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        self.0.release()
+    }
+}
+
+impl Hold for SemaphorePermit<'_> {
+    fn lost(&self) -> bool {
+        SemaphorePermit::lost(self)
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        SemaphorePermit::release(*self)
+    }
+}
+
+impl Hold for RwLockReadGuard<'_> {
+    fn lost(&self) -> bool {
+        RwLockReadGuard::lost(self)
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        self.unlock()
+    }
+}
+
+impl Hold for RwLockWriteGuard<'_> {
+    fn lost(&self) -> bool {
+        RwLockWriteGuard::lost(self)
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        self.unlock()
+    }
+}
+
+/// The outcome of a try or a wait: the hold, `None` when it is busy or the time ran out.
+pub(crate) type Took<'t> = Result<Option<Box<dyn Hold + 't>>, Error>;
+
+fn boxed<'t>(hold: Option<impl Hold + 't>) -> Option<Box<dyn Hold + 't>> {
+    hold.map(|hold| Box::new(hold) as Box<dyn Hold + 't>)
+}
+
+impl Target {
+    /// What `run`'s options name, renewed every 2/3 of `--expire` while held; a lock's
+    /// waits end on `cancel`.
+    pub(crate) fn new(
+        place: &Place,
+        args: &RunArgs,
+        id: String,
+        cancel: &CancelToken,
+    ) -> Result<Target, Failure> {
+        let name = args.name.as_str();
+        let built = if let Some(permits) = args.permits {
+            leased(
+                Semaphore::builder(place.backend(), name, permits),
+                place,
+                args,
+                &id,
+            )
+            .build()
+            .map(Target::Permit)
+        } else if args.read || args.write {
+            let target = if args.read {
+                Target::Read
+            } else {
+                Target::Write
+            };
+            leased(RwLock::builder(place.backend(), name), place, args, &id)
+                .build()
+                .map(target)
+        } else {
+            let target = if args.fair {
+                Target::FairLock
+            } else {
+                Target::Lock
+            };
+            leased(place.lock(name), place, args, &id)
+                .fair(args.fair)
+                .cancel_token(cancel.clone())
+                .build()
+                .map(target)
+        };
+        built.map_err(|e| place.failure(e))
+    }
+
+    /// Whether a wait ends on the cancel token. The queue primitives' builders take none:
+    /// their waits end with the process, and their place in line lapses by itself.
+    pub(crate) fn cancellable(&self) -> bool {
+        matches!(self, Target::Lock(_) | Target::FairLock(_))
+    }
+
+    /// One try, never waiting.
+    pub(crate) fn try_take(&self) -> Took<'_> {
+        Ok(match self {
+            Target::Lock(lock) | Target::FairLock(lock) => lock.try_acquire()?.then(|| held(lock)),
+            Target::Permit(semaphore) => boxed(semaphore.try_acquire()?),
+            Target::Read(rw) => boxed(rw.try_read()?),
+            Target::Write(rw) => boxed(rw.try_write()?),
+        })
+    }
+
+    /// Waits up to `timeout` (`None`: for as long as it takes).
+    pub(crate) fn take(&self, timeout: Option<Duration>) -> Took<'_> {
+        Ok(match (self, timeout) {
+            (Target::Lock(lock) | Target::FairLock(lock), Some(timeout)) => {
+                lock.acquire_timeout(timeout)?.then(|| held(lock))
+            }
+            (Target::Lock(lock) | Target::FairLock(lock), None) => {
+                lock.acquire()?;
+                Some(held(lock))
+            }
+            (Target::Permit(semaphore), Some(timeout)) => {
+                boxed(semaphore.try_acquire_for(timeout)?)
+            }
+            (Target::Permit(semaphore), None) => boxed(Some(semaphore.acquire()?)),
+            (Target::Read(rw), Some(timeout)) => boxed(rw.try_read_for(timeout)?),
+            (Target::Read(rw), None) => boxed(Some(rw.read()?)),
+            (Target::Write(rw), Some(timeout)) => boxed(rw.try_write_for(timeout)?),
+            (Target::Write(rw), None) => boxed(Some(rw.write()?)),
+        })
+    }
+
+    /// ", held by ..." for the user who finds it busy; nothing when that cannot be said.
+    pub(crate) fn held_by(&self, place: &Place) -> String {
+        let (kind, name) = match self {
+            Target::Lock(lock) => {
+                return match lock.holder() {
+                    Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
+                    // Freed just now, or Redis went away: the busy answer stands either way.
+                    Ok(None) | Err(_) => String::new(),
+                };
+            }
+            Target::FairLock(lock) => (Primitive::FairLock, lock.name()),
+            Target::Permit(semaphore) => (Primitive::Semaphore, semaphore.name()),
+            Target::Read(rw) | Target::Write(rw) => (Primitive::RwLock, rw.name()),
+        };
+        match inspect::queue(place.backend(), kind, name, place.io_timeout()) {
+            Ok(queue) => format!(
+                ", {} holding, {} waiting",
+                queue.holders.len(),
+                queue.waiters.len()
+            ),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+/// `builder` with the run's lease: `--expire`, renewed every 2/3 of it while held.
+fn leased<K>(builder: LockBuilder<K>, place: &Place, args: &RunArgs, id: &str) -> LockBuilder<K> {
+    builder
+        .io_timeout(place.io_timeout())
+        .expire(args.expire)
+        .auto_renewal(true)
+        .id(id)
+}
+
+fn held(lock: &Lock) -> Box<dyn Hold + '_> {
+    Box::new(LockHold(lock))
+}

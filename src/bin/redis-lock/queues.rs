@@ -1,0 +1,236 @@
+//! `status`, `list` and `reset` for the semaphores, fair locks and read-write locks: their
+//! holders and their line of waiters.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use clap::Args;
+use redis_blpop_lock::inspect::{self, Primitive, Queue, WRITER_UNITS};
+use redis_blpop_lock::Error;
+
+use crate::admin::{held_by, json_string, json_ttl};
+use crate::place::Place;
+use crate::{exit, Failure, Outcome};
+
+/// Which queue primitive `status` or `reset` means (none: the lock).
+#[derive(Args)]
+#[group(multiple = false)]
+pub(crate) struct Which {
+    /// NAME is a semaphore (`run --permits`): keys semaphore:{NAME}:*.
+    #[arg(long)]
+    semaphore: bool,
+    /// NAME is a fair lock (`run --fair`): keys fair-lock:{NAME}:*.
+    #[arg(long)]
+    fair: bool,
+    /// NAME is a read-write lock (`run --read` / `--write`): keys rwlock:{NAME}:*.
+    #[arg(long)]
+    rwlock: bool,
+}
+
+impl Which {
+    /// The primitive chosen, `None` for the lock.
+    pub(crate) fn primitive(&self) -> Option<Primitive> {
+        [
+            (self.semaphore, Primitive::Semaphore),
+            (self.fair, Primitive::FairLock),
+            (self.rwlock, Primitive::RwLock),
+        ]
+        .into_iter()
+        .find_map(|(chosen, kind)| chosen.then_some(kind))
+    }
+}
+
+/// The word for `kind` in redis-lock's output.
+fn word(kind: Primitive) -> &'static str {
+    match kind {
+        Primitive::Semaphore => "semaphore",
+        Primitive::FairLock => "fair-lock",
+        Primitive::RwLock => "rwlock",
+        _ => "queue",
+    }
+}
+
+/// What `units` of `kind` are, in words: "2 permits", "write".
+fn units(kind: Primitive, units: u64) -> String {
+    match kind {
+        Primitive::RwLock if units == WRITER_UNITS => "write".into(),
+        Primitive::RwLock => "read".into(),
+        Primitive::Semaphore if units == 1 => "1 permit".into(),
+        Primitive::Semaphore => format!("{units} permits"),
+        _ => String::new(),
+    }
+}
+
+/// Refused on a quorum, as their handles are there: reading one server, or each, would say
+/// "free" of something that cannot exist.
+fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Failure> {
+    if place.quorum_servers().is_empty() {
+        return Ok(());
+    }
+    Err(place.failure(Error::Unsupported(format!(
+        "{} {name:?}: semaphores, read-write locks and fair locks do not live on a quorum of \
+         independent servers; use one primary, with replicas or Sentinel",
+        word(kind)
+    ))))
+}
+
+/// The holders and the line of one primitive; exits 0 when it is held, 1 when it is free.
+pub(crate) fn status(place: &Place, kind: Primitive, name: &str, json: bool) -> Outcome {
+    not_on_a_quorum(place, kind, name)?;
+    let queue = inspect::queue(place.backend(), kind, name, place.io_timeout())
+        .map_err(|e| place.failure(e))?;
+    if json {
+        out!("{}", json_queue(&queue));
+    } else {
+        show(&queue);
+    }
+    Ok(if queue.holders.is_empty() {
+        exit::FREE
+    } else {
+        0
+    })
+}
+
+/// Every primitive with a holder or a waiter, after the locks of `list`.
+pub(crate) fn list(place: &Place) -> Result<Vec<Queue>, Failure> {
+    inspect::queues(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))
+}
+
+/// A primitive's lines: its state, then a line per holder and per waiter, in order.
+pub(crate) fn show(queue: &Queue) {
+    let kind = queue.kind;
+    let state = match (queue.holders.len(), queue.waiters.len()) {
+        (0, _) => "free".to_string(),
+        (1, waiting) => format!("1 holder, {waiting} waiting"),
+        (held, waiting) => format!("{held} holders, {waiting} waiting"),
+    };
+    out!("{} {:?}: {state}", word(kind), queue.name);
+    for holder in &queue.holders {
+        out!(
+            "  {}{}, token {}",
+            held_by(&holder.id, holder.ttl),
+            then(&units(kind, holder.units)),
+            holder.token
+        );
+    }
+    for (at, waiter) in queue.waiters.iter().enumerate() {
+        out!(
+            "  waiting {}: {:?}{}, lapses in {} unless it heartbeats",
+            at + 1,
+            waiter.id,
+            then(&units(kind, waiter.units)),
+            seconds(waiter.lapses_in)
+        );
+    }
+}
+
+/// ", TEXT", or nothing for no text.
+fn then(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(", {text}")
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    format!("{}.{:03} s", ms / 1000, ms % 1000)
+}
+
+/// {"kind":..,"name":..,"held":..,"used":..,"holders":[{"id":..,"units":..,"ttl_ms":..|null,
+/// "token":..},..],"waiters":[{"id":..,"units":..,"lapses_in_ms":..},..]}
+pub(crate) fn json_queue(queue: &Queue) -> String {
+    let holders: Vec<String> = queue
+        .holders
+        .iter()
+        .map(|h| {
+            format!(
+                "{{\"id\":{},\"units\":{},\"ttl_ms\":{},\"token\":{}}}",
+                json_string(&h.id),
+                h.units,
+                json_ttl(h.ttl),
+                h.token
+            )
+        })
+        .collect();
+    let waiters: Vec<String> = queue
+        .waiters
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"id\":{},\"units\":{},\"lapses_in_ms\":{}}}",
+                json_string(&w.id),
+                w.units,
+                w.lapses_in.as_millis()
+            )
+        })
+        .collect();
+    let mut line = format!(
+        "{{\"kind\":\"{}\",\"name\":{},\"held\":{},\"used\":{}",
+        word(queue.kind),
+        json_string(&queue.name),
+        !queue.holders.is_empty(),
+        queue.used
+    );
+    let _ = write!(
+        line,
+        ",\"holders\":[{}],\"waiters\":[{}]}}",
+        holders.join(","),
+        waiters.join(",")
+    );
+    line
+}
+
+/// Ends the hold of `id` on the primitive (every holder's with `force`), handing the units
+/// on to the line; a semaphore needs its `permits`.
+pub(crate) fn reset(
+    place: &Place,
+    kind: Primitive,
+    name: &str,
+    id: Option<&str>,
+    force: bool,
+    permits: Option<u32>,
+) -> Outcome {
+    not_on_a_quorum(place, kind, name)?;
+    let holder = match (id, force) {
+        (Some(id), _) => Some(id),
+        (None, true) => None,
+        (None, false) => {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "{} {name:?} may have several holders: name one with --id, or reset \
+                     them all with --force",
+                    word(kind)
+                ),
+            ))
+        }
+    };
+    let permits = match (kind, permits) {
+        (Primitive::Semaphore, None) => {
+            return Err(Failure::new(
+                exit::USAGE,
+                "resetting a semaphore hands its permits on: give its count with --permits N",
+            ))
+        }
+        (_, permits) => permits.unwrap_or(1),
+    };
+    let removed = inspect::reset_queue(
+        place.backend(),
+        kind,
+        name,
+        holder,
+        permits,
+        place.io_timeout(),
+    )
+    .map_err(|e| place.failure(e))?;
+    let what = match (holder, removed) {
+        (Some(id), 0) => format!("{id:?} held nothing; nothing to release"),
+        (Some(id), _) => format!("released {id:?}'s hold (the first waiters take it)"),
+        (None, 0) => "was not held; nothing to release".to_string(),
+        (None, n) => format!("released {n} holds (the first waiters take them)"),
+    };
+    out!("{} {name:?}: {what}", word(kind));
+    Ok(0)
+}

@@ -1,0 +1,373 @@
+//! The async semaphore, read-write lock and fair lock against real servers: tasks served in
+//! the order they came, k permits released wake k tasks, a dropped acquire leaves the queue at
+//! once, a runtime's end gives back the permits its tasks held, a frozen server ends a wait by
+//! its deadline, a `CancelToken` ends a waiting task's wait; a waiting writer is not passed by
+//! later readers, downgrade lets readers in, upgrade is refused; the fair lock is not barged.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{aio, CancelToken, Error};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::support::{connections, eventually, secs, RedisServer};
+
+/// Long enough for a task to block on a loaded machine; the tests wait for the server to say
+/// it did.
+const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// A heartbeat no test outlives: a waiter that missed its hand-off would wait a minute for its
+/// next ask, and a dropped one would stay in line two.
+const SLOW_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// A semaphore `s` of `permits`, whose waiters ask again only every minute.
+fn semaphore(server: &RedisServer, permits: u32) -> Arc<aio::Semaphore> {
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", permits)
+        .heartbeat(SLOW_HEARTBEAT)
+        .build()
+        .unwrap();
+    Arc::new(semaphore)
+}
+
+/// A task that takes a permit of `semaphore` within a minute, says so on `done` with its
+/// name, and holds it until `release` says so.
+fn waiter(
+    semaphore: &Arc<aio::Semaphore>,
+    name: &'static str,
+    done: &mpsc::UnboundedSender<&'static str>,
+    release: oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<()> {
+    let (semaphore, done) = (Arc::clone(semaphore), done.clone());
+    tokio::spawn(async move {
+        let permit = semaphore.try_acquire_for(secs(60)).await.unwrap().unwrap();
+        done.send(name).unwrap();
+        let _ = release.await;
+        permit.release().await.unwrap();
+    })
+}
+
+/// The next name on `done`, within `limit`.
+async fn next(done: &mut mpsc::UnboundedReceiver<&'static str>, limit: Duration) -> &'static str {
+    tokio::time::timeout(limit, done.recv())
+        .await
+        .expect("no task was served in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_served_in_the_order_they_came() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 1);
+    let first = semaphore.acquire().await.unwrap();
+    let (done, mut order) = mpsc::unbounded_channel();
+    let mut releases = Vec::new();
+    let mut tasks = Vec::new();
+    for (n, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let (release, released) = oneshot::channel();
+        tasks.push(waiter(&semaphore, name, &done, released));
+        releases.push(release);
+        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+    }
+    first.release().await.unwrap();
+    let mut served = Vec::new();
+    for release in releases {
+        served.push(next(&mut order, secs(30)).await);
+        release.send(()).unwrap();
+    }
+    assert_eq!(served, ["a", "b", "c", "d"]);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_tasks_hold_than_there_are_permits_and_all_are_served() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(aio::Semaphore::new(&server.client(), "s", 3).unwrap());
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (semaphore, inside, most) = (semaphore.clone(), inside.clone(), most.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let permit = semaphore.acquire().await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(secs(60), task).await.unwrap().unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+    // Nothing is left but the fencing counter, and the waiters' connections close once idle.
+    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+    eventually(secs(10), "the idle waiters' connections to close", || {
+        connections(&server) <= 1
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_released_together_wake_as_many_tasks() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 3);
+    let all = semaphore.acquire_many(3).await.unwrap();
+    let (done, mut woken) = mpsc::unbounded_channel();
+    let mut held = Vec::new();
+    for (n, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let (release, released) = oneshot::channel();
+        held.push((release, waiter(&semaphore, name, &done, released)));
+        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+    }
+    all.release().await.unwrap();
+    // All three hold at once, long before the next heartbeat: each was handed its permit.
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(next(&mut woken, secs(20)).await);
+    }
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    for (release, task) in held {
+        release.send(()).unwrap();
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_leaves_the_queue_and_the_task_behind_is_served_at_once() {
+    let server = RedisServer::start();
+    let semaphore = semaphore(&server, 1);
+    let holder = semaphore.acquire().await.unwrap();
+    let dropped = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move { semaphore.acquire().await.map(drop) })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    let (done, mut served) = mpsc::unbounded_channel();
+    let (release, released) = oneshot::channel();
+    let behind = waiter(&semaphore, "behind", &done, released);
+    server.until_blocked(2, BLOCK_LIMIT, || false);
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    holder.release().await.unwrap();
+    // Its heartbeat a minute away, the dropped waiter would hold up the queue for two had it
+    // not left.
+    assert_eq!(next(&mut served, secs(20)).await, "behind");
+    release.send(()).unwrap();
+    behind.await.unwrap();
+    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+}
+
+#[test]
+fn a_runtime_that_ends_with_a_permit_held_gives_it_back() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let permit = runtime.block_on(async { semaphore(&server, 2).acquire_arc().await.unwrap() });
+    // A task the runtime drops as it ends, with the permit.
+    drop(runtime.spawn(async move {
+        let _permit = permit;
+        std::future::pending::<()>().await;
+    }));
+    drop(runtime);
+    // The permit's lease is 30 s: back at once, it was given back, not left to expire.
+    let holders: usize = server.conn().zcard("semaphore:{s}:holders").unwrap();
+    assert_eq!(holders, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_ends_a_wait_by_its_deadline() {
+    let server = RedisServer::start();
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(700)).await;
+    let took = started.elapsed();
+    server.resume();
+    assert!(matches!(waited, Err(_) | Ok(None)));
+    assert!(took < secs(3), "the wait took {took:?}");
+    drop(permit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_token_ends_a_waiting_tasks_wait_and_it_leaves_the_queue() {
+    let server = RedisServer::start();
+    let cancel = CancelToken::new();
+    let semaphore = aio::Semaphore::builder(&server.client(), "s", 1)
+        .heartbeat(SLOW_HEARTBEAT)
+        .cancel_token(cancel.clone())
+        .build()
+        .unwrap();
+    let semaphore = Arc::new(semaphore);
+    let permit = semaphore.acquire().await.unwrap();
+    let waiting = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move { semaphore.acquire().await.map(drop) })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    cancel.cancel();
+    let ended = tokio::time::timeout(secs(20), waiting).await;
+    assert!(matches!(ended, Ok(Ok(Err(Error::Cancelled { .. })))));
+    let queued: usize = server.conn().zcard("semaphore:{s}:queue").unwrap();
+    assert_eq!(queued, 0);
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_not_passed_by_readers_that_come_after_it() {
+    let server = RedisServer::start();
+    let lock = Arc::new(aio::RwLock::new(&server.client(), "rw").unwrap());
+    let reading = lock.read().await.unwrap();
+    let writer = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.write().await.unwrap().unlock().await })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || writer.is_finished());
+    // A reader now would share with the first, but the writer came before it.
+    assert!(lock.try_read().await.unwrap().is_none());
+    let late = lock.try_read_for(Duration::from_millis(300)).await.unwrap();
+    assert!(late.is_none(), "a later reader passed the waiting writer");
+    reading.unlock().await.unwrap();
+    tokio::time::timeout(secs(20), writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(lock.try_read().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgraded_writer_lets_queued_readers_in_but_not_a_writer() {
+    let server = RedisServer::start();
+    let lock = Arc::new(aio::RwLock::new(&server.client(), "rw").unwrap());
+    let write = lock.write().await.unwrap();
+    let reader = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.read().await.unwrap().unlock().await })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    let read = write.downgrade().await.unwrap();
+    tokio::time::timeout(secs(20), reader)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(lock.try_write().await.unwrap().is_none());
+    read.unlock().await.unwrap();
+    assert!(lock.try_write().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_asked_for_by_a_task_that_reads_is_refused() {
+    let server = RedisServer::start();
+    let lock = Arc::new(aio::RwLock::new(&server.client(), "rw").unwrap());
+    let read = lock.read().await.unwrap();
+    assert!(matches!(
+        lock.write().await,
+        Err(Error::WouldDeadlock { .. })
+    ));
+    // Another task may wait for it: the read lock is not its own.
+    let other = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.try_write_for(secs(60)).await.map(|w| w.is_some()) })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || other.is_finished());
+    read.unlock().await.unwrap();
+    assert!(other.await.unwrap().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_does_not_take_the_fair_lock_ahead_of_a_waiting_task() {
+    let server = RedisServer::start();
+    let fair = || {
+        aio::Lock::builder(&server.client(), "f")
+            .fair(true)
+            .build()
+            .unwrap()
+    };
+    let holder = fair();
+    let guard = holder.lock().await.unwrap();
+    // On the queue engine's keys, not python-redis-lock's.
+    let held: usize = server.conn().zcard("fair-lock:{f}:holders").unwrap();
+    assert_eq!(held, 1);
+    let waiting = fair();
+    let waiter = tokio::spawn(async move {
+        let guard = waiting.lock().await.unwrap();
+        guard.unlock().await
+    });
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    guard.unlock().await.unwrap();
+    // The lock is handed to the waiter, not taken by a newcomer trying in between.
+    assert!(fair().try_lock().await.unwrap().is_none());
+    tokio::time::timeout(secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let keys: Vec<String> = server.conn().keys("lock:*").unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_semaphore_hands_off_on_a_cluster() {
+    let cluster = crate::support::RedisCluster::shared();
+    let semaphore = aio::Semaphore::new(&cluster.client(), "aio-cluster-permits", 1).unwrap();
+    let semaphore = Arc::new(semaphore);
+    let permit = semaphore.acquire().await.unwrap();
+    let primary = cluster.primary_for("semaphore:{aio-cluster-permits}:holders");
+    let before = primary.blocked_clients();
+    let waiter = {
+        let semaphore = Arc::clone(&semaphore);
+        tokio::spawn(async move {
+            semaphore
+                .try_acquire_for(secs(60))
+                .await
+                .map(|p| p.is_some())
+        })
+    };
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    permit.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap());
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_follows_its_slot_to_another_primary() {
+    let cluster = crate::support::RedisCluster::start();
+    let lock = Arc::new(aio::RwLock::new(&cluster.client(), "moving").unwrap());
+    let write = lock.write().await.unwrap();
+    let key = "rwlock:{moving}:holders";
+    let source = cluster.primary_for(key);
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p.port != source.port)
+        .unwrap();
+    let reader = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.try_read_for(secs(60)).await.map(|r| r.is_some()) })
+    };
+    source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    cluster.migrate_slot(cluster.slot_of(key), target.port);
+    // Its heartbeat (every 2 s) is turned away from the old primary and asks the new one.
+    target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    write.unlock().await.unwrap();
+    assert!(reader.await.unwrap().unwrap());
+}
