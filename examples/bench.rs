@@ -264,7 +264,9 @@
 //!
 //! `ours` takes `Semaphore::new(&client, name, P)` and `RwLock::new(&client, name)` per
 //! contender (a thread; the defaults: 30 s expiry, renewed) and releases with `release()` /
-//! `unlock()` on the permit or guard. `--impl ours-fair` runs the `loop` cells on
+//! `unlock()` on the permit or guard; `ours-async` (feature `tokio`) the same with
+//! `aio::Semaphore` and `aio::RwLock` in tokio tasks, its `PING`s awaited as in the `loop`
+//! cells. `--impl ours-fair` runs the `loop` cells on
 //! `Lock::builder(..).fair(true)` (with the cells' 10 s expiry), next to `ours`.
 //!
 //! # The queue primitives' fault cells: `permit-crash`, `dead-waiter`, `fifo`
@@ -291,7 +293,11 @@
 //!   waiter prints its arrival (the wall clock just before `acquire()`) and grant. Counted:
 //!   `inversions` (pairs served in the other order than they arrived) and
 //!   `inversions_beyond_rtt` (of those, pairs that arrived more than one RTT apart; target 0),
-//!   with `widest_inversion_us`.
+//!   with `widest_inversion_us`; and `queue_inversions`, pairs served in the other order than
+//!   their tickets (each waiter reports the id it held under; the bench read the queue before
+//!   letting go): the engine's order, apart from the clients' timing. Each waiter's handle
+//!   makes one request (`available()`) before it arrives, so that no connect lies between its
+//!   arrival and its ticket.
 //!
 //! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
 //! `"cell"` field.

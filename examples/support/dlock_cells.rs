@@ -10,11 +10,14 @@ use distributed_lock_core::traits::{
     DistributedReaderWriterLock, DistributedSemaphore, LockHandle, ReaderWriterLockProvider,
     SemaphoreProvider,
 };
-use distributed_lock_redis::RedisLockProvider;
+use distributed_lock_redis::{
+    RedisDistributedReaderWriterLock, RedisLockProvider, RedisReadLockHandle, RedisSemaphoreHandle,
+    RedisWriteLockHandle,
+};
 
-use super::async_cells::{async_pinger, join_tasks, runtime};
-use super::queue_cells::Occupancy;
-use super::{measure, Place, ThreadStats, Turns};
+use super::async_cells::{async_pinger, join_tasks, run_contenders, runtime};
+use super::queue_cells::{by_role, measure_held, Occupancy};
+use super::{Place, ThreadStats, Turns};
 
 /// Its `acquire_read` does not wait: it fails at once while a writer holds or waits, so a
 /// reader that needs the lock tries again, with the back-off the crate's own semaphore uses.
@@ -37,35 +40,23 @@ pub fn semaphore_tasks(
     occupancy: &Arc<Occupancy>,
 ) -> Result<Vec<ThreadStats>, String> {
     let url = place.node_for(name)?;
-    let tasks = (0..contenders)
-        .map(|_| {
-            let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
-            let (url, name, occupancy) = (url.clone(), name.to_string(), Arc::clone(occupancy));
-            Ok(runtime().spawn(async move {
-                let semaphore = Arc::new(provider(url).await?.create_semaphore(&name, permits));
-                measure(
-                    turns,
-                    pinger,
-                    || {
-                        let (semaphore, occupancy) =
-                            (Arc::clone(&semaphore), Arc::clone(&occupancy));
-                        async move {
-                            let permit =
-                                semaphore.acquire(None).await.map_err(|e| e.to_string())?;
-                            occupancy.enter_shared();
-                            Ok(permit)
-                        }
-                    },
-                    |permit: distributed_lock_redis::RedisSemaphoreHandle| {
-                        occupancy.leave_shared();
-                        async move { permit.release().await.map_err(|e| e.to_string()) }
-                    },
-                )
-                .await
-            }))
+    run_contenders(contenders, || {
+        let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
+        let (url, name, occupancy) = (url.clone(), name.to_string(), Arc::clone(occupancy));
+        Ok(async move {
+            let semaphore = &provider(url).await?.create_semaphore(&name, permits);
+            measure_held(
+                turns,
+                pinger,
+                (&occupancy, false),
+                || async move { semaphore.acquire(None).await.map_err(|e| e.to_string()) },
+                |permit: RedisSemaphoreHandle| async move {
+                    permit.release().await.map_err(|e| e.to_string())
+                },
+            )
+            .await
         })
-        .collect::<Result<Vec<_>, String>>()?;
-    join_tasks(tasks)
+    })
 }
 
 /// `readers` + `writers` tasks on one read-write lock: `acquire_read(None)` (retried, see
@@ -74,7 +65,7 @@ pub fn semaphore_tasks(
 pub fn rwlock_tasks(
     place: &Place,
     name: &str,
-    (readers, writers): (usize, usize),
+    roles: (usize, usize),
     turns: &Turns,
     occupancy: &Arc<Occupancy>,
 ) -> Result<(Vec<ThreadStats>, Vec<ThreadStats>), String> {
@@ -82,60 +73,39 @@ pub fn rwlock_tasks(
     let spawn = |write: bool| {
         let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
         let (url, name, occupancy) = (url.clone(), name.to_string(), Arc::clone(occupancy));
-        Ok::<_, String>(runtime().spawn(async move {
-            let lock = Arc::new(provider(url).await?.create_reader_writer_lock(&name));
+        Ok(runtime().spawn(async move {
+            let lock = &provider(url).await?.create_reader_writer_lock(&name);
+            let counted = (&*occupancy, write);
             if write {
-                measure(
+                measure_held(
                     turns,
                     pinger,
-                    || {
-                        let (lock, occupancy) = (Arc::clone(&lock), Arc::clone(&occupancy));
-                        async move {
-                            let held = lock.acquire_write(None).await.map_err(|e| e.to_string())?;
-                            occupancy.enter_exclusive();
-                            Ok(held)
-                        }
-                    },
-                    |held: distributed_lock_redis::RedisWriteLockHandle| {
-                        occupancy.leave_exclusive();
-                        async move { held.release().await.map_err(|e| e.to_string()) }
+                    counted,
+                    || async move { lock.acquire_write(None).await.map_err(|e| e.to_string()) },
+                    |held: RedisWriteLockHandle| async move {
+                        held.release().await.map_err(|e| e.to_string())
                     },
                 )
                 .await
             } else {
-                measure(
+                measure_held(
                     turns,
                     pinger,
-                    || {
-                        let (lock, occupancy) = (Arc::clone(&lock), Arc::clone(&occupancy));
-                        async move {
-                            let held = read(&lock).await?;
-                            occupancy.enter_shared();
-                            Ok(held)
-                        }
-                    },
-                    |held: distributed_lock_redis::RedisReadLockHandle| {
-                        occupancy.leave_shared();
-                        async move { held.release().await.map_err(|e| e.to_string()) }
+                    counted,
+                    || read(lock),
+                    |held: RedisReadLockHandle| async move {
+                        held.release().await.map_err(|e| e.to_string())
                     },
                 )
                 .await
             }
         }))
     };
-    let reading = (0..readers)
-        .map(|_| spawn(false))
-        .collect::<Result<Vec<_>, _>>()?;
-    let writing = (0..writers)
-        .map(|_| spawn(true))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((join_tasks(reading)?, join_tasks(writing)?))
+    by_role(roles, spawn, join_tasks)
 }
 
 /// A read hold, trying again while `acquire_read` refuses (it says `Timeout` at once).
-async fn read(
-    lock: &distributed_lock_redis::RedisDistributedReaderWriterLock,
-) -> Result<distributed_lock_redis::RedisReadLockHandle, String> {
+async fn read(lock: &RedisDistributedReaderWriterLock) -> Result<RedisReadLockHandle, String> {
     let mut pause = READ_RETRY_FIRST;
     loop {
         match lock.acquire_read(None).await {

@@ -3,7 +3,7 @@
 //! how evenly the contenders were served, and that no more held at once than may); see the
 //! top of `bench.rs`.
 
-use std::future::ready;
+use std::future::{ready, Future};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -13,7 +13,7 @@ use redis_blpop_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, Sem
 
 use super::{
     join_all, measure, opt, opt_f, percentile, rtt_multiple, run_blocking, Impl, Line, Options,
-    Place, ThreadStats, Turns,
+    Pinger, Place, ThreadStats, Turns,
 };
 
 /// Targets: the permits at least this busy with 10 ms holds, and every contender's count
@@ -38,30 +38,75 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
-    /// A permit or a read hold begins.
-    pub fn enter_shared(&self) {
-        let now = self.shared.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        if self.exclusive.load(Ordering::SeqCst) > 0 {
-            self.clashes.fetch_add(1, Ordering::SeqCst);
-        }
+    /// A hold begins: a write hold if `exclusive`, else a permit or a read hold.
+    fn enter(&self, exclusive: bool) {
+        let clash = if exclusive {
+            let writers = self.exclusive.fetch_add(1, Ordering::SeqCst);
+            writers > 0 || self.shared.load(Ordering::SeqCst) > 0
+        } else {
+            let now = self.shared.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            self.exclusive.load(Ordering::SeqCst) > 0
+        };
+        self.clashes.fetch_add(u64::from(clash), Ordering::SeqCst);
     }
 
-    pub fn leave_shared(&self) {
-        self.shared.fetch_sub(1, Ordering::SeqCst);
+    fn leave(&self, exclusive: bool) {
+        let count = if exclusive {
+            &self.exclusive
+        } else {
+            &self.shared
+        };
+        count.fetch_sub(1, Ordering::SeqCst);
     }
+}
 
-    /// A write hold begins.
-    pub fn enter_exclusive(&self) {
-        let writers = self.exclusive.fetch_add(1, Ordering::SeqCst);
-        if writers > 0 || self.shared.load(Ordering::SeqCst) > 0 {
-            self.clashes.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+/// [`measure`] with the holds counted in `occupancy`: entered once `acquire`'s future is done,
+/// left before `release` is called.
+pub async fn measure_held<G, A, R>(
+    turns: Turns,
+    pinger: Option<Pinger>,
+    (occupancy, exclusive): (&Occupancy, bool),
+    mut acquire: impl FnMut() -> A,
+    mut release: impl FnMut(G) -> R,
+) -> Result<ThreadStats, String>
+where
+    A: Future<Output = Result<G, String>>,
+    R: Future<Output = Result<(), String>>,
+{
+    measure(
+        turns,
+        pinger,
+        || {
+            let acquiring = acquire();
+            async move {
+                let held = acquiring.await?;
+                occupancy.enter(exclusive);
+                Ok(held)
+            }
+        },
+        |held| {
+            occupancy.leave(exclusive);
+            release(held)
+        },
+    )
+    .await
+}
 
-    pub fn leave_exclusive(&self) {
-        self.exclusive.fetch_sub(1, Ordering::SeqCst);
-    }
+/// Starts the `rwlock` cell's contenders, `spawn(false)` for a reader and `spawn(true)` for
+/// a writer, and waits for them with `join`: the readers' stats, then the writers'.
+pub fn by_role<T>(
+    (readers, writers): (usize, usize),
+    mut spawn: impl FnMut(bool) -> Result<T, String>,
+    join: impl Fn(Vec<T>) -> Result<Vec<ThreadStats>, String>,
+) -> Result<(Vec<ThreadStats>, Vec<ThreadStats>), String> {
+    let reading = (0..readers)
+        .map(|_| spawn(false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let writing = (0..writers)
+        .map(|_| spawn(true))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((join(reading)?, join(writing)?))
 }
 
 /// The cell's clock and hold, shared by all its contenders.
@@ -79,7 +124,7 @@ fn turns(seconds: f64, hold_ms: u64) -> Turns {
 /// Whether `imp` has these cells on `place`; says why not on stderr.
 fn runs_here(imp: Impl, place: &Place) -> bool {
     match imp {
-        Impl::Ours => true,
+        Impl::Ours | Impl::OursAsync => true,
         Impl::DistributedLock if place.backend() == "server" => true,
         Impl::DistributedLock => {
             eprintln!("(distributed-lock: one server only)");
@@ -136,6 +181,14 @@ fn semaphore_cell(
                 .collect();
             join_all(threads.into_iter().map(|t| t.join()))
         })?,
+        #[cfg(feature = "tokio")]
+        Impl::OursAsync => super::async_cells::semaphore_tasks(
+            place,
+            &name,
+            (permits, concurrency),
+            &turns,
+            &occupancy,
+        )?,
         #[cfg(feature = "bench-distributed-lock")]
         Impl::DistributedLock => super::dlock_cells::semaphore_tasks(
             place,
@@ -185,17 +238,12 @@ fn ours_semaphore(
     occupancy: &Occupancy,
 ) -> Result<ThreadStats, String> {
     let semaphore = Semaphore::new(place.store(), name, permits).map_err(|e| e.to_string())?;
-    run_blocking(measure(
+    run_blocking(measure_held(
         turns,
         Some(place.pinger(name)?),
-        || {
-            let permit = semaphore.acquire().map_err(|e| e.to_string());
-            ready(permit.inspect(|_| occupancy.enter_shared()))
-        },
-        |permit: SemaphorePermit| {
-            occupancy.leave_shared();
-            ready(permit.release().map_err(|e| e.to_string()))
-        },
+        (occupancy, false),
+        || ready(semaphore.acquire().map_err(|e| e.to_string())),
+        |permit: SemaphorePermit| ready(permit.release().map_err(|e| e.to_string())),
     ))
 }
 
@@ -348,16 +396,23 @@ fn rwlock_cell(
     let occupancy = Arc::new(Occupancy::default());
     let (readers, writers) = match imp {
         Impl::Ours => thread::scope(|s| {
-            let spawn = |write: bool| {
-                let (turns, occupancy, name) = (turns.clone(), &occupancy, &name);
-                s.spawn(move || ours_rwlock(place, name, write, turns, occupancy))
-            };
-            let readers: Vec<_> = (0..options.readers).map(|_| spawn(false)).collect();
-            let writers: Vec<_> = (0..options.writers).map(|_| spawn(true)).collect();
-            let readers = join_all(readers.into_iter().map(|t| t.join()));
-            let writers = join_all(writers.into_iter().map(|t| t.join()));
-            readers.and_then(|r| Ok((r, writers?)))
+            by_role(
+                (options.readers, options.writers),
+                |write| {
+                    let (turns, occupancy, name) = (turns.clone(), &occupancy, &name);
+                    Ok(s.spawn(move || ours_rwlock(place, name, write, turns, occupancy)))
+                },
+                |threads| join_all(threads.into_iter().map(|t| t.join())),
+            )
         })?,
+        #[cfg(feature = "tokio")]
+        Impl::OursAsync => super::async_cells::rwlock_tasks(
+            place,
+            &name,
+            (options.readers, options.writers),
+            &turns,
+            &occupancy,
+        )?,
         #[cfg(feature = "bench-distributed-lock")]
         Impl::DistributedLock => super::dlock_cells::rwlock_tasks(
             place,
@@ -394,31 +449,22 @@ fn ours_rwlock(
 ) -> Result<ThreadStats, String> {
     let lock = RwLock::new(place.store(), name).map_err(|e| e.to_string())?;
     let pinger = Some(place.pinger(name)?);
+    let counted = (occupancy, write);
     if write {
-        run_blocking(measure(
+        run_blocking(measure_held(
             turns,
             pinger,
-            || {
-                let held = lock.write().map_err(|e| e.to_string());
-                ready(held.inspect(|_| occupancy.enter_exclusive()))
-            },
-            |held: RwLockWriteGuard| {
-                occupancy.leave_exclusive();
-                ready(held.unlock().map_err(|e| e.to_string()))
-            },
+            counted,
+            || ready(lock.write().map_err(|e| e.to_string())),
+            |held: RwLockWriteGuard| ready(held.unlock().map_err(|e| e.to_string())),
         ))
     } else {
-        run_blocking(measure(
+        run_blocking(measure_held(
             turns,
             pinger,
-            || {
-                let held = lock.read().map_err(|e| e.to_string());
-                ready(held.inspect(|_| occupancy.enter_shared()))
-            },
-            |held: RwLockReadGuard| {
-                occupancy.leave_shared();
-                ready(held.unlock().map_err(|e| e.to_string()))
-            },
+            counted,
+            || ready(lock.read().map_err(|e| e.to_string())),
+            |held: RwLockReadGuard| ready(held.unlock().map_err(|e| e.to_string())),
         ))
     }
 }

@@ -32,7 +32,8 @@ const QUEUE_SETUP: Duration = Duration::from_secs(10);
 /// `queue-holder EXPIRE_MS` takes the one permit with that expiry, not renewed, says `held` and
 /// waits to be killed; `queue-waiter` waits for the permit until killed; `queue-fifo START_US
 /// INDEX` runs [`FIFO_WAITERS`] waiters, waiter j arriving at START_US (µs since the epoch) +
-/// (3j + INDEX) steps, and prints `<arrival µs> <grant µs>` for each.
+/// (3j + INDEX) steps, and prints `<arrival µs> <grant µs> <id>` for each (the id it holds
+/// under in `holders`, which is its id in the queue).
 pub fn child(role: &str, args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [url, name, rest @ ..] = args else {
         return Err("a queue role needs URL NAME ..".into());
@@ -335,21 +336,30 @@ fn fifo_child(
                     // between the arrival and the ticket would be the client's delay, not
                     // the queue's order.
                     semaphore.available().map_err(|e| e.to_string())?;
+                    let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+                    let holders = format!("semaphore:{{{name}}}:holders");
                     let step = FIFO_STEP.as_micros() as u64;
                     let at = start_us + (FIFO_PROCESSES as u64 * j + index) * step;
                     thread::sleep(Duration::from_micros(at.saturating_sub(epoch_us())));
                     let arrival = epoch_us();
                     let permit = semaphore.acquire().map_err(|e| e.to_string())?;
                     let granted = epoch_us();
+                    // The only holder of the one permit: this waiter.
+                    let ids: Vec<String> = redis::cmd("ZRANGE")
+                        .arg(&holders)
+                        .arg(0)
+                        .arg(-1)
+                        .query(&mut conn)
+                        .map_err(|e| e.to_string())?;
                     permit.release().map_err(|e| e.to_string())?;
-                    Ok::<_, String>((arrival, granted))
+                    Ok::<_, String>((arrival, granted, ids.join(",")))
                 })
             })
             .collect();
         super::join_all(waiters.into_iter().map(|w| w.join()))
     })?;
-    for (arrival, granted) in samples {
-        say(&format!("{arrival} {granted}"))?;
+    for (arrival, granted, id) in samples {
+        say(&format!("{arrival} {granted} {id}"))?;
     }
     Ok(())
 }
@@ -359,7 +369,9 @@ fn fifo_child(
 /// then lets go; they are served one by one. An inversion is a pair served in the other
 /// order than they arrived (each waiter's clock read just before its acquire); the target
 /// counts only those that arrived more than one round trip apart (`rtt_p50_us`, measured in
-/// the cell).
+/// the cell). A queue inversion is a pair served in the other order than their tickets (the
+/// queue as the bench read it before letting go): the engine's own order, whatever the
+/// clients' timing.
 pub fn run_fifo(
     client: &redis::Client,
     url: &str,
@@ -376,6 +388,7 @@ pub fn run_fifo(
         inversions: 0,
         beyond_rtt: 0,
         widest_us: 0,
+        queue_inversions: 0,
         rtt_p50_us: rtt_us,
     };
     for round in 0..options.trials {
@@ -395,15 +408,24 @@ pub fn run_fifo(
             FIFO_PROCESSES * FIFO_WAITERS,
         );
         held.release()?;
-        queued?;
-        let mut samples: Vec<(u64, u64)> = Vec::new();
+        let tickets = queued?;
+        let mut samples = Vec::new();
         for child in &mut children {
             let stdout = child.stdout.take().expect("piped stdout");
             for line in BufReader::new(stdout).lines() {
                 let line = line?;
-                let mut numbers = line.split(' ').map(str::parse::<u64>);
-                match (numbers.next(), numbers.next()) {
-                    (Some(Ok(arrival)), Some(Ok(granted))) => samples.push((arrival, granted)),
+                let mut words = line.split(' ');
+                let mut number = || words.next().and_then(|n| n.parse::<u64>().ok());
+                let (arrival, granted) = (number(), number());
+                let ticket = words
+                    .next()
+                    .and_then(|id| tickets.iter().position(|queued| queued == id));
+                match (arrival, granted, ticket) {
+                    (Some(arrival), Some(granted), Some(ticket)) => samples.push(Sample {
+                        arrival,
+                        granted,
+                        ticket,
+                    }),
                     _ => return Err(format!("a fifo waiter said {line:?}").into()),
                 }
             }
@@ -416,6 +438,13 @@ pub fn run_fifo(
     Ok(cell)
 }
 
+/// One `fifo` waiter: its arrival and grant (µs since the epoch), and its place in the queue.
+struct Sample {
+    arrival: u64,
+    granted: u64,
+    ticket: usize,
+}
+
 /// A `fifo` cell's counts.
 pub struct FifoCell {
     rounds: usize,
@@ -426,18 +455,27 @@ pub struct FifoCell {
     beyond_rtt: u64,
     /// The widest arrival gap of an inverted pair.
     widest_us: u64,
+    /// Pairs served in the other order than their tickets.
+    queue_inversions: u64,
     rtt_p50_us: u64,
 }
 
 impl FifoCell {
-    /// Adds one round's `(arrival µs, grant µs)` samples.
-    fn count(&mut self, samples: &[(u64, u64)]) {
+    /// Adds one round's samples.
+    fn count(&mut self, samples: &[Sample]) {
         self.waiters += samples.len();
         for (i, a) in samples.iter().enumerate() {
             for b in &samples[i + 1..] {
-                let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
-                if second.1 < first.1 {
-                    let gap = second.0 - first.0;
+                let served_first = |x: &Sample, y: &Sample| x.granted < y.granted;
+                let (first, second) = if a.ticket < b.ticket { (a, b) } else { (b, a) };
+                self.queue_inversions += u64::from(served_first(second, first));
+                let (first, second) = if a.arrival <= b.arrival {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                if served_first(second, first) {
+                    let gap = second.arrival - first.arrival;
                     self.inversions += 1;
                     self.beyond_rtt += u64::from(gap > self.rtt_p50_us);
                     self.widest_us = self.widest_us.max(gap);
@@ -449,7 +487,7 @@ impl FifoCell {
 
 impl FifoCell {
     /// The figures, named as in the JSON line.
-    fn figures(&self) -> [(&'static str, String); 9] {
+    fn figures(&self) -> [(&'static str, String); 10] {
         [
             ("processes", FIFO_PROCESSES.to_string()),
             ("rounds", self.rounds.to_string()),
@@ -458,6 +496,7 @@ impl FifoCell {
             ("inversions", self.inversions.to_string()),
             ("inversions_beyond_rtt", self.beyond_rtt.to_string()),
             ("widest_inversion_us", self.widest_us.to_string()),
+            ("queue_inversions", self.queue_inversions.to_string()),
             ("rtt_p50_us", self.rtt_p50_us.to_string()),
             ("meets_target", (self.beyond_rtt == 0).to_string()),
         ]
