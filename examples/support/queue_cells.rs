@@ -26,7 +26,8 @@ const TARGET_HANDOFF_RTT: f64 = 2.0;
 
 /// Who holds at once, counted by the contenders themselves: one enters once its acquire has
 /// returned and leaves before it calls release, so the counted holds lie inside the real
-/// ones and every clash counted is a real one.
+/// ones and every clash counted is a real one. Each entrant adds itself, then reads the
+/// other count (all `SeqCst`): of two that overlap, the later one sees the earlier.
 #[derive(Default)]
 pub struct Occupancy {
     shared: AtomicU64,
