@@ -51,7 +51,8 @@
 //! such as Ctrl-C). The locks are built on a `ClusterClient` seeded with one node; a lock named
 //! `n` lives in `lock:{n}`. The `PING`s go to the primary that serves that key's slot (found with
 //! `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), so the RTT is the one the lock pays. `--cluster` runs
-//! the `loop`, `names` and `wait1` cells; `loop` runs `ours` and `ours-async` only
+//! the `loop`, `names`, `wait1`, `semaphore` and `rwlock` cells (ours only); `loop` runs
+//! `ours`, `ours-async` and `ours-fair` only
 //! (`polling`'s keys and connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
 //! `--cluster`). A build without the feature refuses `--cluster` and says how to rebuild.
 //!
