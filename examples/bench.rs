@@ -12,6 +12,13 @@
 //! cargo run --release --example bench --features tokio -- [--impl ours,ours-async] [--cell loop,scale]
 //!     [--tasks 10000] [--names 100] [--seconds S] [--concurrency ..] [--hold-ms ..] [--json]
 //! cargo run --release --example bench --features bench-rslock -- --impl ours-async,rslock [..]
+//! cargo run --release --example bench -- --cell semaphore,rwlock [--permits 4] [--readers 6]
+//!     [--writers 2] [--concurrency 1,8,32] [--hold-ms 0,10] [--seconds S] [--json]
+//! cargo run --release --example bench --features bench-distributed-lock -- --cell semaphore,rwlock
+//!     --impl ours,distributed-lock [..]
+//! cargo run --release --example bench -- --cell permit-crash,dead-waiter,fifo [--trials N]
+//!     [--expire-ms E]
+//! cargo run --release --example bench -- --impl ours,ours-fair [..]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -44,7 +51,8 @@
 //! such as Ctrl-C). The locks are built on a `ClusterClient` seeded with one node; a lock named
 //! `n` lives in `lock:{n}`. The `PING`s go to the primary that serves that key's slot (found with
 //! `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), so the RTT is the one the lock pays. `--cluster` runs
-//! the `loop`, `names` and `wait1` cells; `loop` runs `ours` and `ours-async` only
+//! the `loop`, `names`, `wait1`, `semaphore` and `rwlock` cells (ours only); `loop` runs
+//! `ours`, `ours-async` and `ours-fair` only
 //! (`polling`'s keys and connection are for one server). Every line says `"backend":"cluster"` (`"server"` without
 //! `--cluster`). A build without the feature refuses `--cluster` and says how to rebuild.
 //!
@@ -219,14 +227,94 @@
 //! `--cell crash --impl ours` alone takes about 10 s; `--trials` trades time for a steadier p99
 //! (up to 51 trials, p99 is the largest sample).
 //!
-//! Add `--json` for one JSON object per line; `names`, `wait1`, `crash`, `overshoot` and
-//! `scale` lines carry a `"cell"` field (the `loop` lines have none).
+//! # `semaphore` cells: contenders for the permits of one semaphore
+//!
+//! For each impl, concurrency C (default 1, 8, 32) and hold D: C contenders, each with a
+//! handle of its own on one semaphore of `--permits` P permits (default 4), loop acquire one
+//! permit → hold D → release for S seconds. Reported: `total`, `min` and `max` (the fewest and
+//! most acquisitions one contender had), `spread_pct` (the contender farthest from the mean
+//! count, in % of the mean), `busy_pct` (the time permits were held, in % of wall time × P),
+//! `cycle_p50_us` (C = 1: acquire + release), `handoff_p50_us` / `handoff_p99_us` (C > P: from
+//! the latest release by any contender to an acquisition), `rtt_p50_us` and `x_rtt` (the cycle,
+//! else the hand-off p50, as an RTT multiple), and `most_holders`: the most contenders that
+//! held at once by their own count (each counts itself in once its acquire has returned and
+//! out before it calls release, so that count never exceeds the truth; more than P would be a
+//! bug). `meets_target`: C = 1, the cycle ≤ 2.5 × RTT; C > P with D > 0, `busy_pct` ≥ 97 and
+//! `spread_pct` ≤ 20; C > P with D = 0, the hand-off p50 ≤ 2 × RTT; else `null`.
+//!
+//! `distributed-lock` is the `distributed-lock-redis` crate (0.2, the only other Rust crate
+//! with a Redis semaphore and read-write lock; async on tokio and fred; feature
+//! `bench-distributed-lock`): each contender is a tokio task with a `RedisLockProvider` of its
+//! own (the crate's defaults: 30 s expiry, extended every 10 s) and loops
+//! `acquire(None).await` → hold → `release().await`. Its `acquire` polls: a try, then a sleep
+//! of 10 ms doubling up to 200 ms. Its `PING`s are awaited on a multiplexed connection, as
+//! `rslock`'s are. One server only.
+//!
+//! # `rwlock` cells: readers and writers on one read-write lock
+//!
+//! For each impl and hold D: `--readers` R (default 6) and `--writers` W (default 2)
+//! contenders, each with a handle of its own on one read-write lock, loop acquire (a read
+//! hold, or a write hold) → hold D → release for S seconds. Reported per role (`reads`,
+//! `writes`): contenders, `total`, `min`, `max`, and the wait from asking to having
+//! (`wait_p50_us`, `wait_max_us`): a starved role shows as a tiny total and a wait as long as
+//! the cell. `clashes` counts holds that overlapped one they exclude (a writer with anyone),
+//! counted as `most_holders` is: never any. `distributed-lock`: `acquire_write(None)` polls
+//! (a try, then a sleep of 50 ms doubling up to 1 s); its `acquire_read(None)` does not wait
+//! at all (it fails with `Timeout` while a writer holds or waits), so a reader that needs the
+//! lock tries again after 10 ms doubling up to 200 ms, the crate's own semaphore's pauses.
+//!
+//! `ours` takes `Semaphore::new(&client, name, P)` and `RwLock::new(&client, name)` per
+//! contender (a thread; the defaults: 30 s expiry, renewed) and releases with `release()` /
+//! `unlock()` on the permit or guard; `ours-async` (feature `tokio`) the same with
+//! `aio::Semaphore` and `aio::RwLock` in tokio tasks, its `PING`s awaited as in the `loop`
+//! cells. `--impl ours-fair` runs the `loop` cells on
+//! `Lock::builder(..).fair(true)` (with the cells' 10 s expiry), next to `ours`.
+//!
+//! # The queue primitives' fault cells: `permit-crash`, `dead-waiter`, `fifo`
+//!
+//! Ours only (`--impl` does not apply), one server only, each trial on a fresh one-permit
+//! semaphore; the other processes are this binary re-executed in a role
+//! (`support/queue_faults.rs`).
+//!
+//! - `permit-crash`: the `crash` cell for a permit. A holder process takes the permit with
+//!   expiry E (`--expire-ms`, default 300; renewal off) and prints `held`; the bench reads the
+//!   lease's expiry (`TIME` and the holder's score in `semaphore:{name}:holders`, in one
+//!   transaction: the instant is known to within that round trip, `pttl_rtt_max_us`), SIGKILLs
+//!   the holder, and a waiter arriving at the same spread points as `crash`'s times
+//!   `try_acquire_for(10 s)`. lateness = grant − expiry; target p99 ≤ 10 ms.
+//! - `dead-waiter`: the bench holds the permit; a waiter process queues, then a waiter in the
+//!   bench behind it; the process is SIGKILLed and the bench releases at once, so the grant
+//!   goes to the dead waiter. Reported: `delay` (the kill to the live waiter's grant) and
+//!   `after_lapse` (the grant − the dead waiter's lapse instant, its score in
+//!   `semaphore:{name}:beats` read after the kill); target: `after_lapse` ≤ one heartbeat
+//!   interval (2 s, the default). Each trial takes about a lapse window (4 s).
+//! - `fifo`: per round (`--trials`), the bench holds the permit while 3 processes of 10
+//!   waiters each arrive interleaved 1 ms apart (process p's waiter j at 3j + p steps after a
+//!   common start on the wall clock, each with a handle of its own), then releases; each
+//!   waiter prints its arrival (the wall clock just before `acquire()`) and grant. Counted:
+//!   `inversions` (pairs served in the other order than they arrived) and
+//!   `inversions_beyond_rtt` (of those, pairs that arrived more than one RTT apart; target 0),
+//!   with `widest_inversion_us`; and `queue_inversions`, pairs served in the other order than
+//!   their tickets (each waiter reports the id it held under; the bench read the queue before
+//!   letting go): the engine's order, apart from the clients' timing. Each waiter's handle
+//!   makes one request (`available()`) before it arrives, so that no connect lies between its
+//!   arrival and its ticket.
+//!
+//! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
+//! `"cell"` field.
 
 #[cfg(feature = "tokio")]
 #[path = "support/async_cells.rs"]
 mod async_cells;
 #[path = "support/deployments.rs"]
 mod deployments;
+#[cfg(feature = "bench-distributed-lock")]
+#[path = "support/dlock_cells.rs"]
+mod dlock_cells;
+#[path = "support/queue_cells.rs"]
+mod queue_cells;
+#[path = "support/queue_faults.rs"]
+mod queue_faults;
 mod support;
 
 use std::future::{ready, Future};
@@ -293,6 +381,11 @@ struct Options {
     /// The `scale` cell's tasks, and the names they share.
     tasks: usize,
     names: usize,
+    /// The `semaphore` cell's permits.
+    permits: u32,
+    /// The `rwlock` cell's contenders of each kind.
+    readers: usize,
+    writers: usize,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -309,6 +402,16 @@ enum CellKind {
     Wait1,
     /// Many async tasks waiting on a few names in this one process (feature `tokio`).
     Scale,
+    /// Contenders for the permits of one semaphore.
+    Semaphore,
+    /// Readers and writers on one read-write lock.
+    RwLock,
+    /// Lateness after a crashed holder's permit expired.
+    PermitCrash,
+    /// How long a SIGKILLed waiter holds up the one behind it.
+    DeadWaiter,
+    /// Grant order against arrival order across processes.
+    Fifo,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -323,6 +426,11 @@ enum Impl {
     OursAsync,
     /// The `rslock` crate in tokio tasks; one server's loop cells only (feature `bench-rslock`).
     Rslock,
+    /// Ours with `Lock::builder(..).fair(true)`: the queue engine's FIFO lock; loop cells only.
+    OursFair,
+    /// The `distributed-lock-redis` crate in tokio tasks; one server's `semaphore` and `rwlock`
+    /// cells only (feature `bench-distributed-lock`).
+    DistributedLock,
 }
 
 impl Impl {
@@ -334,6 +442,8 @@ impl Impl {
             Impl::RedlockPolling => "redlock-polling",
             Impl::OursAsync => "ours-async",
             Impl::Rslock => "rslock",
+            Impl::OursFair => "ours-fair",
+            Impl::DistributedLock => "distributed-lock",
         }
     }
 }
@@ -346,6 +456,8 @@ struct ThreadStats {
     handoffs: Vec<u64>,
     /// Microseconds for one acquire + release pair.
     cycles: Vec<u64>,
+    /// Microseconds from asking for the lock to having it.
+    waits: Vec<u64>,
     /// Microseconds for one `PING`.
     pings: Vec<u64>,
     held: Duration,
@@ -375,7 +487,13 @@ struct Cell {
 
 fn main() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
-        if let Err(e) = crash_holder(&role, std::env::args().skip(1)) {
+        let done = if role.starts_with("queue-") {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            queue_faults::child(&role, &args)
+        } else {
+            crash_holder(&role, std::env::args().skip(1))
+        };
+        if let Err(e) = done {
             eprintln!("bench holder: {e}");
             std::process::exit(2);
         }
@@ -411,8 +529,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Scale => async_cells::run_scale(&place, &options)?,
             #[cfg(not(feature = "tokio"))]
             CellKind::Scale => unreachable!("parse_args refuses it without the tokio feature"),
-            CellKind::Crash | CellKind::Overshoot => match &place {
-                Place::Server { url, client } => run_tail_cells(client, url, kind, &options)?,
+            CellKind::Semaphore => queue_cells::run_semaphore(&place, &options)?,
+            CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
+            CellKind::Crash
+            | CellKind::Overshoot
+            | CellKind::PermitCrash
+            | CellKind::DeadWaiter
+            | CellKind::Fifo => match &place {
+                Place::Server { url, client } => match kind {
+                    CellKind::Crash | CellKind::Overshoot => {
+                        run_tail_cells(client, url, kind, &options)?
+                    }
+                    _ => run_queue_faults(client, url, kind, &options)?,
+                },
                 Place::Quorum { .. } => {
                     unreachable!("parse_args refuses these cells with --quorum")
                 }
@@ -628,6 +757,14 @@ fn run_loop_cells(place: &Place, options: &Options) -> Result<(), Box<dyn std::e
                 eprintln!("(rslock: one server only; no loop cells on --cluster or --quorum)");
                 continue;
             }
+            Impl::DistributedLock => {
+                eprintln!("(distributed-lock: only the semaphore and rwlock cells)");
+                continue;
+            }
+            Impl::OursFair if place.backend() == "quorum" => {
+                eprintln!("(ours-fair: a quorum refuses the fair lock)");
+                continue;
+            }
             _ => {}
         }
         for &concurrency in options.concurrency.as_deref().unwrap_or(&[1, 2, 6]) {
@@ -658,6 +795,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         timeout_ms: vec![50, 300, 1000],
         tasks: 10_000,
         names: 100,
+        permits: 4,
+        readers: 6,
+        writers: 2,
     };
     let mut impls = None;
     while let Some(arg) = args.next() {
@@ -691,6 +831,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         .split(',')
                         .map(|name| match name {
                             "ours" => Ok(Impl::Ours),
+                            "ours-fair" => Ok(Impl::OursFair),
                             "polling" => Ok(Impl::Polling),
                             "python" => Ok(Impl::Python),
                             "redlock-polling" => Ok(Impl::RedlockPolling),
@@ -698,9 +839,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                             "ours-async" => Err(rebuild("ours-async", "tokio")),
                             "rslock" if cfg!(feature = "bench-rslock") => Ok(Impl::Rslock),
                             "rslock" => Err(rebuild("rslock", "bench-rslock")),
+                            "distributed-lock" if cfg!(feature = "bench-distributed-lock") => {
+                                Ok(Impl::DistributedLock)
+                            }
+                            "distributed-lock" => {
+                                Err(rebuild("distributed-lock", "bench-distributed-lock"))
+                            }
                             other => Err(format!(
-                                "--impl: unknown {other:?} (ours, polling, python, \
-                                 redlock-polling, ours-async, rslock)"
+                                "--impl: unknown {other:?} (ours, ours-fair, polling, python, \
+                                 redlock-polling, ours-async, rslock, distributed-lock)"
                             )),
                         })
                         .collect::<Result<_, _>>()?,
@@ -718,9 +865,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "wait1" => Ok(CellKind::Wait1),
                         "scale" if cfg!(feature = "tokio") => Ok(CellKind::Scale),
                         "scale" => Err(rebuild("the scale cell", "tokio")),
+                        "semaphore" => Ok(CellKind::Semaphore),
+                        "rwlock" => Ok(CellKind::RwLock),
+                        "permit-crash" => Ok(CellKind::PermitCrash),
+                        "dead-waiter" => Ok(CellKind::DeadWaiter),
+                        "fifo" => Ok(CellKind::Fifo),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
-                             scale)"
+                             scale, semaphore, rwlock, permit-crash, dead-waiter, fifo)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -740,6 +892,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--timeout-ms" => options.timeout_ms = list(&value()?, "--timeout-ms")?,
             "--tasks" => options.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
             "--names" => options.names = value()?.parse().map_err(|e| format!("--names: {e}"))?,
+            "--permits" => {
+                options.permits = value()?.parse().map_err(|e| format!("--permits: {e}"))?;
+                if options.permits == 0 {
+                    return Err("--permits must be at least 1".into());
+                }
+            }
+            "--readers" => {
+                options.readers = value()?.parse().map_err(|e| format!("--readers: {e}"))?
+            }
+            "--writers" => {
+                options.writers = value()?.parse().map_err(|e| format!("--writers: {e}"))?
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -763,9 +927,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     if options.quorum.is_some() && options.cells.iter().any(|&kind| kind != CellKind::Loop) {
         return Err("--quorum runs the loop cells only".into());
     }
-    let tail = |&kind: &CellKind| kind == CellKind::Crash || kind == CellKind::Overshoot;
+    // The cells that kill processes or time a server's expiries: one server only.
+    let tail = |kind: &CellKind| {
+        use CellKind::*;
+        matches!(kind, Crash | Overshoot | PermitCrash | DeadWaiter | Fifo)
+    };
     if options.cluster && options.cells.iter().any(tail) {
-        return Err("--cluster runs the loop, names and wait1 cells only".into());
+        return Err(
+            "--cluster runs the loop, names, wait1, semaphore and rwlock cells only".into(),
+        );
     }
     if options.cluster && options.cluster_replicas == 0 && options.cells.contains(&CellKind::Wait1)
     {
@@ -823,7 +993,8 @@ fn run_cell(
             let workers: Vec<_> = (0..concurrency)
                 .map(|_| {
                     s.spawn(|| match imp {
-                        Impl::Ours => run_ours(place, &name, turns.clone()),
+                        Impl::Ours => run_ours(place, &name, false, turns.clone()),
+                        Impl::OursFair => run_ours(place, &name, true, turns.clone()),
                         Impl::Polling => {
                             // Only on one server (run_loop_cells), which holds every key.
                             let client = place.node_client(&name)?;
@@ -909,6 +1080,7 @@ where
         let before = Instant::now();
         let guard = acquire().await?;
         let acquired = Instant::now();
+        stats.waits.push((acquired - before).as_micros() as u64);
         let released_at = turns.last_release.load(Ordering::SeqCst);
         if released_at > 0 {
             stats
@@ -954,9 +1126,11 @@ fn run_blocking<T>(future: impl Future<Output = T>) -> T {
     }
 }
 
-fn run_ours(place: &Place, name: &str, turns: Turns) -> Result<ThreadStats, String> {
+/// An `ours` contender; `fair`: an `ours-fair` one.
+fn run_ours(place: &Place, name: &str, fair: bool, turns: Turns) -> Result<ThreadStats, String> {
     let lock = place
         .lock(name)
+        .fair(fair)
         .expire(LOCK_EXPIRE)
         .build()
         .map_err(|e| e.to_string())?;
@@ -1221,7 +1395,7 @@ fn run_names_cell(
                     last_release: Arc::default(),
                     ..turns.clone()
                 };
-                s.spawn(move || run_ours(place, name, turns))
+                s.spawn(move || run_ours(place, name, false, turns))
             })
             .collect();
         join_all(workers.into_iter().map(|w| w.join()))
@@ -1571,6 +1745,7 @@ impl TailCell {
     fn names(&self) -> (&'static str, &'static str, &'static str) {
         match self.kind {
             CellKind::Crash => ("crash", "expire_ms", "lateness"),
+            CellKind::PermitCrash => ("permit-crash", "expire_ms", "lateness"),
             _ => ("overshoot", "timeout_ms", "overshoot"),
         }
     }
@@ -1584,7 +1759,7 @@ impl Line for TailCell {
     fn json(&self) -> String {
         let (cell, param, figure) = self.names();
         let opt_i = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
-        let pttl = if self.kind == CellKind::Crash {
+        let pttl = if self.kind != CellKind::Overshoot {
             format!(r#""pttl_rtt_max_us":{},"#, opt(self.pttl_rtt_max_us))
         } else {
             String::new()
@@ -1671,8 +1846,12 @@ fn run_tail_cells(
                 eprintln!("(redlock-polling: --quorum loop cells only)");
                 continue;
             }
-            (_, Impl::OursAsync | Impl::Rslock) => {
+            (_, Impl::OursAsync | Impl::Rslock | Impl::OursFair) => {
                 eprintln!("({}: loop cells only)", imp.name());
+                continue;
+            }
+            (_, Impl::DistributedLock) => {
+                eprintln!("(distributed-lock: only the semaphore and rwlock cells)");
                 continue;
             }
             (_, Impl::Python) => run_python(url, kind, options, server_hz)?,
@@ -1682,6 +1861,26 @@ fn run_tail_cells(
         for cell in cells {
             cell.print(options.json);
         }
+    }
+    Ok(())
+}
+
+/// A fault cell of the queue primitives (ours only: `--impl` does not apply).
+fn run_queue_faults(
+    client: &redis::Client,
+    url: &str,
+    kind: CellKind,
+    options: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match kind {
+        CellKind::PermitCrash => {
+            let server_hz = server_hz(client);
+            queue_faults::run_permit_crash(client, url, options, server_hz)?.print(options.json)
+        }
+        CellKind::DeadWaiter => {
+            queue_faults::run_dead_waiter(client, url, options)?.print(options.json)
+        }
+        _ => queue_faults::run_fifo(client, url, options)?.print(options.json),
     }
     Ok(())
 }
@@ -1749,8 +1948,8 @@ impl Handle {
             },
             Impl::Python => return Err("python runs in its own process".into()),
             Impl::RedlockPolling => return Err("redlock-polling runs on --quorum only".into()),
-            Impl::OursAsync | Impl::Rslock => {
-                return Err("the async impls run loop cells only".into())
+            Impl::OursAsync | Impl::Rslock | Impl::DistributedLock | Impl::OursFair => {
+                return Err(format!("{} has no crash or overshoot cells", imp.name()).into())
             }
         })
     }

@@ -1,12 +1,14 @@
 //! The bench's async cells (feature `tokio`): the async impls' loop cells and the `scale`
 //! cell; see the top of `bench.rs`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_blpop_lock::aio;
 
+use super::queue_cells::{by_role, measure_held, Occupancy};
 use super::{
     join_all, measure, opt, opt_f, percentile, ping, rtt_multiple, Impl, Line, Options, Pinger,
     Place, ThreadStats, Turns, LOCK_EXPIRE,
@@ -14,7 +16,7 @@ use super::{
 
 /// The tokio runtime of the async cells: one for the whole run, as a service has, with one
 /// worker per core (tokio's default).
-fn runtime() -> &'static tokio::runtime::Runtime {
+pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -25,7 +27,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Waits for the tasks on the bench's runtime: each one's result, or the first error.
-fn join_tasks<T: Send + 'static>(
+pub fn join_tasks<T: Send + 'static>(
     tasks: Vec<tokio::task::JoinHandle<Result<T, String>>>,
 ) -> Result<Vec<T>, String> {
     join_all(runtime().block_on(async {
@@ -113,8 +115,97 @@ pub fn run_tasks(
     join_tasks(tasks)
 }
 
+/// Spawns `contenders` tasks on the bench's runtime, each the future `contender` makes, and
+/// waits for them all.
+pub fn run_contenders<F>(
+    contenders: usize,
+    mut contender: impl FnMut() -> Result<F, String>,
+) -> Result<Vec<ThreadStats>, String>
+where
+    F: Future<Output = Result<ThreadStats, String>> + Send + 'static,
+{
+    let tasks = (0..contenders)
+        .map(|_| contender().map(|task| runtime().spawn(task)))
+        .collect::<Result<Vec<_>, String>>()?;
+    join_tasks(tasks)
+}
+
+/// `ours-async` in the `semaphore` cells: `contenders` tasks, each with an `aio::Semaphore`
+/// of its own (the defaults), `acquire().await` → hold → `release().await` on the permit.
+pub fn semaphore_tasks(
+    place: &Place,
+    name: &str,
+    (permits, contenders): (u32, usize),
+    turns: &Turns,
+    occupancy: &Arc<Occupancy>,
+) -> Result<Vec<ThreadStats>, String> {
+    run_contenders(contenders, || {
+        let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
+        let semaphore =
+            aio::Semaphore::new(place.store(), name, permits).map_err(|e| e.to_string())?;
+        let occupancy = Arc::clone(occupancy);
+        Ok(async move {
+            let semaphore = &semaphore;
+            measure_held(
+                turns,
+                pinger,
+                (&occupancy, false),
+                || async move { semaphore.acquire().await.map_err(|e| e.to_string()) },
+                |permit: aio::SemaphorePermit| async move {
+                    permit.release().await.map_err(|e| e.to_string())
+                },
+            )
+            .await
+        })
+    })
+}
+
+/// `ours-async` in the `rwlock` cells: `readers` + `writers` tasks, each with an
+/// `aio::RwLock` of its own (the defaults), `read().await` or `write().await` → hold →
+/// `unlock().await` on the guard. The readers' stats, then the writers'.
+pub fn rwlock_tasks(
+    place: &Place,
+    name: &str,
+    roles: (usize, usize),
+    turns: &Turns,
+    occupancy: &Arc<Occupancy>,
+) -> Result<(Vec<ThreadStats>, Vec<ThreadStats>), String> {
+    let spawn = |write: bool| {
+        let (turns, pinger) = (turns.clone(), Some(async_pinger(place, name)?));
+        let lock = aio::RwLock::new(place.store(), name).map_err(|e| e.to_string())?;
+        let occupancy = Arc::clone(occupancy);
+        Ok(runtime().spawn(async move {
+            let (lock, counted) = (&lock, (&*occupancy, write));
+            if write {
+                measure_held(
+                    turns,
+                    pinger,
+                    counted,
+                    || async move { lock.write().await.map_err(|e| e.to_string()) },
+                    |held: aio::RwLockWriteGuard| async move {
+                        held.unlock().await.map_err(|e| e.to_string())
+                    },
+                )
+                .await
+            } else {
+                measure_held(
+                    turns,
+                    pinger,
+                    counted,
+                    || async move { lock.read().await.map_err(|e| e.to_string()) },
+                    |held: aio::RwLockReadGuard| async move {
+                        held.unlock().await.map_err(|e| e.to_string())
+                    },
+                )
+                .await
+            }
+        }))
+    };
+    by_role(roles, spawn, join_tasks)
+}
+
 /// A task's `PING`s: a multiplexed connection to the server of `name`'s key.
-fn async_pinger(place: &Place, name: &str) -> Result<Pinger, String> {
+pub fn async_pinger(place: &Place, name: &str) -> Result<Pinger, String> {
     let client = place.node_client(name)?;
     runtime()
         .block_on(client.get_multiplexed_async_connection())

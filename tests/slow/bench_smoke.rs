@@ -20,6 +20,13 @@ const FIELDS: [&str; 12] = [
     "rtt_p50_us",
 ];
 
+/// The bench, pointed at `server`.
+fn bench_on(server: &RedisServer) -> Command {
+    let mut bench = Command::new(example_binary("bench"));
+    bench.args(["--url", &server.url()]);
+    bench
+}
+
 /// Runs `bench`, which must succeed, and parses each line it printed as JSON.
 fn json_lines(bench: &mut Command) -> (String, Vec<serde_json::Value>) {
     let output = bench.output().expect("run the bench");
@@ -303,6 +310,105 @@ fn the_quorum_cells_print_their_json() {
             cells.iter().any(|c| c["impl"] == imp),
             "no line for {imp}: {stdout}"
         );
+    }
+}
+
+/// A tiny `semaphore` cell (3 contenders on 2 permits) and `rwlock` cell per impl (ours,
+/// `ours-async` with `tokio`, `distributed-lock` with `bench-distributed-lock`): every field,
+/// every contender served, never more holders than permits, never a clash of ours.
+#[test]
+fn the_semaphore_and_rwlock_cells_print_their_json() {
+    let server = RedisServer::start();
+    let impls: Vec<&str> = [
+        ("ours", true),
+        ("ours-async", cfg!(feature = "tokio")),
+        ("distributed-lock", cfg!(feature = "bench-distributed-lock")),
+    ]
+    .into_iter()
+    .filter_map(|(imp, built)| built.then_some(imp))
+    .collect();
+    let mut bench = bench_on(&server);
+    bench
+        .args([
+            "--cell",
+            "semaphore,rwlock",
+            "--seconds",
+            "0.3",
+            "--permits",
+            "2",
+        ])
+        .args(["--concurrency", "3", "--readers", "2", "--writers", "1"])
+        .args(["--hold-ms", "1", "--impl", &impls.join(","), "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), 2 * impls.len(), "{stdout}");
+    for &imp in &impls {
+        let cell = |kind: &str| {
+            let found = cells.iter().find(|c| c["impl"] == imp && c["cell"] == kind);
+            found.unwrap_or_else(|| panic!("no {kind} line for {imp}: {stdout}"))
+        };
+        let semaphore = cell("semaphore");
+        assert_eq!(semaphore["permits"], 2, "{semaphore}");
+        assert!(semaphore["min"].as_u64().unwrap() >= 1, "{semaphore}");
+        assert!(
+            semaphore["most_holders"].as_u64().unwrap() <= 2,
+            "{semaphore}"
+        );
+        for field in ["handoff_p50_us", "rtt_p50_us"] {
+            assert!(semaphore[field].is_u64(), "{field} in {semaphore}");
+        }
+        for field in ["spread_pct", "busy_pct", "x_rtt"] {
+            assert!(semaphore[field].is_f64(), "{field} in {semaphore}");
+        }
+        assert!(semaphore["meets_target"].is_boolean(), "{semaphore}");
+        let rwlock = cell("rwlock");
+        // distributed-lock's write lock can be taken while a reader holds (its check and its
+        // take are separate requests): the cell counts that, it is no failure of the bench.
+        if imp != "distributed-lock" {
+            assert_eq!(rwlock["clashes"], 0, "{rwlock}");
+        } else {
+            assert!(rwlock["clashes"].is_u64(), "{rwlock}");
+        }
+        for (role, contenders) in [("reads", 2), ("writes", 1)] {
+            assert_eq!(rwlock[role]["contenders"], contenders, "{rwlock}");
+            assert!(rwlock[role]["total"].as_u64().unwrap() >= 1, "{rwlock}");
+            assert!(rwlock[role]["wait_max_us"].is_u64(), "{rwlock}");
+        }
+    }
+}
+
+/// The queue primitives' fault cells, one trial each: a SIGKILLed holder's permit, a
+/// SIGKILLed waiter, and grant order across processes.
+#[test]
+fn the_queue_fault_cells_print_their_json() {
+    let server = RedisServer::start();
+    let mut bench = bench_on(&server);
+    bench
+        .args(["--cell", "permit-crash,dead-waiter,fifo", "--trials", "1"])
+        .args(["--expire-ms", "100", "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), 3, "{stdout}");
+    let (crash, dead, fifo) = (&cells[0], &cells[1], &cells[2]);
+    assert_eq!(crash["cell"], "permit-crash", "{stdout}");
+    assert_eq!(crash["trials"], 1, "{crash}");
+    for field in CRASH_FIELDS {
+        assert!(crash.get(field).is_some(), "{field} missing in {crash}");
+    }
+    assert!(crash["lateness_max_us"].is_i64(), "{crash}");
+    assert_eq!(dead["cell"], "dead-waiter", "{stdout}");
+    assert_eq!(dead["trials"], 1, "{dead}");
+    for field in ["delay_max_us", "after_lapse_max_us"] {
+        assert!(dead[field].is_i64(), "{field} in {dead}");
+    }
+    assert!(dead["meets_target"].is_boolean(), "{dead}");
+    assert_eq!(fifo["cell"], "fifo", "{stdout}");
+    assert_eq!(fifo["waiters"], 30, "{fifo}");
+    for field in [
+        "inversions",
+        "inversions_beyond_rtt",
+        "queue_inversions",
+        "rtt_p50_us",
+    ] {
+        assert!(fifo[field].is_u64(), "{field} in {fifo}");
     }
 }
 

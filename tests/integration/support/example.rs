@@ -21,6 +21,10 @@ pub fn example_binary(name: &str) -> PathBuf {
         ("tls", cfg!(feature = "tls")),
         ("tokio", cfg!(feature = "tokio")),
         ("bench-rslock", cfg!(feature = "bench-rslock")),
+        (
+            "bench-distributed-lock",
+            cfg!(feature = "bench-distributed-lock"),
+        ),
         ("metrics", cfg!(feature = "metrics")),
         ("tracing", cfg!(feature = "tracing")),
     ]
