@@ -287,7 +287,7 @@
 //!   goes to the dead waiter. Reported: `delay` (the kill to the live waiter's grant) and
 //!   `after_lapse` (the grant − the dead waiter's lapse instant, its score in
 //!   `semaphore:{name}:beats` read after the kill); target: `after_lapse` ≤ one heartbeat
-//!   interval (2 s, the default). Each trial takes about a lapse window (4 s).
+//!   interval (1 s, the default). Each trial takes about a lapse window (2 s).
 //! - `fifo`: per round (`--trials`), the bench holds the permit while 3 processes of 10
 //!   waiters each arrive interleaved 1 ms apart (process p's waiter j at 3j + p steps after a
 //!   common start on the wall clock, each with a handle of its own), then releases; each

@@ -277,7 +277,7 @@ impl<K> LockBuilder<K> {
     /// [`RwLock`](crate::RwLock), a [fair](LockBuilder::fair) lock) tells the server it is
     /// still there. One that misses two heartbeats (a crashed or stopped process) is taken
     /// out of the queue by the next waiter that looks, so it delays the others by at most
-    /// that. Default 2 s. Other locks do not queue and ignore it.
+    /// that. Default 1 s (so 2 s at most). Other locks do not queue and ignore it.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {

@@ -433,7 +433,7 @@
 //! - **Crash safety.** Every hold is a lease (30 s by default, renewed while held, by the
 //!   process's one renewal thread), so a crashed holder's units come back at its expiry, and
 //!   the first waiter's `BLPOP` ends at that instant. Waiters heartbeat (every
-//!   [`heartbeat`](LockBuilder::heartbeat), 2 s by default); one that misses two is taken out
+//!   [`heartbeat`](LockBuilder::heartbeat), 1 s by default); one that misses two is taken out
 //!   of the queue by the next script that looks, and the waiter behind it looks exactly then.
 //!   A grant pushed to a waiter lasts only until that waiter's entry would have lapsed, unless
 //!   the waiter claims it (an extend on waking): a waiter killed just before its turn holds

@@ -18,7 +18,7 @@ use crate::Error;
 /// over by later requests for one. A waiter blocks in `BLPOP` on a list of its own, and a
 /// release pushes to exactly the waiters that can now proceed. Each permit is a lease (30 s
 /// by default, renewed while held): a holder that crashes gives its permit back at its
-/// expiry, and a waiter that crashes leaves the queue within two heartbeats.
+/// expiry, and a waiter that crashes leaves the queue within two heartbeats (2 s by default).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {

@@ -9,7 +9,7 @@ use crate::{CancelToken, Error};
 pub(crate) const DEFAULT_SIGNAL_EXPIRE: Duration = Duration::from_millis(1000);
 /// The deadline of a call that has none of its own, and of each round trip of `acquire()`.
 pub(crate) const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
-pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// A queue primitive's expiry unless told otherwise: renewed, so a crashed holder's share
 /// comes back within it.
 pub(crate) const DEFAULT_QUEUE_EXPIRE: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use super::{
 };
 
 /// The `dead-waiter` target: the waiter behind a dead one is served at most one heartbeat
-/// interval (the default, 2 s) after the dead one's entry lapsed.
+/// interval (the default, 1 s) after the dead one's entry lapsed.
 const TARGET_AFTER_LAPSE_US: i64 = 2_000_000;
 /// The `fifo` cell: processes, waiters in each, and the gap between two arrivals.
 const FIFO_PROCESSES: usize = 3;

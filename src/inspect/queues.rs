@@ -221,7 +221,7 @@ pub(crate) fn each_queue(
 /// holder's handle finds out at its next renewal or release, and its `lost()` says so.
 ///
 /// `permits` is a semaphore's count (the server does not keep it): one too low only delays
-/// the next waiters until they next ask (their heartbeat, about 2 s); one too high lets in
+/// the next waiters until they next ask (their heartbeat, about 1 s); one too high lets in
 /// more than there are. A fair lock has 1 and a read-write lock [`WRITER_UNITS`], whatever
 /// `permits` says. Safe to send again. The round trip has a deadline of `io_timeout`.
 ///

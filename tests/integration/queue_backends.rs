@@ -51,7 +51,7 @@ fn a_queued_waiter_follows_its_slot_to_another_primary() {
     };
     source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     cluster.migrate_slot(cluster.slot_of(key), target.port);
-    // Its heartbeat (every 2 s) is turned away from the old primary and asks the new one.
+    // Its heartbeat (every 1 s) is turned away from the old primary and asks the new one.
     target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     write.unlock().unwrap();
     assert!(reader.join().unwrap().is_some());

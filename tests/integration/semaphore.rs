@@ -239,7 +239,7 @@ fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
     let killed = Instant::now();
     permit.release().unwrap();
     assert!(next.join().unwrap().is_some());
-    // The dead waiter's default heartbeat is 2 s: it lapses 4 s after its last one.
+    // The dead waiter's default heartbeat is 1 s: it lapses 2 s after its last one.
     let waited = killed.elapsed();
     assert!(waited < secs(8), "the queue was held up {waited:?}");
 }

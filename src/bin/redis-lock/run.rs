@@ -116,7 +116,7 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), Failure> {
 /// Takes the lock: one try, then (unless told not to wait) the lock's own blocking acquire
 /// on a thread, which a signal ends through the lock's cancel token. A queue primitive's
 /// wait has no cancel token: a signal ends the wait at once, and the place in line, with
-/// any grant that came to it, lapses within the heartbeat's lapse window (4 s).
+/// any grant that came to it, lapses within the heartbeat's lapse window (2 s).
 fn take(
     place: &Place,
     target: &'static Target,
