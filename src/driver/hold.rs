@@ -74,10 +74,10 @@ impl<R: Runtime> Inner<R> {
         let mut unsure_release = false;
         if let Belief::Unsure(unsure) = belief {
             unsure_release = unsure.releasing;
-            if let Some(conn) = unsure.conn {
-                if let Err(fault) = self.transport.close(conn, deadline).await {
-                    return Err(self.unknown("release", fault.into_error()));
-                }
+            if let Some(conn) = unsure.conn
+                && let Err(fault) = self.transport.close(conn, deadline).await
+            {
+                return Err(self.unknown("release", fault.into_error()));
             }
         }
         let request = self.leasing.release().replicated(self.settings.replicas);

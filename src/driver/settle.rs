@@ -189,22 +189,22 @@ impl<R: Runtime> Settler<R> {
                     }
                 }
             };
-            if let Some((unsure, claim)) = claimed {
-                if self.give_back(unsure).await {
-                    log::info!(
-                        "lock {:?}: a lost reply settled in the background",
-                        self.name
-                    );
-                    observe::settle(&self.label, &self.name, true);
-                    claim.end(|state| {
-                        // Unless something else changed it meanwhile (a reset).
-                        if let Belief::Unsure(_) = state.belief {
-                            state.belief = Belief::Free;
-                        }
-                        state.settler = None;
-                    });
-                    return;
-                }
+            if let Some((unsure, claim)) = claimed
+                && self.give_back(unsure).await
+            {
+                log::info!(
+                    "lock {:?}: a lost reply settled in the background",
+                    self.name
+                );
+                observe::settle(&self.label, &self.name, true);
+                claim.end(|state| {
+                    // Unless something else changed it meanwhile (a reset).
+                    if let Belief::Unsure(_) = state.belief {
+                        state.belief = Belief::Free;
+                    }
+                    state.settler = None;
+                });
+                return;
             }
             R::pause(pause, &never).await;
             pause = longer(pause);

@@ -248,13 +248,13 @@ impl Ticket {
         self.seat.leaving.store(false, Ordering::SeqCst);
         self.seat.answered.store(false, Ordering::SeqCst);
         self.seat.look.store(false, Ordering::SeqCst);
-        if !state.running {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                state.running = true;
-                drop(state);
-                runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
-                return;
-            }
+        if !state.running
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            state.running = true;
+            drop(state);
+            runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
+            return;
         }
         drop(state);
         self.queue.changed.notify_one();
@@ -606,10 +606,10 @@ async fn end(
     at_once: bool,
 ) {
     let Some(id) = id else { return };
-    if let Ok(Admin::Nothing) = transport.unblock(id, deadline).await {
-        if at_once {
-            let _ = transport.kill(id, deadline).await;
-        }
+    if let Ok(Admin::Nothing) = transport.unblock(id, deadline).await
+        && at_once
+    {
+        let _ = transport.kill(id, deadline).await;
     }
 }
 

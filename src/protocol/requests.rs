@@ -180,10 +180,10 @@ impl Request {
 
     /// Puts the replies of a [`noscript_retry`](Self::noscript_retry) into `replies`.
     pub(crate) fn patch(&self, replies: &mut [Value], at: usize, mut retried: Vec<Value>) {
-        if self.waits {
-            if let (Some(wait), Some(last)) = (retried.pop(), replies.last_mut()) {
-                *last = wait;
-            }
+        if self.waits
+            && let (Some(wait), Some(last)) = (retried.pop(), replies.last_mut())
+        {
+            *last = wait;
         }
         if let (Some(reply), Some(slot)) = (retried.pop(), replies.get_mut(at)) {
             *slot = reply;

@@ -190,10 +190,10 @@ impl Line<'_, dyn AsyncTransport> {
     /// closing the connection instead.
     async fn end(&self, id: Option<ConnId>, deadline: Instant, at_once: bool) {
         let Some(id) = id else { return };
-        if let Ok(Admin::Nothing) = self.transport.unblock(id, deadline).await {
-            if at_once {
-                let _ = self.transport.kill(id, deadline).await;
-            }
+        if let Ok(Admin::Nothing) = self.transport.unblock(id, deadline).await
+            && at_once
+        {
+            let _ = self.transport.kill(id, deadline).await;
         }
     }
 

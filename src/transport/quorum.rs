@@ -421,10 +421,10 @@ impl Waiter for QuorumWaiter<'_> {
             }
             Err(fault) => {
                 // A wake-up that was taken but could not be used goes to the next waiter.
-                if let (Value::Array(_), Kind::Try { keys, .. }) = (&blpop, &rest.kind) {
-                    if let Some(server) = self.quorum.servers.get(self.node) {
-                        let _ = server.call(&requests::pass_on(keys), try_deadline);
-                    }
+                if let (Value::Array(_), Kind::Try { keys, .. }) = (&blpop, &rest.kind)
+                    && let Some(server) = self.quorum.servers.get(self.node)
+                {
+                    let _ = server.call(&requests::pass_on(keys), try_deadline);
                 }
                 Err(fault)
             }

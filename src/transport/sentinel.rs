@@ -225,10 +225,10 @@ fn hear(routed: &Weak<Routed<Primary>>, sentinel: &ConnectionInfo) -> Result<(),
                     return Ok(());
                 };
                 let payload: String = message.get_payload()?;
-                if let Some(addr) = routed.topology().switched_to(&payload) {
-                    if routed.topology().switch(addr) {
-                        routed.replaced_now(Instant::now() + ASK_FOR);
-                    }
+                if let Some(addr) = routed.topology().switched_to(&payload)
+                    && routed.topology().switch(addr)
+                {
+                    routed.replaced_now(Instant::now() + ASK_FOR);
                 }
             }
             Err(e) if e.is_timeout() => {

@@ -237,10 +237,10 @@ impl Waiter for WaitConn<'_> {
     }
 
     fn keep_for_holder(mut self: Box<Self>) {
-        if self.server.short.live() == 0 {
-            if let Some(conn) = self.loan.take() {
-                drop(self.server.short.lend_new(conn));
-            }
+        if self.server.short.live() == 0
+            && let Some(conn) = self.loan.take()
+        {
+            drop(self.server.short.lend_new(conn));
         }
     }
 }

@@ -411,8 +411,8 @@ mod spans {
 fn traced(run: impl FnOnce()) -> Vec<String> {
     let lines = Arc::new(spans::Lines::default());
     tracing::subscriber::with_default(spans::Writer(Arc::clone(&lines)), run);
-    let lines = lines.lines.lock().unwrap().clone();
-    lines
+
+    lines.lines.lock().unwrap().clone()
 }
 
 #[test]

@@ -47,11 +47,11 @@ pub(crate) fn call_blocking<R>(
         return Err(Fault::NotSent(super::super::conn::timed_out()));
     }
     let outcome = call(&**blocking);
-    if let Err(Fault::NotSent(e) | Fault::Lost { error: e, .. }) = &outcome {
-        if e.is_timeout() {
-            let silent_for = deadline.saturating_duration_since(started);
-            *SILENT.lock() = Some((which, Instant::now() + silent_for));
-        }
+    if let Err(Fault::NotSent(e) | Fault::Lost { error: e, .. }) = &outcome
+        && e.is_timeout()
+    {
+        let silent_for = deadline.saturating_duration_since(started);
+        *SILENT.lock() = Some((which, Instant::now() + silent_for));
     }
     outcome
 }
