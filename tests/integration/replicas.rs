@@ -119,3 +119,51 @@ fn a_refused_wait_gives_the_lock_back_and_says_why() {
         "the lock taken before the refused WAIT was given back"
     );
 }
+
+#[test]
+fn an_acknowledged_permit_is_on_the_replica_when_acquire_returns() {
+    let (primary, replica) = primary_with_replica();
+    let semaphore = redis_blpop_lock::Semaphore::builder(&primary.client(), "acked", 2)
+        .id("me")
+        .replicas(1, secs(2))
+        .build()
+        .unwrap();
+    let permit = semaphore.try_acquire().unwrap().expect("a free permit");
+    let holders: Vec<String> = replica
+        .conn()
+        .zrange("semaphore:{acked}:holders", 0, -1)
+        .unwrap();
+    assert_eq!(holders, ["me:0"]);
+    permit.release().unwrap();
+}
+
+#[test]
+fn a_frozen_replica_fails_a_permits_acquire_and_leaves_no_permit() {
+    let (primary, replica) = primary_with_replica();
+    replica.pause();
+    let semaphore = redis_blpop_lock::Semaphore::builder(&primary.client(), "unacked", 2)
+        .replicas(1, ms(100))
+        .build()
+        .unwrap();
+    let result = semaphore.try_acquire().map(|permit| permit.is_some());
+    replica.resume();
+    assert!(
+        matches!(
+            result,
+            Err(Error::NotReplicated {
+                operation: "acquire",
+                wanted: 1,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    let holders: Vec<String> = primary
+        .conn()
+        .zrange("semaphore:{unacked}:holders", 0, -1)
+        .unwrap();
+    assert!(
+        holders.is_empty(),
+        "the unconfirmed permit was given back: {holders:?}"
+    );
+}
