@@ -97,6 +97,8 @@ impl<T: Topology> Routed<T> {
         }
     }
 
+    /// The Sentinel backend's listeners read and switch their topology.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn topology(&self) -> &T {
         &self.topology
     }
@@ -108,6 +110,7 @@ impl<T: Topology> Routed<T> {
 
     /// Closes the waits' connections to servers that were replaced, so that they wait on the
     /// new ones: the replaced server would never see the release that wakes them.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn replaced_now(&self, deadline: Instant) {
         let waiting = self.waiting.lock().clone();
         for conn in waiting {
