@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{pop_request, token, tried, Backoff, Line, Waited};
+use super::{pop_request, token, tried, Backoff, By, Line, Waited};
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::requests::Request;
-use crate::settings::grace;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::send_repeatable;
 use crate::transport::{Admin, ConnId, Fault};
@@ -34,10 +33,7 @@ impl Line<'_, dyn AsyncTransport> {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
-        let by = By {
-            io_timeout: self.io_timeout,
-            give_up: deadline.map(|d| d + grace(self.io_timeout)),
-        };
+        let by = By::new(self.io_timeout, deadline);
         let in_line = self.in_line(ask);
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
@@ -205,27 +201,6 @@ impl Line<'_, dyn AsyncTransport> {
     }
 }
 
-/// By when each round trip of a wait must end: its I/O timeout, and for a wait with a
-/// deadline, no later than the deadline and the grace.
-#[derive(Clone, Copy)]
-struct By {
-    io_timeout: Duration,
-    give_up: Option<Instant>,
-}
-
-impl By {
-    /// For a round trip started now.
-    fn now(self) -> Instant {
-        self.after(Instant::now())
-    }
-
-    /// For a round trip whose reply is due at `due`.
-    fn after(self, due: Instant) -> Instant {
-        let io = due + self.io_timeout;
-        self.give_up.map_or(io, |give_up| io.min(give_up))
-    }
-}
-
 /// Sends a script call, once more if its reply was lost (each is safe to run twice): its
 /// reply.
 async fn send(
@@ -354,7 +329,10 @@ mod tests {
         fixture.until_waiters(2);
         first.abort();
         assert!(first.await.unwrap_err().is_cancelled());
-        let released = fixture.line().send(&queue::release(&fixture.keys, &holder));
+        let released = fixture.line().send(
+            &queue::release(&fixture.keys, &holder),
+            super::By::new(Duration::from_secs(5), None),
+        );
         assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
         // Long before "a"'s lapse, "b" holds: "a" left when its future was dropped.
         let served = tokio::time::timeout(Duration::from_secs(20), second).await;
@@ -379,7 +357,10 @@ mod tests {
         fixture.until_waiters(1);
         let second = waiting(&fixture, patient("b", lapse), None, CancelToken::new());
         fixture.until_waiters(2);
-        let released = fixture.line().send(&queue::release(&fixture.keys, &holder));
+        let released = fixture.line().send(
+            &queue::release(&fixture.keys, &holder),
+            super::By::new(Duration::from_secs(5), None),
+        );
         assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
         assert_eq!(fixture.state().holders[0].id, b"a");
         drop(dropped);

@@ -24,6 +24,7 @@ use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::redirect;
 use crate::protocol::requests::Request;
+use crate::settings::grace;
 use crate::transport::admin::Blocked;
 use crate::transport::send::{longer, FIRST_PAUSE};
 use crate::transport::timer;
@@ -66,6 +67,8 @@ impl Line<'_, dyn Transport> {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
+        // On a server that does not answer it still ends by the deadline and the grace.
+        let by = By::new(self.io_timeout, deadline);
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
@@ -73,12 +76,12 @@ impl Line<'_, dyn Transport> {
         loop {
             let outcome = match step {
                 Step::Ask => self
-                    .ask(ask)
+                    .ask(ask, by)
                     .map(|(sent, asked)| queued.asked(sent, asked, Instant::now())),
                 Step::Block { until } => self
-                    .pop(&mut conn, ask, until, cancel)
+                    .pop(&mut conn, ask, until, by, cancel)
                     .map(|token| queued.popped(token, Instant::now())),
-                Step::Leave => return self.leave(ask).map(|()| Waited::TimedOut),
+                Step::Leave => return self.leave(ask, by).map(|()| Waited::TimedOut),
                 Step::Granted { token, valid_until } => {
                     if let Some(conn) = conn {
                         conn.keep_for_holder();
@@ -87,7 +90,7 @@ impl Line<'_, dyn Transport> {
                 }
             };
             if cancel.is_cancelled() {
-                self.leave_quietly(ask, "a cancel");
+                self.leave_quietly(ask, by, "a cancel");
                 return Err(Error::Cancelled {
                     name: self.name.into(),
                 });
@@ -100,7 +103,7 @@ impl Line<'_, dyn Transport> {
                     next
                 }
                 Err(e) => {
-                    self.leave_quietly(ask, &e.to_string());
+                    self.leave_quietly(ask, by, &e.to_string());
                     return Err(e);
                 }
             };
@@ -109,38 +112,38 @@ impl Line<'_, dyn Transport> {
 
     /// One try that does not queue (`Mode::Try`): granted when nobody waits and the units fit.
     pub(crate) fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
+        let by = By::new(self.io_timeout, None);
         let sent = Instant::now();
-        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Try))?;
+        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Try), by)?;
         tried(self.keys, sent, &answered).or_else(|e| {
-            self.leave(ask)?;
+            self.leave(ask, by)?;
             Err(e)
         })
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
-    fn ask(&self, ask: &Ask) -> Result<(Instant, queue::Asked), Error> {
+    fn ask(&self, ask: &Ask, by: By) -> Result<(Instant, queue::Asked), Error> {
         let sent = Instant::now();
-        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Wait))?;
+        let answered = self.send(&queue::acquire(self.keys, ask, Mode::Wait), by)?;
         Ok((sent, queue::parse_acquire(self.keys, &answered)?))
     }
 
-    fn leave(&self, ask: &Ask) -> Result<(), Error> {
-        let reply = self.send(&queue::leave(self.keys, ask))?;
+    fn leave(&self, ask: &Ask, by: By) -> Result<(), Error> {
+        let reply = self.send(&queue::leave(self.keys, ask), by)?;
         queue::parse_held(self.keys, &reply).map(drop)
     }
 
     /// Leaves after `why`, as far as the server can be reached: an entry left behind lapses
     /// by itself, but a grant to it would be held until its lease ends.
-    fn leave_quietly(&self, ask: &Ask, why: &str) {
-        if let Err(e) = self.leave(ask) {
+    fn leave_quietly(&self, ask: &Ask, by: By, why: &str) {
+        if let Err(e) = self.leave(ask, by) {
             log::warn!("{:?}: leaving the queue after {why}: {e}", self.name);
         }
     }
 
     /// Sends a script call, once more if its reply was lost (each is safe to run twice).
-    fn send(&self, request: &Request) -> Result<Value, Error> {
-        let deadline = Instant::now() + self.io_timeout;
-        let mut answered = transport::send_repeatable(&**self.transport, request, deadline)?;
+    fn send(&self, request: &Request, by: By) -> Result<Value, Error> {
+        let mut answered = transport::send_repeatable(&**self.transport, request, by.now())?;
         Ok(answered.replies.swap_remove(0))
     }
 
@@ -152,17 +155,17 @@ impl Line<'_, dyn Transport> {
         conn: &mut Option<Box<dyn Waiter + 't>>,
         ask: &Ask,
         until: Instant,
+        by: By,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
         let waiter = match conn {
             Some(waiter) => waiter,
             None => {
-                let deadline = Instant::now() + self.io_timeout;
-                let waiter = self.transport.waiter(self.keys.slot, deadline);
+                let waiter = self.transport.waiter(self.keys.slot, by.now());
                 conn.insert(waiter.map_err(Fault::into_error)?)
             }
         };
-        let popped = self.blpop(waiter.as_mut(), ask, until, cancel);
+        let popped = self.blpop(waiter.as_mut(), ask, until, by, cancel);
         if popped.is_err() {
             *conn = None;
         }
@@ -178,9 +181,10 @@ impl Line<'_, dyn Transport> {
         waiter: &mut dyn Waiter,
         ask: &Ask,
         until: Instant,
+        by: By,
         cancel: &CancelToken,
     ) -> Result<Value, PopFault> {
-        waiter.ready(Instant::now() + self.io_timeout)?;
+        waiter.ready(by.now())?;
         let registration = match waiter.id() {
             Some(id) => Some(
                 cancel
@@ -193,12 +197,40 @@ impl Line<'_, dyn Transport> {
             None => None,
         };
         let request = pop_request(self.keys, ask, until);
-        waiter.send(&request, Instant::now() + self.io_timeout)?;
+        waiter.send(&request, by.now())?;
         let alarm = waiter.id().map(|id| timer::set(until, self.transport, id));
-        let reply = waiter.recv(until + self.io_timeout);
+        let reply = waiter.recv(by.after(until));
         drop(alarm);
         drop(registration);
         Ok(reply?)
+    }
+}
+
+/// By when each round trip of a wait must end: its I/O timeout, and for a wait with a
+/// deadline, no later than the deadline and the grace.
+#[derive(Clone, Copy)]
+pub(super) struct By {
+    io_timeout: Duration,
+    give_up: Option<Instant>,
+}
+
+impl By {
+    pub(super) fn new(io_timeout: Duration, deadline: Option<Instant>) -> By {
+        By {
+            io_timeout,
+            give_up: deadline.map(|d| d + grace(io_timeout)),
+        }
+    }
+
+    /// For a round trip started now.
+    pub(super) fn now(self) -> Instant {
+        self.after(Instant::now())
+    }
+
+    /// For a round trip whose reply is due at `due`.
+    pub(super) fn after(self, due: Instant) -> Instant {
+        let io = due + self.io_timeout;
+        self.give_up.map_or(io, |give_up| io.min(give_up))
     }
 }
 
@@ -417,16 +449,23 @@ mod tests {
         /// A holder of all of a capacity of 1, until released.
         pub(super) fn hold(&self, id: &str) -> Ask {
             let ask = Ask::new(id, 1, 1, None, Duration::from_secs(2)).unwrap();
-            let reply = self
-                .line()
-                .send(&queue::acquire(&self.keys, &ask, Mode::Try));
+            let reply = self.line().send(
+                &queue::acquire(&self.keys, &ask, Mode::Try),
+                super::By::new(Duration::from_secs(5), None),
+            );
             let asked = queue::parse_acquire(&self.keys, &reply.unwrap()).unwrap();
             assert!(matches!(asked, Asked::Granted { .. }), "{asked:?}");
             ask
         }
 
         pub(super) fn state(&self) -> QueueState {
-            let reply = self.line().send(&queue::state(&self.keys)).unwrap();
+            let reply = self
+                .line()
+                .send(
+                    &queue::state(&self.keys),
+                    super::By::new(Duration::from_secs(5), None),
+                )
+                .unwrap();
             queue::parse_state(&self.keys, &reply).unwrap()
         }
 
@@ -480,7 +519,10 @@ mod tests {
                 line.wait(&waiter(), None, &CancelToken::new())
             });
             fixture.until_waiters(1);
-            let released = fixture.line().send(&queue::release(&fixture.keys, &holder));
+            let released = fixture.line().send(
+                &queue::release(&fixture.keys, &holder),
+                super::By::new(Duration::from_secs(5), None),
+            );
             assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
             match waiting.join().unwrap().unwrap() {
                 Waited::Granted { token, .. } => assert_eq!(token, 2),
@@ -557,7 +599,12 @@ mod tests {
                         most.fetch_max(now, Ordering::SeqCst);
                         thread::sleep(Duration::from_millis(2));
                         holding.fetch_sub(1, Ordering::SeqCst);
-                        let released = line.send(&queue::release(&fixture.keys, &ask)).unwrap();
+                        let released = line
+                            .send(
+                                &queue::release(&fixture.keys, &ask),
+                                super::By::new(Duration::from_secs(5), None),
+                            )
+                            .unwrap();
                         assert!(queue::parse_held(&fixture.keys, &released).unwrap());
                     }
                 });

@@ -390,3 +390,22 @@ fn a_cancelled_waiter_leaves_the_queue() {
     assert!(queued.is_empty(), "{queued:?}");
     drop(permit);
 }
+
+#[test]
+fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(secs(20))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(500));
+    let took = started.elapsed();
+    server.resume();
+    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
+    // The deadline and the grace (250 ms), with room for a loaded machine; not 20 s.
+    assert!(took < secs(5), "the wait took {took:?}");
+    drop(permit);
+}
