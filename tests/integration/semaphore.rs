@@ -409,3 +409,37 @@ fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout() {
     assert!(took < secs(5), "the wait took {took:?}");
     drop(permit);
 }
+
+#[test]
+fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = |name| {
+        Semaphore::builder(&client, name, 1)
+            .expire(secs(1))
+            .heartbeat(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let holder = semaphore("s");
+    let permit = holder.acquire().unwrap();
+    let waiter = Arc::new(semaphore("s"));
+    let waiting = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let permit = waiter.try_acquire_for(secs(60)).unwrap().unwrap();
+            // Three expiries after the hand-off, the pushed grant was claimed and renewed.
+            thread::sleep(Duration::from_millis(3000));
+            let lost = permit.lost();
+            let token = permit.fencing_token();
+            permit.release().map(|()| (lost, token))
+        })
+    };
+    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
+    thread::sleep(Duration::from_millis(1500));
+    permit.release().unwrap();
+    let (lost, token) = waiting.join().unwrap().expect("released as the holder");
+    assert!(!lost, "a permit taken after a wait was reported lost");
+    assert!(token.is_some());
+}
