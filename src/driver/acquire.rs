@@ -227,7 +227,6 @@ impl<R: Runtime> Inner<R> {
 
     /// The lock as a try would find it, read again after pauses while the server is away:
     /// for a waiter whose wait failed, a try of its own perhaps among what failed.
-    #[cfg(feature = "tokio")]
     pub(crate) async fn look(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
         let (observed, sent) = self.settle(None, wait, cancel).await?;
         Ok(self.found(observed, sent))

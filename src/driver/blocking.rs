@@ -15,7 +15,7 @@ use crate::protocol::lease::Wait;
 use crate::protocol::queue::Ask;
 use crate::protocol::requests::{self, Request};
 use crate::queue::Waited;
-use crate::transport::admin::Blocked;
+use crate::transport::admin::{closed_by_end, Blocked};
 use crate::transport::send::{now, send_repeatable, FIRST_PAUSE};
 use crate::transport::timer;
 use crate::transport::{ConnId, Fault, Transport, Waiter};
@@ -138,6 +138,13 @@ fn wait_once<'t>(
     if replies.is_err() {
         // The connection was closed on the failure; the next wait takes another.
         *slot = None;
+    }
+    // Ended at `until` by the timer, not by a cancel.
+    if let Err(Fault::Lost { error, .. }) = &replies
+        && Instant::now() >= until
+        && closed_by_end(id, error)
+    {
+        return now(inner.look(wait, cancel));
     }
     now(inner.after_wait(&request, sent, replies, wait, cancel))
 }

@@ -17,6 +17,7 @@ use crate::protocol::keys::Keys;
 use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
 use crate::settings::Settings;
+use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::{longer, send_repeatable, AnyTransport, FIRST_PAUSE};
 use crate::transport::{Admin, ConnId, Fault};
@@ -346,6 +347,23 @@ impl Queue {
         give_back(transport, self, seat, &gone);
     }
 
+    /// Tells `seat`, whose wait ended by closing its connection at its time, to look at the
+    /// lock by itself; the queue waits for it as for one settling its replies. What a try of
+    /// a task that is gone may have taken is given back.
+    fn look_alone(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat) {
+        let state = self.state.lock();
+        seat.in_flight.store(false, Ordering::SeqCst);
+        if seat.gone.load(Ordering::SeqCst) {
+            drop(state);
+            give_back_on(transport, self, seat, None);
+            return;
+        }
+        seat.answered.store(true, Ordering::SeqCst);
+        seat.look.store(true, Ordering::SeqCst);
+        drop(state);
+        seat.woken.notify_one();
+    }
+
     /// Wakes every seated task: to hear that the server refused the wait (`refused`), or to
     /// look at the lock by itself because the wait failed (`None`).
     fn wake_all(&self, refused: Option<redis::ServerError>) {
@@ -425,10 +443,16 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
                 Step::Stop => break,
             }
         };
-        let waited = wait_once(&queue, &transport, &mut conn, &seat).await;
+        let (waited, closed) = wait_once(&queue, &transport, &mut conn, &seat).await;
         // What the other seated tasks are to hear; the first hears it from its own replies.
-        let others: Option<Option<redis::ServerError>> = match &waited.replies {
-            Ok(replies) => match replies.first() {
+        let others: Option<Option<redis::ServerError>> = match (closed, &waited.replies) {
+            // The `BLPOP` was ended by closing its connection, for this seat alone.
+            (Some(Ended::AtTime), _) => {
+                queue.look_alone(&transport, &seat);
+                continue;
+            }
+            (Some(Ended::Leaving), _) => None,
+            (None, Ok(replies)) => match replies.first() {
                 Some(Value::ServerError(e)) if redirect::of(e).is_some() => {
                     // The key lives elsewhere now: the next wait takes a connection there.
                     conn = None;
@@ -440,7 +464,7 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
                     None
                 }
             },
-            Err(fault) => {
+            (None, Err(fault)) => {
                 log::warn!(
                     "the shared wait on {:?} failed: {fault:?}",
                     queue.keys.signal
@@ -484,14 +508,25 @@ impl Drop for Running {
     }
 }
 
+/// How the queue ended a `BLPOP` by closing its connection (where `CLIENT UNBLOCK` is not
+/// safe), which is then no failure of the shared wait.
+#[derive(Clone, Copy)]
+enum Ended {
+    /// At the seat's time: its try did not run, and it looks at the lock by itself.
+    AtTime,
+    /// For a seat that left: its replies are lost, and it settles them as any lost reply.
+    Leaving,
+}
+
 /// One `BLPOP` with `seat`'s try behind it. The `BLPOP` ends at the seat's time, or at once
-/// when it leaves, with `CLIENT UNBLOCK`: the try then runs, as after a wake-up.
+/// when it leaves, with `CLIENT UNBLOCK`: the try then runs, as after a wake-up. Where
+/// `CLIENT UNBLOCK` is not safe the connection is closed instead, and the wait says so.
 async fn wait_once(
     queue: &Queue,
     transport: &Arc<dyn AsyncTransport>,
     conn: &mut Option<Box<dyn AsyncWaiter>>,
     seat: &Seat,
-) -> Waited {
+) -> (Waited, Option<Ended>) {
     let (until, reply_by) = *seat.until.lock();
     let tries_as = &seat.tries_as;
     let block = until.saturating_duration_since(Instant::now());
@@ -508,12 +543,12 @@ async fn wait_once(
         Some(waiter) => waiter,
         None => match transport.waiter(queue.keys.slot, deadline).await {
             Ok(waiter) => conn.insert(waiter),
-            Err(fault) => return not_sent(request, fault),
+            Err(fault) => return (not_sent(request, fault), None),
         },
     };
     if let Err(fault) = waiter.ready(deadline).await {
         *conn = None;
-        return not_sent(request, fault);
+        return (not_sent(request, fault), None);
     }
     let id = waiter.id();
     let sent = Instant::now();
@@ -524,24 +559,24 @@ async fn wait_once(
         conn: id,
         landed: false,
     };
+    let mut ended = None;
     let replies = {
         let waiting = waiter.wait(&request, reply_by);
         tokio::pin!(waiting);
         let alarm = tokio::time::sleep_until(until.into());
         tokio::pin!(alarm);
-        let mut ended = false;
         loop {
             // The wait is polled first: it goes out before anything may end it.
             tokio::select! {
                 biased;
                 replies = &mut waiting => break replies,
-                () = &mut alarm, if !ended => {
-                    ended = true;
+                () = &mut alarm, if ended.is_none() => {
+                    ended = Some(Ended::AtTime);
                     end(transport, id, reply_by, false).await;
                 }
-                () = queue.changed.notified(), if !ended => {
+                () = queue.changed.notified(), if ended.is_none() => {
                     if seat.leaving.load(Ordering::SeqCst) || seat.gone.load(Ordering::SeqCst) {
-                        ended = true;
+                        ended = Some(Ended::Leaving);
                         end(transport, id, reply_by, true).await;
                     }
                 }
@@ -552,11 +587,16 @@ async fn wait_once(
     if replies.is_err() {
         *conn = None;
     }
-    Waited {
+    let closed = match &replies {
+        Err(Fault::Lost { error, .. }) if closed_by_end(id, error) => ended,
+        _ => None,
+    };
+    let waited = Waited {
         request,
         sent,
         replies,
-    }
+    };
+    (waited, closed)
 }
 
 /// A `BLPOP` + try on its way. Should the queue's task be dropped before its replies come (its

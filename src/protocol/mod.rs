@@ -1,6 +1,7 @@
 //! The protocol core, with no I/O: key names, requests and their replies, and what a handle
 //! knows about its lock over time. The drivers and connection backends build on this.
 
+pub(crate) mod hello;
 pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod queue;
@@ -41,4 +42,8 @@ pub(crate) mod testing {
 pub(crate) struct ConnId {
     pub(crate) node: usize,
     pub(crate) id: u64,
+    /// Whether `CLIENT UNBLOCK` may end its waits: its server said on connecting that it is
+    /// a version that takes the command safely ([`hello`]). Elsewhere a wait is ended by
+    /// closing the connection.
+    pub(crate) unblockable: bool,
 }

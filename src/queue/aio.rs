@@ -18,6 +18,7 @@ use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::requests::Request;
+use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::send_repeatable;
 use crate::transport::{Admin, ConnId, Fault};
@@ -140,12 +141,19 @@ impl Line<'_, dyn AsyncTransport> {
             }
         };
         let popped = self.blpop(waiter.as_mut(), ask, until, by, cancel).await;
-        if popped.is_err() {
+        if !matches!(popped, Ok(Some(_))) {
             *conn = None;
         }
-        token(&popped.map_err(Fault::into_error)?)
+        match popped.map_err(Fault::into_error)? {
+            Some(reply) => token(&reply),
+            // As a timed-out pop, which the next ask settles (a token popped and lost is a
+            // grant that ask finds).
+            None => Ok(None),
+        }
     }
 
+    /// The reply of a `BLPOP` on `ask`'s list until `until`; `None` when it was ended by
+    /// closing its connection (where `CLIENT UNBLOCK` is not safe).
     async fn blpop(
         &self,
         waiter: &mut dyn AsyncWaiter,
@@ -153,7 +161,7 @@ impl Line<'_, dyn AsyncTransport> {
         until: Instant,
         by: By,
         cancel: &CancelToken,
-    ) -> Result<Value, Fault> {
+    ) -> Result<Option<Value>, Fault> {
         waiter.ready(by.now()).await?;
         let id = waiter.id();
         let request = pop_request(self.keys, ask, until);
@@ -166,7 +174,7 @@ impl Line<'_, dyn AsyncTransport> {
             // The wait is polled first: it goes out before anything may end it.
             tokio::select! {
                 biased;
-                replies = &mut waiting => break replies?,
+                replies = &mut waiting => break replies,
                 () = &mut alarm, if !ended => {
                     ended = true;
                     self.end(id, by.now(), false).await;
@@ -177,7 +185,10 @@ impl Line<'_, dyn AsyncTransport> {
                 }
             }
         };
-        Ok(replies.into_iter().next().unwrap_or(Value::Nil))
+        match replies {
+            Err(Fault::Lost { error, .. }) if ended && closed_by_end(id, &error) => Ok(None),
+            replies => Ok(Some(replies?.into_iter().next().unwrap_or(Value::Nil))),
+        }
     }
 
     /// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`. Without the

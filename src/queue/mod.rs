@@ -25,7 +25,7 @@ use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::redirect;
 use crate::protocol::requests::Request;
 use crate::settings::grace;
-use crate::transport::admin::Blocked;
+use crate::transport::admin::{closed_by_end, Blocked};
 use crate::transport::send::{longer, FIRST_PAUSE};
 use crate::transport::timer;
 use crate::transport::{self, Fault, Transport, Waiter};
@@ -172,6 +172,9 @@ impl Line<'_, dyn Transport> {
         match popped {
             Ok(reply) => token(&reply),
             Err(PopFault::Cancelled) => Ok(None),
+            // As a timed-out pop, which the next ask settles (a token popped and lost is a
+            // grant that ask finds).
+            Err(PopFault::Ended) => Ok(None),
             Err(PopFault::Io(e)) => Err(e.into()),
         }
     }
@@ -198,11 +201,19 @@ impl Line<'_, dyn Transport> {
         };
         let request = pop_request(self.keys, ask, until);
         waiter.send(&request, by.now())?;
-        let alarm = waiter.id().map(|id| timer::set(until, self.transport, id));
+        let id = waiter.id();
+        let alarm = id.map(|id| timer::set(until, self.transport, id));
         let reply = waiter.recv(by.after(until));
         drop(alarm);
         drop(registration);
-        Ok(reply?)
+        match reply {
+            Err(Fault::Lost { error, .. })
+                if Instant::now() >= until && closed_by_end(id, &error) =>
+            {
+                Err(PopFault::Ended)
+            }
+            reply => Ok(reply?),
+        }
     }
 }
 
@@ -305,6 +316,8 @@ fn away(e: &Error) -> bool {
 /// Why a `BLPOP` did not answer.
 enum PopFault {
     Cancelled,
+    /// Its connection was closed at its end, where `CLIENT UNBLOCK` is not safe.
+    Ended,
     Io(redis::RedisError),
 }
 

@@ -1,33 +1,76 @@
 //! The `CLIENT` commands about one connection (`ID`, `UNBLOCK`, `KILL`) and how they came
 //! out, for the blocking and the async connections alike.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{RedisError, Value};
+use redis::{RedisError, ServerError, Value};
 
 use super::send::Answered;
 use super::{Admin, ConnId, Fault, Transport};
 use crate::cancel::Interrupt;
 use crate::protocol::requests::Request;
 
-/// The connection id in a reply to `CLIENT ID`: none when an ACL refuses the command (the
-/// connection works, but cannot be unblocked or killed by id).
-pub(crate) fn client_id(reply: Value) -> Result<Option<ConnId>, RedisError> {
+/// The connection id in a reply to `CLIENT ID`: none when the server will not tell it, for
+/// want of the right (an ACL) or because it does not know the command (`rename-command`, a
+/// proxy). The connection works, but cannot be unblocked or killed by id: the documented
+/// degraded mode, said once in the log.
+pub(crate) fn client_id(reply: Value) -> Result<Option<u64>, RedisError> {
     match reply {
-        Value::Int(id) => Ok(u64::try_from(id).ok().map(|id| ConnId { node: 0, id })),
-        Value::ServerError(e) if e.code() == "NOPERM" => Ok(None),
+        Value::Int(id) => Ok(u64::try_from(id).ok()),
+        Value::ServerError(e) if e.code() == "NOPERM" || unknown_command(&e) => {
+            if !NO_ID.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "the server will not tell a connection's id ({e}): waits end at its own \
+                     timer, up to 1/hz late, and lost replies are settled by reading state \
+                     only; see the ACL rule in the crate docs"
+                );
+            }
+            Ok(None)
+        }
         // The server's first words on a connection it will not serve (`maxclients`).
         Value::ServerError(e) => Err(e.into()),
         _ => Ok(None),
     }
 }
 
-/// `CLIENT UNBLOCK`: ends connection `conn`'s `BLPOP` as if it had timed out.
-pub(crate) fn unblock_cmd(conn: ConnId) -> redis::Cmd {
+/// Logs a server's refusal to tell a connection's id once per process.
+static NO_ID: AtomicBool = AtomicBool::new(false);
+
+/// Whether `e` says the server does not know the command, rather than refusing to run it:
+/// the server's own words, and those of proxies that pass on only some commands.
+pub(crate) fn unknown_command(e: &ServerError) -> bool {
+    let said = e.details().unwrap_or_default().to_ascii_lowercase();
+    [
+        "unknown command",
+        "unknown subcommand",
+        "unsupported command",
+    ]
+    .iter()
+    .any(|words| said.starts_with(words))
+}
+
+/// The command that ends connection `conn`'s `BLPOP` now: `CLIENT UNBLOCK`, as if it had
+/// timed out, where its server takes that safely ([`hello`](crate::protocol::hello));
+/// elsewhere `CLIENT KILL`, and the wait ends with its connection, settling what the request
+/// behind the `BLPOP` did by reading state.
+pub(crate) fn end_wait_cmd(conn: ConnId) -> redis::Cmd {
     let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
-    cmd
+    if conn.unblockable {
+        cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
+        cmd
+    } else {
+        kill_cmd(conn)
+    }
+}
+
+/// Whether a wait's `error` on connection `conn`, after the wait was ended, is that ending:
+/// where `CLIENT UNBLOCK` is not safe the wait's connection is closed instead, and the wait
+/// meets the server closing it. Nothing more runs on a connection the server closed, so the
+/// wait settles what the request behind its `BLPOP` did by reading state alone.
+pub(crate) fn closed_by_end(conn: Option<ConnId>, error: &RedisError) -> bool {
+    conn.is_some_and(|conn| !conn.unblockable) && !error.is_timeout()
 }
 
 /// `CLIENT KILL`: closes connection `conn`.
@@ -114,5 +157,29 @@ mod tests {
         let refused =
             server_error("NOPERM this user has no permissions to run the 'client|id' command");
         assert_eq!(client_id(refused).unwrap(), None);
+    }
+
+    #[test]
+    fn a_server_that_does_not_know_client_leaves_a_working_connection_without_an_id() {
+        let unknown = server_error("ERR unknown command 'CLIENT', with args beginning with: 'ID' ");
+        assert_eq!(client_id(unknown).unwrap(), None);
+    }
+
+    #[test]
+    fn a_wait_is_unblocked_only_where_the_server_takes_it_safely() {
+        let conn = |unblockable| ConnId {
+            node: 0,
+            id: 9,
+            unblockable,
+        };
+        let packed = |args: &[&str]| redis::cmd(args[0]).arg(&args[1..]).get_packed_command();
+        assert_eq!(
+            end_wait_cmd(conn(true)).get_packed_command(),
+            packed(&["CLIENT", "UNBLOCK", "9", "TIMEOUT"])
+        );
+        assert_eq!(
+            end_wait_cmd(conn(false)).get_packed_command(),
+            packed(&["CLIENT", "KILL", "ID", "9"])
+        );
     }
 }

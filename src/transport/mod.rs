@@ -80,7 +80,9 @@ pub(crate) trait Transport: Send + Sync {
     /// release.
     fn waiter(&self, slot: u16, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault>;
 
-    /// Ends the `BLPOP` that connection `conn` is blocked in now, as if it had timed out.
+    /// Ends the `BLPOP` that connection `conn` is blocked in now: as if it had timed out, or,
+    /// where `CLIENT UNBLOCK` could crash the server, by closing the connection
+    /// ([`admin::end_wait_cmd`]).
     fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault>;
 
     /// Closes connection `conn` at its server: whatever it sent and the server has not run

@@ -332,7 +332,7 @@ impl Waiter for QuorumWaiter<'_> {
         let conn = self.conn.as_ref()?.id()?;
         Some(ConnId {
             node: self.node,
-            id: conn.id,
+            ..conn
         })
     }
 
@@ -380,7 +380,7 @@ impl Waiter for QuorumWaiter<'_> {
                 self.node = (node + 1) % self.quorum.servers.len().max(1);
                 Err(match fault {
                     Fault::Lost { conn, error } => Fault::Lost {
-                        conn: conn.map(|c| ConnId { node, id: c.id }),
+                        conn: conn.map(|c| ConnId { node, ..c }),
                         error,
                     },
                     not_sent => not_sent,

@@ -478,10 +478,7 @@ impl<T: Topology> RoutedWaiter<'_, T> {
 impl<T> RoutedWaiter<'_, T> {
     fn conn_id(&self) -> Option<ConnId> {
         let (node, conn) = self.conn.as_ref()?;
-        conn.id().map(|c| ConnId {
-            node: *node,
-            id: c.id,
-        })
+        conn.id().map(|c| ConnId { node: *node, ..c })
     }
 
     /// Drops the connection (a new one is taken for the next request).
@@ -507,7 +504,7 @@ impl<T> Drop for RoutedWaiter<'_, T> {
 fn numbered(fault: Fault, node: usize) -> Fault {
     match fault {
         Fault::Lost { conn, error } => Fault::Lost {
-            conn: conn.map(|c| ConnId { node, id: c.id }),
+            conn: conn.map(|c| ConnId { node, ..c }),
             error,
         },
         not_sent => not_sent,

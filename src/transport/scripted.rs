@@ -22,7 +22,11 @@ pub(crate) enum Step {
 }
 
 /// The connection a [`Step::Lost`] request went out on.
-pub(crate) const CONN: ConnId = ConnId { node: 0, id: 7 };
+pub(crate) const CONN: ConnId = ConnId {
+    node: 0,
+    id: 7,
+    unblockable: true,
+};
 
 #[derive(Default)]
 pub(crate) struct Scripted {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 use redis::{ErrorKind, RedisError, Value};
 
-use super::admin::{admin_outcome, kill_cmd, unblock_cmd};
+use super::admin::{admin_outcome, end_wait_cmd, kill_cmd};
 use super::conn::Conn;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::requests::Request;
@@ -193,7 +193,7 @@ impl Transport for Server {
     }
 
     fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        self.admin(unblock_cmd(conn), deadline)
+        self.admin(end_wait_cmd(conn), deadline)
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {

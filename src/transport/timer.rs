@@ -177,7 +177,11 @@ mod tests {
         let alarm = set(
             Instant::now() + Duration::from_secs(3600),
             &transport,
-            ConnId { node: 0, id: 1 },
+            ConnId {
+                node: 0,
+                id: 1,
+                unblockable: true,
+            },
         );
         assert!(running());
         drop(alarm);

@@ -7,6 +7,7 @@
 #[allow(dead_code, unused_imports)]
 mod support;
 
+mod admin_commands;
 // The async API's suites.
 #[cfg(feature = "tokio")]
 mod aio_backends;

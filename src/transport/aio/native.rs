@@ -9,8 +9,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
+use crate::protocol::hello::{hello_cmd, Hello};
 use crate::protocol::requests::Request;
-use crate::transport::admin::{admin_outcome, client_id, kill_cmd, unblock_cmd};
+use crate::transport::admin::{admin_outcome, client_id, end_wait_cmd, kill_cmd};
 use crate::transport::conn;
 use crate::transport::send::{send_repeatable, AnyTransport};
 use crate::transport::{Admin, ConnId, Fault, Transport};
@@ -85,13 +86,19 @@ impl Native {
             .client
             .get_multiplexed_async_connection_with_config(&config);
         let mut con = by(deadline, connecting).await??;
-        let id = by(
-            deadline,
-            con.send_packed_command(redis::cmd("CLIENT").arg("ID")),
-        )
-        .await??;
+        let mut setup = redis::pipe();
+        setup.cmd("CLIENT").arg("ID");
+        setup.add_command(hello_cmd());
+        let replies = by(deadline, con.send_packed_commands(&setup, 0, 2)).await??;
+        let mut replies = replies.into_iter();
+        let id = client_id(replies.next().unwrap_or(Value::Nil))?;
+        let hello = Hello::parse(&replies.next().unwrap_or(Value::Nil));
         Ok(Short {
-            id: client_id(id)?,
+            id: id.map(|id| ConnId {
+                node: 0,
+                id,
+                unblockable: hello.is_some_and(|h| h.unblock_is_safe()),
+            }),
             con,
             runtime: runtime()?,
         })
@@ -215,7 +222,7 @@ impl AsyncTransport for Native {
     }
 
     fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.admin(unblock_cmd(conn), deadline))
+        Box::pin(self.admin(end_wait_cmd(conn), deadline))
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
