@@ -818,6 +818,29 @@
 //! - A fencing acquire takes the token and the lock together or neither; a corrupt counter is
 //!   `Error::Corrupt` and nothing is written.
 //!
+//! # Server versions
+//!
+//! The lock runs on Redis 6.2 and later and on Valkey; `.ci/matrix` runs a compatibility suite
+//! (every primitive, sync and async, the CLI and a chaos run of pauses and kills) against
+//! Redis 6.2.14, 7.0.15 and 8.2.3 and Valkey 8.1.8 on every CI run. They differ in one thing
+//! the lock must care about: how a wait that reaches its deadline is ended. The lock reads each
+//! connection's server with `HELLO` (no arguments: the connection stays on RESP2) when it opens
+//! it, and then:
+//!
+//! | server | a wait is ended at its time by | |
+//! |---|---|---|
+//! | Redis 7.4.6+, 8.0.4+, 8.2+; Valkey 8.0.5+, 8.1.8+, 9+ | `CLIENT UNBLOCK <id> TIMEOUT` | the try pipelined behind the `BLPOP` runs at once |
+//! | Redis 6.2, 7.0, 7.2, older 7.4 and 8.0; older Valkey; a server that does not answer `HELLO` | `CLIENT KILL ID <id>` | the wait reads the lock on a new connection: one round trip and a connect more |
+//! | any, without `CLIENT` (an ACL, `rename-command`, a proxy) | the server's own timer | up to 1/hz late; said once in the log |
+//!
+//! The older servers crash, losing every key, when `CLIENT UNBLOCK` reaches a client whose
+//! command `CLIENT PAUSE` holds back (redis/redis#14164, valkey-io/valkey#2117), and any pause
+//! holds back a waiter's `BLPOP`: an operator's, `FAILOVER`, a manual `CLUSTER FAILOVER`. So
+//! they never get the command. Closing the connection instead also ends a `BLPOP` whose timeout
+//! a pause made those servers forget (redis/redis#14165). Valkey's `server` field says `redis`
+//! under `extended-redis-compatibility`, with a Redis version number: such a server is taken
+//! for that Redis version.
+//!
 //! # Least privilege
 //!
 //! A Redis user needs exactly this (`tests/integration/security.rs` removes each right in turn
@@ -835,12 +858,14 @@
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).
-//! - `+client|id +client|unblock +client|kill` let the client end its own `BLPOP` on time, let a
-//!   [`CancelToken`] end a wait, and close a connection whose reply was lost (see
-//!   [Deadlines](#deadlines) and [Outcome rules](#outcome-rules)). Without them the lock still
-//!   works: waits end at the server's own timer (up to 100 ms late at the default `hz 10`), a
-//!   cancel takes effect when the current `BLPOP` ends, and lost replies are settled by reading
-//!   state only; the lock says so once in its log. These rights are not limited by key
+//! - `+hello +client|id +client|unblock +client|kill` let the client end its own `BLPOP` on
+//!   time, let a [`CancelToken`] end a wait, and close a connection whose reply was lost (see
+//!   [Deadlines](#deadlines), [Outcome rules](#outcome-rules) and [Server
+//!   versions](#server-versions): without `+hello` a wait is ended by closing its connection).
+//!   Without them the lock still works, as it does where the server does not know `CLIENT`
+//!   (`rename-command CLIENT ""`, some proxies): waits end at the server's own timer (up to
+//!   100 ms late at the default `hz 10`), a cancel takes effect when the current `BLPOP` ends,
+//!   and lost replies are settled by reading state only; the lock says so once in its log. These rights are not limited by key
 //!   patterns: a user holding them may unblock or kill any connection on the server. Leave them
 //!   out where that matters more than the lateness.
 //!

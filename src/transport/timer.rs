@@ -7,7 +7,9 @@
 //! `CLIENT UNBLOCK <id> TIMEOUT` makes the server answer the `BLPOP` as timed out, so the try
 //! pipelined behind it runs at once. An unblock that arrives after the `BLPOP` returned on its
 //! own finds nothing to do, or at worst ends the next `BLPOP` of that connection early: a
-//! spurious wake, never a wrong result, since the try that follows reads the truth.
+//! spurious wake, never a wrong result, since the try that follows reads the truth. Where
+//! `CLIENT UNBLOCK` could crash the server it closes the connection instead
+//! ([`end_wait_cmd`](super::admin::end_wait_cmd)).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
