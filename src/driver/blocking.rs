@@ -139,9 +139,9 @@ fn wait_once<'t>(
         // The connection was closed on the failure; the next wait takes another.
         *slot = None;
     }
-    // Ended at `until` by the timer, not by a cancel.
+    // Ended by the timer at `until`, or by a cancel.
     if let Err(Fault::Lost { error, .. }) = &replies
-        && Instant::now() >= until
+        && (Instant::now() >= until || cancel.is_cancelled())
         && closed_by_end(id, error)
     {
         return now(inner.look(wait, cancel));
