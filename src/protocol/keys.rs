@@ -86,7 +86,9 @@ pub(crate) fn signal_of(lock_key: &[u8]) -> Option<Vec<u8>> {
 /// `Keys::new` puts around a name that has no hash tag of its own when `tagged` (a cluster:
 /// `lock:{jobs}` is lock `jobs`).
 pub(crate) fn lock_name_of(lock_key: &[u8], tagged: bool) -> String {
-    let rest = lock_key.strip_prefix(LOCK_PREFIX.as_bytes()).unwrap_or(lock_key);
+    let rest = lock_key
+        .strip_prefix(LOCK_PREFIX.as_bytes())
+        .unwrap_or(lock_key);
     let rest = String::from_utf8_lossy(rest).into_owned();
     let inner = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}'));
     match inner {
@@ -309,9 +311,30 @@ mod queue_tests {
     /// Names that have tripped key rules: braces anywhere, empty tags, the `=` of the tagged
     /// family, and `:` / `signal:` that look like the key's own separators.
     const TRICKY: [&str; 24] = [
-        "x", "{x}", "={x}", "=x", "{=x}", "a}b", "{a}b", "a{b", "a{b}", "{a}b{c}", "{a}b}",
-        "x}:{x", "a{}b", "{}", "{}x", "{}{x}", "}{", "a:b", "a:holders", "user:{42}:mail",
-        "x:signal:", "signal:x", "{x}:signal:w", "é{ü}",
+        "x",
+        "{x}",
+        "={x}",
+        "=x",
+        "{=x}",
+        "a}b",
+        "{a}b",
+        "a{b",
+        "a{b}",
+        "{a}b{c}",
+        "{a}b}",
+        "x}:{x",
+        "a{}b",
+        "{}",
+        "{}x",
+        "{}{x}",
+        "}{",
+        "a:b",
+        "a:holders",
+        "user:{42}:mail",
+        "x:signal:",
+        "signal:x",
+        "{x}:signal:w",
+        "é{ü}",
     ];
 
     #[test]
