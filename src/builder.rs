@@ -382,7 +382,8 @@ impl<K> LockBuilder<K> {
 impl LockBuilder<Lock> {
     /// A fair lock: waiters take it in the order they asked, across processes, and a
     /// newcomer never takes it ahead of them. It is the queue engine's (see the crate docs'
-    /// "Fair lock" section), on keys `fair-lock:{name}:*`, so it is not python-redis-lock's
+    /// "Fair lock" section), on keys `fair-lock:{name}:*` (`fair-lock:=name:*` for a name with a hash
+    /// tag of its own), so it is not python-redis-lock's
     /// and does not exclude a plain lock of the same name: every handle of one name must agree.
     /// Its expiry defaults to 30 s, renewed, unless [`expire`](Self::expire) says otherwise.
     ///

@@ -174,7 +174,7 @@ fn agreed_by(seen: Seen, tags: bool, primaries: usize) -> Vec<Held> {
         .filter_map(|(key, held)| {
             let (id, ttl, token) = agreed(held.into_values(), needed)?;
             Some(Held {
-                name: name_of(&key, tags),
+                name: keys::lock_name_of(&key, tags),
                 id: String::from_utf8_lossy(&id).into_owned(),
                 ttl,
                 token,
@@ -205,17 +205,6 @@ fn agreed(
         .min();
     let token = seen.iter().filter_map(|(_, token)| *token).max();
     Some((id, shortest, token))
-}
-
-/// The lock name of a lock key: what follows `lock:`, without the braces a cluster's keys
-/// put around a name that has no hash tag of its own (`lock:{jobs}` is lock `jobs`).
-fn name_of(key: &[u8], tags: bool) -> String {
-    let rest = String::from_utf8_lossy(key.strip_prefix(b"lock:").unwrap_or(key)).into_owned();
-    let inner = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}'));
-    match inner {
-        Some(inner) if tags && !inner.is_empty() && !inner.contains(['{', '}']) => inner.into(),
-        _ => rest,
-    }
 }
 
 /// Deletes the key at lock `name` if it holds something that is not a lock (a list, a hash:
@@ -311,16 +300,6 @@ fn deadlines(io_timeout: Duration) -> Result<impl Fn() -> Instant, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_clusters_braces_are_not_part_of_the_name() {
-        assert_eq!(name_of(b"lock:{jobs}", true), "jobs");
-        // A name with a hash tag of its own keeps it, as `Keys::new` does.
-        assert_eq!(name_of(b"lock:user:{42}:mail", true), "user:{42}:mail");
-        assert_eq!(name_of(b"lock:{a}b{c}", true), "{a}b{c}");
-        // Off a cluster the braces are the name's own.
-        assert_eq!(name_of(b"lock:{jobs}", false), "{jobs}");
-    }
 
     #[test]
     fn a_quorum_lists_the_owner_a_majority_names_with_the_shortest_ttl() {

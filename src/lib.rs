@@ -446,23 +446,51 @@
 //!   VM) finds itself out of the queue when it resumes and joins again at the back; it never
 //!   holds what it was not granted. A waiter that times out or is cancelled leaves the queue,
 //!   handing on any grant that came meanwhile.
-//! - **One primary.** All keys of a primitive share one hash slot (`{name}`), so it works on a
-//!   Redis Cluster (a waiter follows its slot when it moves) and behind [`Sentinel`]. On a
-//!   [`Quorum`] it is refused ([`Error::Unsupported`]): a count across independent servers
+//! - **One primary.** All keys of a primitive share one hash slot (see below), so it works
+//!   on a Redis Cluster (a waiter follows its slot when it moves) and behind [`Sentinel`]. On
+//!   a [`Quorum`] it is refused ([`Error::Unsupported`]): a count across independent servers
 //!   cannot be kept safely.
 //!
-//! Keys of the primitive `<kind>` (`semaphore`, `fair-lock`, `rwlock`) named `<name>`:
+//! Keys of the primitive `<kind>` (`semaphore`, `fair-lock`, `rwlock`) named `<name>` all
+//! start with one base, the same on one server and on a cluster:
+//!
+//! - `<kind>:{<name>}:` for a name without a hash tag of its own (`jobs`: `semaphore:{jobs}:`),
+//!   so the name is their hash tag;
+//! - `<kind>:=<name>:` for a name with one, a non-empty `{...}` as Redis Cluster reads it
+//!   (`{tenant7}:jobs`: `semaphore:={tenant7}:jobs:`): the name as it is, so its own tag
+//!   decides the slot, and the primitive sits with the other keys of that tag.
+//!
+//! The two never meet (`<kind>:{` against `<kind>:=`) and each keeps the whole name, so two
+//! names never share a key: `x` and `{x}` are two semaphores. A name that starts with `}` and
+//! has no tag of its own cannot be put in braces (`{}` is no tag), so on a cluster its keys
+//! fall in several slots and Redis refuses its scripts (`CROSSSLOT`); give it a tag.
+//!
+//! The plain lock is the exception: it keeps python-redis-lock's `lock:<name>`, which on a
+//! cluster becomes `lock:{<name>}` unless the name has a tag, since that is the key a
+//! python-redis-lock user names there. So on a cluster only, the plain locks `x` and `{x}`
+//! are one lock.
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `<kind>:{<name>}:holders` | sorted set | acquisition id → lease expiry (server ms) |
-//! | `<kind>:{<name>}:held` | hash | acquisition id → `<units>:<fencing token>` |
-//! | `<kind>:{<name>}:queue` | sorted set | waiter id → ticket |
-//! | `<kind>:{<name>}:beats` | sorted set | waiter id → when its entry lapses (server ms) |
-//! | `<kind>:{<name>}:wants` | hash | waiter id → `<units>:<lease ms>` |
-//! | `<kind>:{<name>}:tickets` | string (counter) | the last ticket (gone with the queue) |
-//! | `<kind>:{<name>}:fence` | string (counter) | the last fencing token handed out |
-//! | `<kind>:{<name>}:signal:<id>` | list | a waiter's wake-up: the token of its grant |
+//! | `<base>holders` | sorted set | acquisition id → lease expiry (server ms) |
+//! | `<base>held` | hash | acquisition id → `<units>:<fencing token>` |
+//! | `<base>queue` | sorted set | waiter id → ticket |
+//! | `<base>beats` | sorted set | waiter id → when its entry lapses (server ms) |
+//! | `<base>wants` | hash | waiter id → `<units>:<lease ms>` |
+//! | `<base>tickets` | string (counter) | the last ticket (gone with the queue) |
+//! | `<base>fence` | string (counter) | the last fencing token handed out |
+//! | `<base>signal:<id>` | list | a waiter's wake-up: the token of its grant |
+//!
+//! **Migrating keys of the earlier rule.** Earlier versions gave a name with a tag of its own
+//! the base `<kind>:<name>:` (`{x}` had `semaphore:{x}:`, the keys of `x`; `a:{b}` had
+//! `semaphore:a:{b}:`). A process of the earlier version and one of this one do not exclude
+//! each other on such a name, so stop the old ones on it before starting new ones: let their
+//! holds end, or free them with the old version's `redis-lock reset --semaphore NAME` (or
+//! `--fair`, `--rwlock`). If the name is not another name in braces (`a:{b}`), what is left
+//! is found with `SCAN MATCH <kind>:<name>:*` and may be deleted: its fencing counter (tokens start
+//! again from 1 under the new base unless you first `SET <kind>:=<name>:fence` to its value)
+//! and signal lists that expire by themselves. If it is (`{x}`), those keys are now the keys
+//! of the other name (`x`): leave them. Names without a tag of their own keep their keys.
 //!
 //! The scripts (`scripts/queue_*.lua`, each sent after `queue_engine.lua`, their shared part):
 //! `queue_acquire` (take, join the queue, or heartbeat), `queue_release` (give back, or leave
@@ -485,7 +513,7 @@
 //! `Lock::builder(&backend, name).fair(true)` is the same [`Lock`] API (guards, `lost()`,
 //! fencing tokens, `reset`) on the queue engine with a capacity of one: a release hands the
 //! lock to the waiter that asked first, and a newcomer never takes it ahead of a waiter. Its
-//! keys are `fair-lock:{<name>}:*`, so it does not exclude a plain lock of the same name:
+//! keys are `fair-lock:{<name>}:*` (or `fair-lock:=<name>:*`), so it does not exclude a plain lock of the same name:
 //! every handle on one name must agree.
 //!
 //! ## Read-write lock
@@ -625,7 +653,9 @@
 //! keys in one hash slot, so on a cluster the name is their hash tag: `lock:{name}`,
 //! `lock-signal:{name}`, `lock-fence:{name}`. A name that already has a tag (`{tenant7}:jobs`)
 //! is used as it is, and its tag decides the slot. A python-redis-lock user on the same cluster
-//! reaches the same lock by naming it `{name}` (python-redis-lock adds no braces of its own).
+//! reaches the same lock by naming it `{name}` (python-redis-lock adds no braces of its own),
+//! and so does this crate: on a cluster the locks `x` and `{x}` are one. The queue primitives
+//! keep the two apart ([The queue engine](#the-queue-engine)).
 //! [`Cache`]'s freshness marker is `{key}:fresh` there, in its value's slot. On one server,
 //! keys stay `lock:<name>`.
 //!
@@ -924,7 +954,8 @@
 //! | `lock-fence:<name>` | string (counter) | the last fencing token handed out (only with `.fencing(true)`) |
 //!
 //! These are python-redis-lock 4.x's key names, ids and unlock script, which is what makes the
-//! two interoperate. The semaphore's, the fair lock's and the read-write lock's keys are listed
+//! two interoperate. On a cluster `<name>` is `{<name>}` unless the name has a hash tag of its
+//! own, so there, and only there, the locks `x` and `{x}` are one lock. The semaphore's, the fair lock's and the read-write lock's keys are listed
 //! in [The queue engine](#the-queue-engine). How waiting works, the connection pool and the scripts are described in the
 //! repository's `docs/design.md`.
 //!

@@ -479,7 +479,7 @@ impl Drop for Unfinished {
 impl LockBuilder<Lock> {
     /// A fair lock: tasks and processes take it in the order they asked, and a newcomer never
     /// takes it ahead of them; see [`crate::LockBuilder::fair`] (the same lock, on the queue
-    /// engine's keys `fair-lock:{name}:*`).
+    /// engine's keys `fair-lock:{name}:*`, or `fair-lock:=name:*`).
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {

@@ -111,7 +111,8 @@ impl RwLock {
         LockBuilder::new(backend, name.into()).queued()
     }
 
-    /// The lock's name (its keys are `rwlock:{<name>}:*`).
+    /// The lock's name (its keys are `rwlock:{<name>}:*`, or `rwlock:=<name>:*`
+    /// for a name with a hash tag of its own).
     ///
     /// ```no_run
     /// # fn run() -> Result<(), redis_blpop_lock::Error> {

@@ -93,7 +93,8 @@ impl Semaphore {
             .permits(permits)
     }
 
-    /// The semaphore's name (its keys are `semaphore:{<name>}:*`).
+    /// The semaphore's name (its keys are `semaphore:{<name>}:*`, or
+    /// `semaphore:=<name>:*` for a name with a hash tag of its own).
     ///
     /// ```no_run
     /// # fn run() -> Result<(), redis_blpop_lock::Error> {

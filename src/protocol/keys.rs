@@ -82,6 +82,21 @@ pub(crate) fn signal_of(lock_key: &[u8]) -> Option<Vec<u8>> {
     Some([SIGNAL_PREFIX.as_bytes(), name].concat())
 }
 
+/// The lock name of a lock key found by `SCAN`: what follows `lock:`, without the braces
+/// `Keys::new` puts around a name that has no hash tag of its own when `tagged` (a cluster:
+/// `lock:{jobs}` is lock `jobs`).
+pub(crate) fn lock_name_of(lock_key: &[u8], tagged: bool) -> String {
+    let rest = lock_key
+        .strip_prefix(LOCK_PREFIX.as_bytes())
+        .unwrap_or(lock_key);
+    let rest = String::from_utf8_lossy(rest).into_owned();
+    let inner = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}'));
+    match inner {
+        Some(inner) if tagged && !inner.is_empty() && !inner.contains(['{', '}']) => inner.into(),
+        _ => rest,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +143,16 @@ mod tests {
     }
 
     #[test]
+    fn a_clusters_braces_are_not_part_of_the_name() {
+        assert_eq!(lock_name_of(b"lock:{jobs}", true), "jobs");
+        // A name with a hash tag of its own keeps it, as `Keys::new` does.
+        assert_eq!(lock_name_of(b"lock:user:{42}:mail", true), "user:{42}:mail");
+        assert_eq!(lock_name_of(b"lock:{a}b{c}", true), "{a}b{c}");
+        // Off a cluster the braces are the name's own.
+        assert_eq!(lock_name_of(b"lock:{jobs}", false), "{jobs}");
+    }
+
+    #[test]
     fn the_signal_of_a_scanned_key_keeps_its_bytes() {
         assert_eq!(
             signal_of(b"lock:\xff\x00x"),
@@ -140,8 +165,12 @@ mod tests {
 
 // ---- The fair queue engine's keys (semaphore, fair lock, read-write lock) ----
 //
-// `<kind>:{name}:<part>`, always hash-tagged, even on one server: so that a primitive's keys,
-// and the signal list of each of its waiters, which a script reaches by name, share a slot.
+// Always hash-tagged, even on one server, so that a primitive's keys, and the signal list of
+// each of its waiters, which a script reaches by name, share a slot. Two families, one rule:
+// `<kind>:{<name>}:<part>` for a name without a hash tag of its own, `<kind>:=<name>:<part>`
+// for a name with one, whose own tag then decides the slot. One starts `<kind>:{`, the other
+// `<kind>:=`, and each keeps the name whole, so distinct names never share a key: `x` and
+// `{x}` are two semaphores, `semaphore:{x}:*` and `semaphore:={x}:*`.
 
 /// A kind of primitive on the fair queue engine, as [`inspect::queues`](crate::inspect::queues)
 /// reports it; its keys start with `semaphore:`, `fair-lock:` or `rwlock:`.
@@ -154,12 +183,14 @@ mod tests {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Primitive {
-    /// A counting semaphore (`semaphore:{name}:*`).
+    /// A counting semaphore (`semaphore:{name}:*`, or `semaphore:=name:*` for a name with a
+    /// hash tag of its own).
     Semaphore,
-    /// A fair lock: `Lock::builder(..).fair(true)` (`fair-lock:{name}:*`).
+    /// A fair lock: `Lock::builder(..).fair(true)` (`fair-lock:{name}:*`, or
+    /// `fair-lock:=name:*`).
     FairLock,
-    /// A read-write lock (`rwlock:{name}:*`): a reader holds 1 unit, a writer
-    /// [`WRITER_UNITS`](crate::inspect::WRITER_UNITS).
+    /// A read-write lock (`rwlock:{name}:*`, or `rwlock:=name:*`): a reader holds 1 unit, a
+    /// writer [`WRITER_UNITS`](crate::inspect::WRITER_UNITS).
     RwLock,
 }
 
@@ -167,7 +198,7 @@ impl Primitive {
     pub(crate) const ALL: [Primitive; 3] =
         [Primitive::Semaphore, Primitive::FairLock, Primitive::RwLock];
 
-    /// The `SCAN MATCH` pattern that finds every key of this kind.
+    /// The `SCAN MATCH` pattern that finds every key of this kind, of both families.
     pub(crate) fn pattern(self) -> String {
         format!("{}*", self.prefix())
     }
@@ -180,6 +211,13 @@ impl Primitive {
         }
     }
 }
+
+/// What a primitive's key puts after `<kind>:` for a name with a hash tag of its own.
+const OWN_TAG: char = '=';
+
+/// The parts of a primitive's keys that [`QueueKeys::of_key`] recognises: all but its fence
+/// (which outlives the rest) and its signal lists.
+const SCANNED_PARTS: [&str; 6] = ["holders", "held", "queue", "beats", "wants", "tickets"];
 
 /// The keys of one queue-engine primitive (`scripts/queue_engine.lua` says what each holds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,9 +235,14 @@ pub(crate) struct QueueKeys {
 }
 
 impl QueueKeys {
-    #[cfg_attr(not(test), allow(dead_code))] // Used by the handles: next.
+    /// The keys of the `kind` primitive `name`.
     pub(crate) fn new(kind: Primitive, name: &str) -> QueueKeys {
-        let base = format!("{}{}:", kind.prefix(), same_slot(name));
+        let prefix = kind.prefix();
+        let base = if hash_tag(name.as_bytes()).is_some() {
+            format!("{prefix}{OWN_TAG}{name}:")
+        } else {
+            format!("{prefix}{{{name}}}:")
+        };
         let key = |part: &str| format!("{base}{part}");
         QueueKeys {
             slot: slot(base.as_bytes()),
@@ -215,23 +258,23 @@ impl QueueKeys {
     }
 
     /// The kind and the name (as `new` takes it) of the primitive whose key `SCAN` found, for
-    /// any of its keys but its fence and its signal lists; `None` for any other key.
+    /// any of its keys but its fence and its signal lists; `None` for any other key,
+    /// including one `new` would not make for the name it spells.
     pub(crate) fn of_key(key: &[u8]) -> Option<(Primitive, String)> {
         let key = std::str::from_utf8(key).ok()?;
         let kind = Primitive::ALL
             .into_iter()
             .find(|kind| key.starts_with(kind.prefix()))?;
-        let (tagged, part) = key[kind.prefix().len()..].rsplit_once(':')?;
-        let parts = ["holders", "held", "queue", "beats", "wants", "tickets"];
-        if !parts.contains(&part) || hash_tag(tagged.as_bytes()).is_none() {
+        // No part has a `:`, so the last one ends the name, whatever the name holds.
+        let (spelled, part) = key[kind.prefix().len()..].rsplit_once(':')?;
+        if !SCANNED_PARTS.contains(&part) {
             return None;
         }
-        // `new` puts braces around a name without a hash tag of its own.
-        let name = match tagged.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
-            Some(inner) if !inner.is_empty() && !inner.contains(['{', '}']) => inner,
-            _ => tagged,
+        let name = match spelled.strip_prefix(OWN_TAG) {
+            Some(name) => name,
+            None => spelled.strip_prefix('{')?.strip_suffix('}')?,
         };
-        (QueueKeys::new(kind, name).base() == format!("{}{tagged}:", kind.prefix()))
+        (!name.is_empty() && QueueKeys::new(kind, name).base() == &key[..key.len() - part.len()])
             .then(|| (kind, name.to_owned()))
     }
 
@@ -263,40 +306,159 @@ impl QueueKeys {
 #[cfg(test)]
 mod queue_tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Names that have tripped key rules: braces anywhere, empty tags, the `=` of the tagged
+    /// family, and `:` / `signal:` that look like the key's own separators.
+    const TRICKY: [&str; 24] = [
+        "x",
+        "{x}",
+        "={x}",
+        "=x",
+        "{=x}",
+        "a}b",
+        "{a}b",
+        "a{b",
+        "a{b}",
+        "{a}b{c}",
+        "{a}b}",
+        "x}:{x",
+        "a{}b",
+        "{}",
+        "{}x",
+        "{}{x}",
+        "}{",
+        "a:b",
+        "a:holders",
+        "user:{42}:mail",
+        "x:signal:",
+        "signal:x",
+        "{x}:signal:w",
+        "é{ü}",
+    ];
 
     #[test]
-    fn a_primitives_keys_are_tagged_with_its_name_and_share_its_slot() {
+    fn a_name_without_a_tag_of_its_own_becomes_the_tag() {
         let keys = QueueKeys::new(Primitive::Semaphore, "db");
         assert_eq!(keys.holders, "semaphore:{db}:holders");
         assert_eq!(keys.signal("w1"), "semaphore:{db}:signal:w1");
-        for key in keys.all() {
-            assert_eq!(slot(key.as_bytes()), keys.slot, "{key}");
-        }
-        assert_eq!(
-            QueueKeys::new(Primitive::FairLock, "{jobs}").queue,
-            "fair-lock:{jobs}:queue"
-        );
         assert_eq!(
             QueueKeys::new(Primitive::RwLock, "a").fence,
             "rwlock:{a}:fence"
         );
+        // An empty tag is no tag.
+        assert_eq!(
+            QueueKeys::new(Primitive::FairLock, "a{}b").queue,
+            "fair-lock:{a{}b}:queue"
+        );
+    }
+
+    #[test]
+    fn a_name_with_a_tag_of_its_own_follows_an_equals_sign_as_it_is() {
+        assert_eq!(
+            QueueKeys::new(Primitive::FairLock, "{jobs}").queue,
+            "fair-lock:={jobs}:queue"
+        );
+        let keys = QueueKeys::new(Primitive::Semaphore, "user:{42}:mail");
+        assert_eq!(keys.holders, "semaphore:=user:{42}:mail:holders");
+        assert_eq!(keys.signal("w1"), "semaphore:=user:{42}:mail:signal:w1");
+    }
+
+    #[test]
+    fn a_name_and_the_same_name_in_braces_are_two_primitives() {
+        for kind in Primitive::ALL {
+            let (plain, braced) = (QueueKeys::new(kind, "x"), QueueKeys::new(kind, "{x}"));
+            for (a, b) in plain.all().into_iter().zip(braced.all()) {
+                assert_ne!(a, b);
+            }
+            assert_ne!(plain.signal("w:1"), braced.signal("w:1"));
+        }
+    }
+
+    #[test]
+    fn every_key_of_a_primitive_shares_one_slot_its_own_tags_when_it_has_one() {
+        // Braces cannot hold a name that starts with `}`: `{}...` is an empty tag, and each
+        // key of such a name hashes whole (the key table says so).
+        let bracable = |name: &&str| hash_tag(name.as_bytes()).is_some() || !name.starts_with('}');
+        for name in TRICKY.into_iter().filter(bracable) {
+            for kind in Primitive::ALL {
+                let keys = QueueKeys::new(kind, name);
+                for key in keys.all().into_iter().chain([keys.signal("w:1").as_str()]) {
+                    assert_eq!(slot(key.as_bytes()), keys.slot, "{key}");
+                }
+                if hash_tag(name.as_bytes()).is_some() {
+                    assert_eq!(keys.slot, slot(name.as_bytes()), "{name}");
+                }
+            }
+        }
+        assert_eq!(QueueKeys::new(Primitive::RwLock, "{x}").slot, slot(b"x"));
     }
 
     #[test]
     fn a_scanned_key_names_its_primitive_as_new_takes_it() {
-        for name in ["db", "{jobs}", "user:{42}:mail", "a:b", "{a}b{c}"] {
+        for name in TRICKY {
             for kind in Primitive::ALL {
                 let keys = QueueKeys::new(kind, name);
-                for key in [&keys.holders, &keys.queue, &keys.tickets] {
-                    let (found, named) = QueueKeys::of_key(key.as_bytes()).unwrap();
-                    assert_eq!((found, QueueKeys::new(found, &named)), (kind, keys.clone()));
+                for key in &keys.all()[..6] {
+                    let found = QueueKeys::of_key(key.as_bytes());
+                    assert_eq!(found, Some((kind, name.to_owned())), "{key}");
                 }
                 assert_eq!(QueueKeys::of_key(keys.fence.as_bytes()), None);
-                assert_eq!(QueueKeys::of_key(keys.signal("w").as_bytes()), None);
+                // An acquisition id ends in `:<count>`, never in a part's name.
+                assert_eq!(QueueKeys::of_key(keys.signal("w:1").as_bytes()), None);
             }
         }
-        assert_eq!(QueueKeys::of_key(b"semaphore:db:holders"), None);
-        assert_eq!(QueueKeys::of_key(b"lock:{db}:holders"), None);
+    }
+
+    #[test]
+    fn a_key_new_would_not_make_names_nothing() {
+        for key in [
+            "semaphore:db:holders",
+            "semaphore:{}:holders",
+            "semaphore:=:holders",
+            "semaphore:=db:holders",
+            "semaphore:{{x}}:holders",
+            "semaphore:{x}:fence",
+            "semaphore:{x}:signal:w:1",
+            "lock:{db}:holders",
+        ] {
+            assert_eq!(QueueKeys::of_key(key.as_bytes()), None, "{key}");
+        }
         assert_eq!(QueueKeys::of_key(b"semaphore:{db}:\xff"), None);
+    }
+
+    /// Any string, with the characters of the key rules far more often than chance.
+    fn name() -> impl Strategy<Value = String> {
+        let marks = ["{", "}", ":", "=", "signal:", "x", "holders"].map(String::from);
+        proptest::collection::vec(
+            prop_oneof![
+                4 => proptest::sample::select(marks.to_vec()),
+                1 => any::<char>().prop_map(String::from),
+            ],
+            0..8,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn two_names_never_share_a_key(a in name(), b in name(), kind in 0..3usize) {
+            prop_assume!(a != b);
+            let kind = Primitive::ALL[kind];
+            let (ka, kb) = (QueueKeys::new(kind, &a), QueueKeys::new(kind, &b));
+            for key in ka.all() {
+                prop_assert!(!kb.all().contains(&key), "{a:?} and {b:?} share {key}");
+            }
+        }
+
+        #[test]
+        fn every_name_round_trips_through_its_keys(name in name(), kind in 0..3usize) {
+            prop_assume!(!name.is_empty());
+            let kind = Primitive::ALL[kind];
+            let keys = QueueKeys::new(kind, &name);
+            for key in &keys.all()[..6] {
+                prop_assert_eq!(QueueKeys::of_key(key.as_bytes()), Some((kind, name.clone())));
+            }
+        }
     }
 }

@@ -280,6 +280,60 @@ fn run_with_permits_lets_at_most_n_runs_hold_at_once() {
 }
 
 #[test]
+fn a_run_on_a_semaphore_leaves_the_one_named_in_braces_free() {
+    let server = RedisServer::start();
+    let holder = run_holding(
+        &server,
+        &["--permits", "1", "x"],
+        Primitive::Semaphore,
+        "x",
+        1,
+    );
+    let braced = run_once(&server, &["--permits", "1", "{x}"]);
+    assert!(braced.status.success(), "{}", stderr(&braced));
+    let again = run_once(&server, &["--permits", "1", "x"]);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    end(holder);
+}
+
+#[test]
+fn list_names_each_queue_primitive_as_it_was_named() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let names = ["x", "{x}", "a:{b}", "a}b", "={x}"];
+    let semaphores: Vec<Semaphore> = (names.iter())
+        .map(|&name| Semaphore::new(&client, name, 1).unwrap())
+        .collect();
+    let _permits: Vec<_> = (semaphores.iter())
+        .map(|semaphore| {
+            semaphore
+                .try_acquire()
+                .unwrap()
+                .expect("a semaphore of its own")
+        })
+        .collect();
+    let fair = Lock::builder(&client, "{x}").fair(true).build().unwrap();
+    assert!(fair.try_acquire().unwrap());
+
+    let list = list_json(redis_lock(&server));
+    let mut listed: Vec<(&str, &str)> = (list.as_array().unwrap().iter())
+        .map(|entry| {
+            (
+                entry["kind"].as_str().unwrap(),
+                entry["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut expected: Vec<(&str, &str)> = (names.iter())
+        .map(|&name| ("semaphore", name))
+        .chain([("fair-lock", "{x}")])
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+}
+
+#[test]
 fn a_sigkilled_runs_permit_returns_at_its_expiry_for_the_next_run() {
     let server = RedisServer::start();
     let semaphore = ["--permits", "1", "s", "--expire", "2"];

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use redis::Commands;
 use redis_blpop_lock::{RwLock, Semaphore};
 
 use crate::support::{secs, RedisCluster};
@@ -17,6 +18,33 @@ fn a_semaphores_keys_share_one_slot_and_hand_off_on_a_cluster() {
     let semaphore = Arc::new(Semaphore::new(&cluster.client(), "cluster-permits", 1).unwrap());
     let permit = semaphore.acquire().unwrap();
     let primary = cluster.primary_for("semaphore:{cluster-permits}:holders");
+    let before = primary.blocked_clients();
+    let waiter = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            semaphore
+                .try_acquire_for(secs(60))
+                .unwrap()
+                .map(|p| p.release())
+        })
+    };
+    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    permit.release().unwrap();
+    assert!(waiter.join().unwrap().is_some());
+}
+
+#[test]
+fn a_name_with_its_own_hash_tag_keeps_its_tags_slot() {
+    let cluster = RedisCluster::shared();
+    let name = "{queue-tenant}:jobs";
+    let semaphore = Arc::new(Semaphore::new(&cluster.client(), name, 1).unwrap());
+    let permit = semaphore.acquire().unwrap();
+    let key = "semaphore:={queue-tenant}:jobs:holders";
+    assert_eq!(cluster.slot_of(key), cluster.slot_of("queue-tenant"));
+    let primary = cluster.primary_for("queue-tenant");
+    let holders: Vec<String> = primary.conn().zrange(key, 0, -1).unwrap();
+    assert_eq!(holders.len(), 1);
+    // A waiter's signal list is in the same slot: the release's grant reaches it.
     let before = primary.blocked_clients();
     let waiter = {
         let semaphore = semaphore.clone();

@@ -96,6 +96,25 @@ fn no_more_holders_than_permits_at_once() {
 }
 
 #[test]
+fn a_name_and_the_same_name_in_braces_are_two_semaphores() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let plain = Semaphore::new(&client, "x", 1).unwrap();
+    let braced = Semaphore::new(&client, "{x}", 1).unwrap();
+    let held = plain.try_acquire().unwrap().expect("x is free");
+    let other = braced
+        .try_acquire()
+        .unwrap()
+        .expect("{x} is another semaphore");
+    assert!(plain.try_acquire().unwrap().is_none(), "x has 1 permit");
+    let mut keys: Vec<String> = server.conn().keys("semaphore:*:holders").unwrap();
+    keys.sort();
+    assert_eq!(keys, ["semaphore:={x}:holders", "semaphore:{x}:holders"]);
+    held.release().unwrap();
+    other.release().unwrap();
+}
+
+#[test]
 fn waiters_are_served_in_the_order_they_came() {
     let server = RedisServer::start();
     let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 1).unwrap());

@@ -257,7 +257,8 @@ struct RunArgs {
     /// The owner id stored in the lock while it is held (default: HOST:PID:RANDOM).
     #[arg(long, value_parser = NonEmptyStringValueParser::new())]
     id: Option<String>,
-    /// Take one of N permits of the semaphore NAME (keys semaphore:{NAME}:*) instead of the
+    /// Take one of N permits of the semaphore NAME (keys semaphore:{NAME}:*,
+    /// or semaphore:=NAME:* when NAME has a {tag} of its own) instead of the
     /// lock: at most N runs on NAME at once, served in the order they asked. Every run on
     /// NAME should give the same N.
     #[arg(
@@ -267,14 +268,16 @@ struct RunArgs {
         conflicts_with_all = ["read", "write", "fair"]
     )]
     permits: Option<u32>,
-    /// Hold the read-write lock NAME (keys rwlock:{NAME}:*) shared: runs with --read run
+    /// Hold the read-write lock NAME (keys rwlock:{NAME}:*, or
+    /// rwlock:=NAME:* when NAME has a {tag}) shared: runs with --read run
     /// together, but not while a --write run does, and not ahead of one that asked first.
     #[arg(long, conflicts_with_all = ["write", "fair"])]
     read: bool,
     /// Hold the read-write lock NAME exclusively: no other --read or --write run meanwhile.
     #[arg(long, conflicts_with = "fair")]
     write: bool,
-    /// Take the fair lock NAME (keys fair-lock:{NAME}:*) instead of python-redis-lock's:
+    /// Take the fair lock NAME (keys fair-lock:{NAME}:*, or
+    /// fair-lock:=NAME:* when NAME has a {tag}) instead of python-redis-lock's:
     /// runs take it in the order they asked.
     #[arg(long)]
     fair: bool,

@@ -16,13 +16,16 @@ use crate::{exit, Failure, Outcome};
 #[derive(Args)]
 #[group(multiple = false)]
 pub(crate) struct Which {
-    /// NAME is a semaphore (`run --permits`): keys semaphore:{NAME}:*.
+    /// NAME is a semaphore (`run --permits`): keys semaphore:{NAME}:*
+    /// (semaphore:=NAME:* when NAME has a {tag} of its own).
     #[arg(long)]
     semaphore: bool,
-    /// NAME is a fair lock (`run --fair`): keys fair-lock:{NAME}:*.
+    /// NAME is a fair lock (`run --fair`): keys fair-lock:{NAME}:*
+    /// (fair-lock:=NAME:* when NAME has a {tag} of its own).
     #[arg(long)]
     fair: bool,
-    /// NAME is a read-write lock (`run --read` / `--write`): keys rwlock:{NAME}:*.
+    /// NAME is a read-write lock (`run --read` / `--write`): keys rwlock:{NAME}:*
+    /// (rwlock:=NAME:* when NAME has a {tag} of its own).
     #[arg(long)]
     rwlock: bool,
 }
