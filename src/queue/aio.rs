@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{pop_request, token, tried, Backoff, By, Line, Waited};
+use super::{due, pop_request, token, tried, Backoff, By, Line, Waited};
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
@@ -33,13 +33,14 @@ impl Line<'_, dyn AsyncTransport> {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
-        let by = By::new(self.io_timeout, deadline);
+        let mut backoff = Backoff::new(self.io_timeout, deadline);
         let in_line = self.in_line(ask);
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut backoff = Backoff::default();
         loop {
+            let by = backoff.by();
+            let due = due(step);
             let outcome = match step {
                 Step::Ask => self
                     .ask(ask, by.now())
@@ -66,7 +67,7 @@ impl Line<'_, dyn AsyncTransport> {
                     name: self.name.into(),
                 });
             }
-            step = match backoff.after(outcome, deadline, self.name) {
+            step = match backoff.after(outcome, due, self.name) {
                 Ok((next, pause)) => {
                     if let Some(pause) = pause {
                         tokio::select! {
@@ -76,8 +77,15 @@ impl Line<'_, dyn AsyncTransport> {
                     }
                     next
                 }
+                Err(e) if backoff.reached => {
+                    in_line
+                        .leave_quietly(backoff.by().now(), &e.to_string())
+                        .await;
+                    return Err(e);
+                }
+                // Refused before anything was sent: not in line.
                 Err(e) => {
-                    in_line.leave_quietly(by.now(), &e.to_string()).await;
+                    in_line.granted();
                     return Err(e);
                 }
             };
@@ -239,7 +247,7 @@ impl InLine {
         }
     }
 
-    /// Out of the queue: the caller holds what it was granted.
+    /// Out of the queue: the caller holds what it was granted, or it never joined.
     fn granted(mut self) {
         self.0 = None;
     }
