@@ -93,19 +93,21 @@ impl Line<'_, dyn AsyncTransport> {
     }
 
     /// One try that does not queue (`Mode::Try`): granted when nobody waits and the units fit.
-    /// Dropped before its reply, it gives back what it may have been granted, unattended.
+    /// Dropped before its reply, it gives back what it may have been granted, unattended; so
+    /// does a try whose giving back does not end within the grace after its I/O timeout.
     pub(crate) async fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
         let in_line = self.in_line(ask);
         let sent = Instant::now();
+        let by = By::new(self.io_timeout, Some(sent + self.io_timeout));
         let request = queue::acquire(self.keys, ask, Mode::Try);
-        let answered = send(self.transport, &request, Instant::now() + self.io_timeout).await;
+        let answered = send(self.transport, &request, by.now()).await;
         match answered.and_then(|answered| tried(self.keys, sent, &answered)) {
             Ok(waited) => {
                 in_line.granted();
                 Ok(waited)
             }
             Err(e) => {
-                in_line.leave(Instant::now() + self.io_timeout).await?;
+                in_line.leave(by.now()).await?;
                 Err(e)
             }
         }
