@@ -280,7 +280,10 @@
 //!   locks); [`Lock::acquire`] and [`Lock::lock`] wait as long as it takes;
 //! - calls without a timeout of their own (release, extend, reset, the holder and owner queries,
 //!   and each round trip of `acquire()`) end after `LockBuilder::io_timeout`, 5 s by default: a
-//!   frozen server costs at most that, never more.
+//!   frozen server costs at most that, never more;
+//! - an untimed acquire rides out a server that is away (a restart, a failover) for the I/O
+//!   timeout, then returns its error (the queue primitives' after leaving the queue, within the
+//!   grace); a refused connection on its first request is `Error::Redis` at once.
 //!
 //! Waits end to the millisecond at the holder's expiry or the caller's deadline, whatever the
 //! server's `hz` setting: the client keeps the time itself and ends its `BLPOP` with

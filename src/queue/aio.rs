@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{pop_request, token, tried, Backoff, By, Line, Waited};
+use super::{due, pop_request, token, tried, Backoff, By, Line, Waited};
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
@@ -34,13 +34,14 @@ impl Line<'_, dyn AsyncTransport> {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
-        let by = By::new(self.io_timeout, deadline);
+        let mut backoff = Backoff::new(self.io_timeout, deadline);
         let in_line = self.in_line(ask);
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut backoff = Backoff::default();
         loop {
+            let by = backoff.by();
+            let due = due(step);
             let outcome = match step {
                 Step::Ask => self
                     .ask(ask, by.now())
@@ -67,7 +68,7 @@ impl Line<'_, dyn AsyncTransport> {
                     name: self.name.into(),
                 });
             }
-            step = match backoff.after(outcome, deadline, self.name) {
+            step = match backoff.after(outcome, due, self.name) {
                 Ok((next, pause)) => {
                     if let Some(pause) = pause {
                         tokio::select! {
@@ -77,8 +78,15 @@ impl Line<'_, dyn AsyncTransport> {
                     }
                     next
                 }
+                Err(e) if backoff.reached => {
+                    in_line
+                        .leave_quietly(backoff.by().now(), &e.to_string())
+                        .await;
+                    return Err(e);
+                }
+                // Refused before anything was sent: not in line.
                 Err(e) => {
-                    in_line.leave_quietly(by.now(), &e.to_string()).await;
+                    in_line.granted();
                     return Err(e);
                 }
             };
@@ -86,19 +94,21 @@ impl Line<'_, dyn AsyncTransport> {
     }
 
     /// One try that does not queue (`Mode::Try`): granted when nobody waits and the units fit.
-    /// Dropped before its reply, it gives back what it may have been granted, unattended.
+    /// Dropped before its reply, it gives back what it may have been granted, unattended; so
+    /// does a try whose giving back does not end within the grace after its I/O timeout.
     pub(crate) async fn try_once(&self, ask: &Ask) -> Result<Waited, Error> {
         let in_line = self.in_line(ask);
         let sent = Instant::now();
+        let by = By::new(self.io_timeout, Some(sent + self.io_timeout));
         let request = queue::acquire(self.keys, ask, Mode::Try);
-        let answered = send(self.transport, &request, Instant::now() + self.io_timeout).await;
+        let answered = send(self.transport, &request, by.now()).await;
         match answered.and_then(|answered| tried(self.keys, sent, &answered)) {
             Ok(waited) => {
                 in_line.granted();
                 Ok(waited)
             }
             Err(e) => {
-                in_line.leave(Instant::now() + self.io_timeout).await?;
+                in_line.leave(by.now()).await?;
                 Err(e)
             }
         }
@@ -250,7 +260,7 @@ impl InLine {
         }
     }
 
-    /// Out of the queue: the caller holds what it was granted.
+    /// Out of the queue: the caller holds what it was granted, or it never joined.
     fn granted(mut self) {
         self.0 = None;
     }

@@ -58,9 +58,9 @@ pub(crate) struct Line<'a, T: ?Sized = dyn Transport> {
 
 impl Line<'_, dyn Transport> {
     /// Waits in line for `ask` until `deadline` (`None`: no limit) or a cancel. While the
-    /// server is away (a restart, a failover) it asks again after a backoff. On any other
-    /// error, and on a cancel, the waiter leaves the queue first (as far as the server can be
-    /// reached), so it holds nothing it does not know about.
+    /// server is away (a restart, a failover) it asks again after a backoff, as [`Backoff`]
+    /// allows. On any other error, and on a cancel, the waiter leaves the queue first (as far
+    /// as the server can be reached), so it holds nothing it does not know about.
     pub(crate) fn wait(
         &self,
         ask: &Ask,
@@ -68,12 +68,13 @@ impl Line<'_, dyn Transport> {
         cancel: &CancelToken,
     ) -> Result<Waited, Error> {
         // On a server that does not answer it still ends by the deadline and the grace.
-        let by = By::new(self.io_timeout, deadline);
+        let mut backoff = Backoff::new(self.io_timeout, deadline);
         let mut queued = Queued::new(ask, deadline);
         let mut conn = None;
         let mut step = Step::Ask;
-        let mut backoff = Backoff::default();
         loop {
+            let by = backoff.by();
+            let due = due(step);
             let outcome = match step {
                 Step::Ask => self
                     .ask(ask, by)
@@ -95,7 +96,7 @@ impl Line<'_, dyn Transport> {
                     name: self.name.into(),
                 });
             }
-            step = match backoff.after(outcome, deadline, self.name) {
+            step = match backoff.after(outcome, due, self.name) {
                 Ok((next, pause)) => {
                     if let Some(pause) = pause {
                         cancel.pause(pause);
@@ -103,7 +104,9 @@ impl Line<'_, dyn Transport> {
                     next
                 }
                 Err(e) => {
-                    self.leave_quietly(ask, by, &e.to_string());
+                    if backoff.reached {
+                        self.leave_quietly(ask, backoff.by(), &e.to_string());
+                    }
                     return Err(e);
                 }
             };
@@ -271,40 +274,83 @@ fn pop_request(keys: &QueueKeys, ask: &Ask, until: Instant) -> Request {
     Request::single(blpop, false).on_slot(keys.slot)
 }
 
-/// A waiter's backoff while its server is away (a restart, a failover).
+/// A waiter's backoff while its server is away (a restart, a failover), and how long it rides
+/// that out, as a lock's acquire does: a timed wait until its deadline; an untimed one for the
+/// I/O timeout from when the server was found away. A refused connection before the server
+/// was ever reached is the wait's error at once: nothing was sent, so nothing is left to undo.
 struct Backoff {
     pause: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff { pause: FIRST_PAUSE }
-    }
+    io_timeout: Duration,
+    deadline: Option<Instant>,
+    /// Since when the server has been away, while it is.
+    away_since: Option<Instant>,
+    /// Whether any request of the wait may have reached the server.
+    reached: bool,
 }
 
 impl Backoff {
-    /// The step after `outcome`, and the pause to take first, if any: after an error that
-    /// says the server is away, with time left before `deadline`, a pause then an ask. Any
-    /// other error is the wait's.
+    fn new(io_timeout: Duration, deadline: Option<Instant>) -> Backoff {
+        Backoff {
+            pause: FIRST_PAUSE,
+            io_timeout,
+            deadline,
+            away_since: None,
+            reached: false,
+        }
+    }
+
+    /// When the wait stops asking a server that is away.
+    fn give_up(&self) -> Option<Instant> {
+        self.deadline
+            .or_else(|| self.away_since.map(|since| since + self.io_timeout))
+    }
+
+    /// By when the next round trip must end: an untimed wait whose server is away ends by its
+    /// give-up and the grace, as a timed one does by its deadline and the grace.
+    fn by(&self) -> By {
+        By::new(self.io_timeout, self.give_up())
+    }
+
+    /// The step after `outcome` of a step whose reply was due at `due`, and the pause to take
+    /// first, if any: after an error that says the server is away, with time left before the
+    /// wait gives up, a pause then an ask. Any other error is the wait's.
     fn after(
         &mut self,
         outcome: Result<Step, Error>,
-        deadline: Option<Instant>,
+        due: Instant,
         name: &str,
     ) -> Result<(Step, Option<Duration>), Error> {
-        match outcome {
+        let e = match outcome {
             Ok(next) => {
                 self.pause = FIRST_PAUSE;
-                Ok((next, None))
+                self.away_since = None;
+                self.reached = true;
+                return Ok((next, None));
             }
-            Err(e) if away(&e) && deadline.is_none_or(|d| Instant::now() + self.pause < d) => {
-                log::debug!("{name:?}: server away ({e}); asking again");
-                let pause = self.pause;
-                self.pause = longer(pause);
-                Ok((Step::Ask, Some(pause)))
-            }
-            Err(e) => Err(e),
+            Err(e) => e,
+        };
+        let refused = matches!(&e, Error::Redis(e) if e.is_connection_refusal());
+        self.reached |= !refused;
+        if !away(&e) || !self.reached {
+            return Err(e);
         }
+        let now = Instant::now();
+        self.away_since.get_or_insert(due.min(now));
+        if self.give_up().is_some_and(|end| now + self.pause >= end) {
+            return Err(e);
+        }
+        log::debug!("{name:?}: server away ({e}); asking again");
+        let pause = self.pause;
+        self.pause = longer(pause);
+        Ok((Step::Ask, Some(pause)))
+    }
+}
+
+/// When the reply to `step` is due: a `BLPOP`'s at its end, an ask's at once.
+fn due(step: Step) -> Instant {
+    match step {
+        Step::Block { until } => until,
+        _ => Instant::now(),
     }
 }
 
@@ -522,6 +568,39 @@ mod tests {
         }
     }
 
+    fn io_error(kind: std::io::ErrorKind) -> Result<Step, Error> {
+        Err(Error::Redis(std::io::Error::from(kind).into()))
+    }
+
+    #[test]
+    fn an_untimed_wait_rides_out_a_server_away_for_the_io_timeout_then_fails() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), None);
+        assert!(backoff.after(Ok(Step::Ask), Instant::now(), "n").is_ok());
+        // Away for an I/O timeout since the reply was due: given up.
+        let long_ago = Instant::now() - Duration::from_millis(100);
+        let timed_out = io_error(std::io::ErrorKind::TimedOut);
+        assert!(backoff.after(timed_out, long_ago, "n").is_err());
+        // Found away just now: asked again after a pause, refusals too.
+        let mut backoff = Backoff::new(Duration::from_secs(5), None);
+        assert!(backoff.after(Ok(Step::Ask), Instant::now(), "n").is_ok());
+        let refused = io_error(std::io::ErrorKind::ConnectionRefused);
+        let (next, pause) = backoff.after(refused, Instant::now(), "n").unwrap();
+        assert_eq!((next, pause), (Step::Ask, Some(FIRST_PAUSE)));
+        // Each round trip meanwhile ends by the give-up and the grace, however long it blocks.
+        let far = Instant::now() + Duration::from_secs(60);
+        assert!(backoff.by().after(far) <= Instant::now() + Duration::from_millis(5250));
+    }
+
+    #[test]
+    fn a_refused_first_ask_fails_at_once_with_nothing_to_leave() {
+        for deadline in [None, Some(Instant::now() + Duration::from_secs(60))] {
+            let mut backoff = Backoff::new(Duration::from_secs(5), deadline);
+            let refused = io_error(std::io::ErrorKind::ConnectionRefused);
+            assert!(backoff.after(refused, Instant::now(), "n").is_err());
+            assert!(!backoff.reached);
+        }
+    }
+
     #[test]
     fn a_waiter_gets_the_token_a_release_hands_it() {
         let fixture = Fixture::new();
@@ -572,22 +651,24 @@ mod tests {
 
     #[test]
     fn a_waiter_asks_again_when_a_restarted_server_comes_back() {
-        let fixture = Fixture::new();
-        fixture.hold("h");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        thread::scope(|s| {
-            let waiting = s.spawn(|| {
-                let line = fixture.line();
-                line.wait(&waiter(), Some(deadline), &CancelToken::new())
+        // Timed, or untimed: the restart is well within the I/O timeout (5 s).
+        for deadline in [Some(Instant::now() + Duration::from_secs(30)), None] {
+            let fixture = Fixture::new();
+            fixture.hold("h");
+            thread::scope(|s| {
+                let waiting = s.spawn(|| {
+                    let line = fixture.line();
+                    line.wait(&waiter(), deadline, &CancelToken::new())
+                });
+                fixture.until_waiters(1);
+                // The holder's entry is gone with the old server: the waiter's next ask takes it.
+                fixture.server.restart();
+                assert!(matches!(
+                    waiting.join().unwrap(),
+                    Ok(Waited::Granted { token: 1, .. })
+                ));
             });
-            fixture.until_waiters(1);
-            // The holder's entry is gone with the old server: the waiter's next ask takes it.
-            fixture.server.restart();
-            assert!(matches!(
-                waiting.join().unwrap(),
-                Ok(Waited::Granted { token: 1, .. })
-            ));
-        });
+        }
     }
 
     #[test]

@@ -33,12 +33,9 @@ pub use example::example_binary;
 pub use proxy::Proxy;
 pub use quorum::{quorum_of, servers, urls};
 pub use random::{now_ns, Rng};
-// Outside `RedisServer`, only the TLS tests' server needs a port.
 #[cfg(feature = "sentinel")]
 pub use sentinel::{patient, SentinelSet};
-#[cfg(feature = "tls")]
-pub use server::free_port;
-pub use server::{RedisServer, DISKLESS};
+pub use server::{free_port, RedisServer, DISKLESS};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
