@@ -83,6 +83,7 @@ pub struct LockBuilder<K = Lock> {
     queued: bool,
     /// A semaphore's permits.
     capacity: u64,
+    refuse_evicting: bool,
 }
 
 impl<K> LockBuilder<K> {
@@ -112,6 +113,7 @@ impl<K> LockBuilder<K> {
             heartbeat: DEFAULT_HEARTBEAT,
             queued: false,
             capacity: 1,
+            refuse_evicting: false,
         }
     }
 
@@ -294,6 +296,31 @@ impl<K> LockBuilder<K> {
         self
     }
 
+    /// Refuses to acquire on a server that can evict the lock's keys (a `maxmemory-policy`
+    /// other than `noeviction`): an acquisition is then [`Error::Unsupported`], naming the
+    /// server and its policy, and nothing is taken. Off by default: such a server is only
+    /// warned about, once (see the crate docs' section on eviction). The policy is read from
+    /// `INFO memory` once per server, before the handle's first acquisition; a server that
+    /// does not say (its ACL refuses `INFO`) is not refused.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger")
+    ///     .refuse_evicting(true)
+    ///     .build()?;
+    /// match lock.acquire() {
+    ///     Err(redis_blpop_lock::Error::Unsupported(why)) => eprintln!("{why}"),
+    ///     other => drop(other?),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refuse_evicting(mut self, on: bool) -> Self {
+        self.refuse_evicting = on;
+        self
+    }
+
     /// A queue primitive's builder: renewed leases by default, so a crashed holder's share
     /// comes back within the expiry.
     pub(crate) fn queued(mut self) -> Self {
@@ -372,6 +399,7 @@ impl<K> LockBuilder<K> {
             name: self.name,
             heartbeat: self.heartbeat,
             queued: self.queued,
+            refuse_evicting: self.refuse_evicting,
         };
         let transport = self.transport?;
         transport.check(&settings)?;

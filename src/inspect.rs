@@ -143,6 +143,57 @@ pub(crate) fn holder_on(
     Ok(agreed_by(seen, tags, primaries).pop())
 }
 
+/// A server that can evict the locks' keys, as [`evicting`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Evicting {
+    /// The server's address, e.g. `127.0.0.1:6379`.
+    pub server: String,
+    /// Its `maxmemory-policy`, e.g. `allkeys-lru`.
+    pub policy: String,
+}
+
+/// The warning: the server, its policy, which keys it threatens and the fix.
+impl std::fmt::Display for Evicting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::protocol::eviction::warning(
+            &self.server,
+            &self.policy,
+        ))
+    }
+}
+
+/// The primaries of `backend` whose `maxmemory-policy` can evict the locks' keys (any but
+/// `noeviction`): there a lock can vanish while held, and a fencing counter start again at 1.
+/// Read from `INFO memory` once per server and process; a server that does not say (its ACL
+/// refuses `INFO`) is not listed. Each round trip has a deadline of `io_timeout`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// for server in redis_blpop_lock::inspect::evicting(&client, Duration::from_secs(5))? {
+///     eprintln!("warning: {server}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn evicting(
+    backend: &(impl Backend + ?Sized),
+    io_timeout: Duration,
+) -> Result<Vec<Evicting>, Error> {
+    let deadline = deadlines(io_timeout)?;
+    let mut found = Vec::new();
+    transport_of(backend)?.each_primary(deadline(), &mut |primary, _| {
+        if let Some((server, policy)) = primary.evicting(deadline()) {
+            found.push(Evicting { server, policy });
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
 /// Per lock key, what each primary (by number) that has it holds.
 type Seen = BTreeMap<Vec<u8>, BTreeMap<usize, Holding>>;
 

@@ -206,6 +206,25 @@
 //! token; mixing them with fencing is safe for mutual exclusion but gives their writes no token
 //! to check.
 //!
+//! ## Servers that evict keys
+//!
+//! A Redis that is also a cache (`maxmemory` with a `maxmemory-policy` other than
+//! `noeviction`) may delete a held lock's key to make room: another process then takes the
+//! lock while the first still works, which learns it only at its next renewal (`lost()`, as for
+//! any loss). `volatile-*` policies evict keys that carry an expiry, so every lock with one
+//! (`volatile-ttl` the soonest-expiring first); `allkeys-*` evict any key, also
+//! `lock-fence:<name>`, and then fencing tokens start again at 1. Use `noeviction` for locks,
+//! or a Redis instance of their own.
+//!
+//! The lock reads each server's policy once, from `INFO memory`, sent with the first request
+//! to it, and logs one warning per server that can evict; [`inspect::evicting`] lists them
+//! and `redis-lock status` and `list` print them. [`LockBuilder::refuse_evicting`] refuses to
+//! acquire there instead. A server whose ACL refuses `INFO` is not judged, and not warned
+//! about. A handle that is given a fencing token not above one it took before logs a warning
+//! (and counts it in `redis_lock_fence_regressions_total`) rather than failing, since the lock
+//! is held by then: it cannot see a counter reset between other processes' acquisitions, so
+//! the store's own check (refusing tokens not above the highest it has seen) stays the guard.
+//!
 //! ## Looking at a lock, and resetting it
 //!
 //! [`Lock::locked`] and [`Lock::owner_id`] each cost one round trip; `Lock::holder` reads the
@@ -782,6 +801,8 @@
 //! | `redis_lock_lost_total` | counter | | `lost()` turned true (at most once per acquisition; a lock that does not renew and outlived its expiry counts at its release) |
 //! | `redis_lock_renewal_failures_total` | counter | | a renewal that failed, to be tried again |
 //! | `redis_lock_settlements_total` | counter | `outcome` | a lost reply settled by the call (`settled`) or by the background settle (`settled`), or given up on at the expiry (`unknown`) |
+//! | `redis_lock_fence_regressions_total` | counter | | a fencing token not above one the handle took before (see [eviction](#servers-that-evict-keys)) |
+//! | `redis_lock_evicting_servers` | gauge | `policy` (no `lock`) | servers found to evict keys, once each |
 //!
 //! A lock name never becomes a label by itself, since names can be unbounded: `lock` is
 //! `"other"` unless the handle was given [`LockBuilder::metrics_label`], or the application
@@ -880,7 +901,7 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +hello +client|id +client|unblock +client|kill
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +hello +client|id +client|unblock +client|kill +info
 //! ```
 //!
 //! - `~semaphore:* ~fair-lock:* ~rwlock:*` and `+time +zadd +zrem +zrange +zrangebyscore
@@ -891,6 +912,9 @@
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).
+//! - `+info` reads the server's eviction policy (see
+//!   [Servers that evict keys](#servers-that-evict-keys)); without it the lock works, and
+//!   says nothing of eviction.
 //! - `+hello +client|id +client|unblock +client|kill` let the client end its own `BLPOP` on
 //!   time, let a [`CancelToken`] end a wait, and close a connection whose reply was lost (see
 //!   [Deadlines](#deadlines), [Outcome rules](#outcome-rules) and [Server
@@ -898,7 +922,8 @@
 //!   Without them the lock still works, as it does where the server does not know `CLIENT`
 //!   (`rename-command CLIENT ""`, some proxies): waits end at the server's own timer (up to
 //!   100 ms late at the default `hz 10`), a cancel takes effect when the current `BLPOP` ends,
-//!   and lost replies are settled by reading state only; the lock says so once in its log. These rights are not limited by key
+//!   and lost replies are settled by reading state only; the lock says so once in its log.
+//!   These rights are not limited by key
 //!   patterns: a user holding them may unblock or kill any connection on the server. Leave them
 //!   out where that matters more than the lateness.
 //!

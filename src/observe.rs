@@ -172,3 +172,25 @@ pub(crate) fn settle(label: &Label, name: &str, settled: bool) {
     tracing::warn!(name, outcome, "redis_lock: lost reply settled");
     let _ = (label, name, outcome);
 }
+
+/// `server` was found to evict keys under `policy`: warned once per server, and counted in
+/// the `redis_lock_evicting_servers` gauge.
+pub(crate) fn evicting_server(server: &str, policy: &str) {
+    log::warn!("{}", crate::protocol::eviction::warning(server, policy));
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("redis_lock_evicting_servers", "policy" => policy.to_owned()).increment(1.0);
+}
+
+/// Lock `name` handed out `token`, lower than `last`, which this handle took before: its
+/// fencing counter was lost (evicted, or a restart without persistence).
+pub(crate) fn fence_went_back(label: &Label, name: &str, last: u64, token: u64) {
+    log::warn!(
+        "lock {name:?}: fencing token {token} is not above {last}, one taken before: its counter \
+         was lost (evicted, or a restart without persistence), so stores that check tokens will \
+         refuse this holder's writes; see the crate docs on eviction"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redis_lock_fence_regressions_total", "lock" => label.value.clone())
+        .increment(1);
+    let _ = label;
+}

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) heartbeat: Duration,
     /// Whether the handle is a queue primitive (a semaphore, a read-write lock, a fair lock).
     pub(crate) queued: bool,
+    /// Whether a server that can evict the lock's keys is refused.
+    pub(crate) refuse_evicting: bool,
 }
 
 impl Settings {

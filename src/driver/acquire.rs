@@ -2,6 +2,7 @@
 //! runtime's) and tries again, until the lock is ours, the wait is over or it is cancelled. A
 //! lock taken is confirmed (replicas, a try that followed a wait) before it counts.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use super::settle::Claim;
 use super::{Confirmed, Inner, Runtime, Tried};
 use crate::observe;
 use crate::observe::Hold;
+use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
 use crate::protocol::redirect;
 use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
@@ -349,6 +351,7 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
+        self.refuse_evicting(wait).await?;
         if let Some((unsure, claim)) = self.claim("acquire", self.give_up(wait), cancel).await? {
             return self.ask_redis(unsure, claim, wait, cancel).await;
         }
@@ -363,6 +366,38 @@ impl<R: Runtime> Inner<R> {
                 self.forget();
                 Ok(None)
             }
+        }
+    }
+
+    /// With `refuse_evicting`, refuses the servers that can evict the lock's keys. A server's
+    /// policy is read with the first request it gets; an `INFO memory` on the lock's slot,
+    /// once per handle, makes sure that was before the handle's first acquisition.
+    async fn refuse_evicting(&self, wait: Wait) -> Result<(), Error> {
+        if !self.settings.refuse_evicting {
+            return Ok(());
+        }
+        let deadline = self.io_deadline(wait);
+        if !self.eviction_asked.load(Ordering::Relaxed) {
+            let request = eviction::request().on_slot(self.keys.slot);
+            // Unanswered, it is asked again before the next acquisition; this one fails on
+            // the same server anyway.
+            if send(&*self.transport, &request, deadline).await.is_ok() {
+                self.eviction_asked.store(true, Ordering::Relaxed);
+            }
+        }
+        let mut evicting = None;
+        self.transport
+            .blocking()
+            .each_primary(deadline, &mut |server, _| {
+                evicting = evicting.take().or_else(|| server.eviction()?.evicting());
+                Ok(())
+            })?;
+        match evicting {
+            Some((server, policy)) => Err(Error::Unsupported(format!(
+                "{}; refused, as refuse_evicting(true) asks",
+                eviction::warning(&server, &policy)
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -446,8 +481,19 @@ impl<R: Runtime> Inner<R> {
         state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
         state.renewal = renewal;
         state.hold = Some(hold);
+        // A counter that went back (evicted, or a restart without persistence) is not kept
+        // silent: the store that checks tokens would refuse this holder, or take a stale one.
+        let went_back = token
+            .zip(state.top_token)
+            .filter(|(token, top)| token <= top);
+        state.top_token = state.top_token.max(token);
+        let epoch = state.epoch;
+        drop(state);
+        if let Some((token, top)) = went_back {
+            observe::fence_went_back(&self.settings.label, self.name(), top, token);
+        }
         self.lease_changed();
         log::debug!("lock {:?}: acquired", self.name());
-        Ok(state.epoch)
+        Ok(epoch)
     }
 }

@@ -111,6 +111,8 @@ pub(crate) struct Inner<R: Runtime> {
     drift: Duration,
     /// Shared with the background settle, which may outlive the handle.
     state: Arc<Mutex<State>>,
+    /// Whether the servers' eviction policy was asked for (`refuse_evicting`).
+    eviction_asked: std::sync::atomic::AtomicBool,
     /// Told whenever the lease changes, for the async guard's `when_lost`.
     #[cfg(feature = "tokio")]
     pub(crate) lease_changed: ::tokio::sync::Notify,
@@ -128,6 +130,8 @@ struct State {
     settler: Option<Instant>,
     /// The lock held, for its metrics and span, until released or its loss is noticed.
     hold: Option<Hold>,
+    /// The highest fencing token this handle was given.
+    top_token: Option<u64>,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -198,7 +202,9 @@ impl<R: Runtime> Inner<R> {
                 settling: false,
                 settler: None,
                 hold: None,
+                top_token: None,
             })),
+            eviction_asked: Default::default(),
             #[cfg(feature = "tokio")]
             lease_changed: ::tokio::sync::Notify::new(),
         }

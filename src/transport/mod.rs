@@ -8,6 +8,7 @@ pub(crate) mod aio;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 mod conn;
+pub(crate) mod eviction;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod nodes;
 pub(crate) mod quorum;
@@ -123,6 +124,17 @@ pub(crate) trait Transport: Send + Sync {
     /// Runs `visit` on each primary, for what must reach every one (`reset_all`): with the
     /// primary to scan, and where to send requests about the keys found there.
     fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;
+
+    /// One server's record of its eviction policy, for its async side to fill in.
+    fn eviction(&self) -> Option<&eviction::Eviction> {
+        None
+    }
+
+    /// This server's address and eviction policy when it can evict a lock's keys, read once
+    /// per server (by `deadline`); `None` when it cannot, or does not say.
+    fn evicting(&self, _deadline: Instant) -> Option<(String, String)> {
+        None
+    }
 
     /// The [`aio::AsyncTransport`] to the same servers, shared by every async handle on them.
     #[cfg(feature = "tokio")]

@@ -12,7 +12,9 @@ use redis::{ErrorKind, RedisError, Value};
 
 use super::admin::{admin_outcome, end_wait_cmd, kill_cmd};
 use super::conn::Conn;
+use super::eviction::Eviction;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use crate::protocol::eviction;
 use crate::protocol::requests::Request;
 use crate::Error;
 
@@ -30,6 +32,8 @@ pub(crate) struct Server {
     short: Pool,
     /// Connections lent to waits for their `BLPOP`.
     waiting: Pool,
+    /// Its eviction policy, read with the first request.
+    eviction: Eviction,
 }
 
 impl Server {
@@ -54,6 +58,7 @@ impl Server {
             client,
             short: Pool::default(),
             waiting: Pool::default(),
+            eviction: Eviction::new(info.addr().to_string()),
         })));
         servers.insert(key, server);
         Ok(server)
@@ -110,6 +115,8 @@ impl Server {
 pub(crate) struct InFlight<'a> {
     server: &'a Server,
     loan: Loan<'a>,
+    /// Whether the first reply is an `INFO memory`'s, for the eviction policy.
+    probe: bool,
     replies: usize,
 }
 
@@ -121,16 +128,24 @@ impl Server {
         deadline: Instant,
     ) -> Result<InFlight<'_>, Fault> {
         let mut loan = self.short_conn(deadline).map_err(Fault::NotSent)?;
+        // Until the eviction policy is known, an `INFO memory` goes out in the same write:
+        // no round trip of its own, and no share of the deadline taken from the request.
+        let probe = self.eviction.unread();
+        let mut packed = match probe {
+            true => eviction::request().packed(),
+            false => Vec::new(),
+        };
+        packed.extend(request.packed());
         let sent = loan.conn().map_err(Fault::NotSent).and_then(|conn| {
-            conn.send(&request.packed(), deadline)
-                .map_err(|error| Fault::Lost {
-                    conn: conn.conn_id(),
-                    error,
-                })
+            conn.send(&packed, deadline).map_err(|error| Fault::Lost {
+                conn: conn.conn_id(),
+                error,
+            })
         });
         let mut in_flight = InFlight {
             server: self,
             loan,
+            probe,
             replies: request.cmds.len(),
         };
         match sent {
@@ -144,9 +159,10 @@ impl InFlight<'_> {
     /// The replies, all by `deadline`. A failure is `Lost`: the server may have run it.
     pub(crate) fn finish(mut self, deadline: Instant) -> Result<Vec<Value>, Fault> {
         let mut replies = Vec::with_capacity(self.replies);
-        for _ in 0..self.replies {
+        for at in 0..self.replies + usize::from(self.probe) {
             let received = self.loan.conn().and_then(|conn| conn.recv(deadline));
             match received {
+                Ok(reply) if self.probe && at == 0 => self.server.eviction.record(&reply),
                 Ok(reply) => replies.push(reply),
                 Err(error) => {
                     let conn = self.loan.conn.as_ref().and_then(Conn::conn_id);
@@ -202,6 +218,18 @@ impl Transport for Server {
 
     fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
         visit(self, self)
+    }
+
+    fn eviction(&self) -> Option<&Eviction> {
+        Some(&self.eviction)
+    }
+
+    fn evicting(&self, deadline: Instant) -> Option<(String, String)> {
+        if self.eviction.unread() {
+            // Its probe reads the policy.
+            let _ = self.call(&eviction::request(), deadline);
+        }
+        self.eviction.evicting()
     }
 }
 

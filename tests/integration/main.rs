@@ -33,6 +33,7 @@ mod cluster;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_queues;
+mod eviction;
 mod fair_lock;
 mod fault_injection;
 mod faults;

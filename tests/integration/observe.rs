@@ -562,3 +562,58 @@ fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
         assert!(stdout.contains(line), "no {line} in:\n{stdout}");
     }
 }
+
+#[test]
+fn a_fencing_token_that_went_back_is_counted() {
+    let server = RedisServer::start();
+    recorded();
+    let label = "observe-fence-back";
+    let lock = Lock::builder(&server.client(), "ledger")
+        .fencing(true)
+        .metrics_label(label)
+        .build()
+        .unwrap();
+    drop(lock.lock().unwrap());
+    drop(lock.lock().unwrap());
+    assert_eq!(
+        count("redis_lock_fence_regressions_total", label, None),
+        0.0
+    );
+    // As an eviction of the counter would.
+    let _: () = server.conn().del("lock-fence:ledger").unwrap();
+    let guard = lock.lock().unwrap();
+    assert_eq!(guard.fencing_token(), Some(1));
+    assert_eq!(
+        count("redis_lock_fence_regressions_total", label, None),
+        1.0
+    );
+}
+
+#[test]
+fn a_server_that_can_evict_is_counted_once() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-random"]);
+    recorded();
+    for name in ["a", "b"] {
+        Lock::new(&server.client(), name)
+            .unwrap()
+            .try_acquire()
+            .unwrap();
+    }
+    let recorded = recorded();
+    let mut taken = recorded.taken.lock().unwrap();
+    for (key, _, _, value) in recorded.snapshotter.snapshot().into_vec() {
+        taken.push((key, value));
+    }
+    // The last value of the gauge (no other test's server has this policy).
+    let gauge = taken
+        .iter()
+        .rev()
+        .filter(|(key, _)| key.key().name() == "redis_lock_evicting_servers")
+        .filter(|(key, _)| key.key().labels().any(|l| l.value() == "volatile-random"))
+        .filter_map(|(_, value)| match value {
+            DebugValue::Gauge(x) => Some(x.into_inner()),
+            _ => None,
+        })
+        .next();
+    assert_eq!(gauge, Some(1.0));
+}

@@ -59,8 +59,13 @@ pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
             let entries: Vec<String> = seen.iter().map(json_seen).collect();
             let _ = write!(line, ",\"servers\":[{}]", entries.join(","));
         }
+        let evicting: Vec<String> = evicting(place).iter().map(json_evicting).collect();
+        if !evicting.is_empty() {
+            let _ = write!(line, ",\"evicting\":[{}]", evicting.join(","));
+        }
         out!("{line}}}");
     } else {
+        warn_evicting(place);
         match holder {
             Some(h) => out!("lock {name:?}: {}", describe(&h)),
             None => out!("lock {name:?}: free"),
@@ -96,15 +101,41 @@ pub(crate) fn list(place: &Place, json: bool) -> Outcome {
                 )
             })
             .chain(lines.iter().map(queues::json_queue))
+            .chain(evicting(place).iter().map(json_evicting))
             .collect();
         out!("[{}]", entries.join(","));
     } else {
+        warn_evicting(place);
         for h in &held {
             out!("lock {:?}: {}", h.name, held_by(&h.id, h.ttl));
         }
         lines.iter().for_each(queues::show);
     }
     Ok(0)
+}
+
+/// The servers that can evict the locks' keys. Only a warning: a server that cannot be asked
+/// (its ACL refuses `INFO`) is not one.
+fn evicting(place: &Place) -> Vec<inspect::Evicting> {
+    inspect::evicting(place.backend(), place.io_timeout()).unwrap_or_default()
+}
+
+/// A line on stderr per server that can evict the locks' keys: stdout stays the locks'.
+pub(crate) fn warn_evicting(place: &Place) {
+    for server in evicting(place) {
+        err!("warning: {server}");
+    }
+}
+
+/// A server that can evict keys, as `status --json` and `list --json` give it:
+/// {"kind":"evicting","server":..,"policy":..,"warning":..}.
+fn json_evicting(evicting: &inspect::Evicting) -> String {
+    format!(
+        "{{\"kind\":\"evicting\",\"server\":{},\"policy\":{},\"warning\":{}}}",
+        json_string(&evicting.server),
+        json_string(&evicting.policy),
+        json_string(&evicting.to_string())
+    )
 }
 
 /// One server's entry in `status --json`:

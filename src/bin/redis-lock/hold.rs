@@ -193,6 +193,7 @@ fn leased<K>(builder: LockBuilder<K>, place: &Place, args: &RunArgs, id: &str) -
         .expire(args.expire)
         .auto_renewal(true)
         .id(id)
+        .refuse_evicting(args.refuse_evicting)
 }
 
 fn held(lock: &Lock) -> Box<dyn Hold + '_> {

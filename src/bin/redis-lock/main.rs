@@ -281,6 +281,11 @@ struct RunArgs {
     /// runs take it in the order they asked.
     #[arg(long)]
     fair: bool,
+    /// Refuse a server that can evict keys (a maxmemory-policy other than noeviction, under
+    /// which a held lock can vanish): run nothing and exit 2. Without it, `status` and `list`
+    /// warn about such a server.
+    #[arg(long)]
+    refuse_evicting: bool,
     /// Exit with N instead of 1 when the lock is busy.
     #[arg(
         long,

@@ -85,6 +85,7 @@ pub(crate) fn status(place: &Place, kind: Primitive, name: &str, json: bool) -> 
     if json {
         out!("{}", json_queue(&queue));
     } else {
+        crate::admin::warn_evicting(place);
         show(&queue);
     }
     Ok(if queue.holders.is_empty() {

@@ -142,7 +142,24 @@ impl Native {
         deadline: Instant,
     ) -> Result<Vec<Value>, Fault> {
         let Short { mut con, id, .. } = self.short(deadline).await.map_err(Fault::NotSent)?;
-        match pipelined(&mut con, request, deadline).await {
+        let eviction = self.blocking.eviction().filter(|e| e.unread());
+        let replies = match eviction {
+            // Until the server's eviction policy is known, an `INFO memory` goes out on the
+            // same connection, pipelined with the request: no round trip of its own.
+            Some(eviction) => {
+                let (mut probe, info) = (con.clone(), crate::protocol::eviction::request());
+                let (info, replies) = tokio::join!(
+                    pipelined(&mut probe, &info, deadline),
+                    pipelined(&mut con, request, deadline)
+                );
+                if let Some(reply) = info.ok().as_ref().and_then(|info| info.first()) {
+                    eviction.record(reply);
+                }
+                replies
+            }
+            None => pipelined(&mut con, request, deadline).await,
+        };
+        match replies {
             Ok(replies) => Ok(replies),
             Err(error) => {
                 self.retire(id, deadline).await;
