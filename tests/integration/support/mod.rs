@@ -38,7 +38,7 @@ pub use random::{now_ns, Rng};
 pub use sentinel::{patient, SentinelSet};
 #[cfg(feature = "tls")]
 pub use server::free_port;
-pub use server::{RedisServer, DISKLESS};
+pub use server::{debug_command_args, server_binary, server_version, RedisServer, DISKLESS};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
