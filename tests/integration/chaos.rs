@@ -26,7 +26,7 @@ const EXPIRE: Duration = Duration::from_millis(300);
 const EXIT_LIMIT: Duration = Duration::from_secs(40);
 
 /// Threads per child process.
-const THREADS: usize = 3;
+const THREADS: usize = 6;
 
 /// The roles of the children, one process each: the plain lock twice, so that its holders
 /// come from more than one process.
@@ -108,7 +108,7 @@ impl Handle {
                     .build()
                     .unwrap(),
             ),
-            // Two permits among nine threads: most waits end at a deadline or an expiry.
+            // Two permits among its threads: most waits end at a deadline or an expiry.
             "semaphore" => Handle::Semaphore(
                 (Semaphore::builder(client, "chaos-semaphore", 2))
                     .expire(EXPIRE)
@@ -126,14 +126,14 @@ impl Handle {
     }
 }
 
-/// One thread's rounds: wait up to 10–300 ms, hold for 0–100 ms, release.
+/// One thread's rounds: wait up to 10–200 ms, hold for 0–100 ms, release.
 fn contend_until(client: &redis::Client, kind: &str, until: Instant, salt: u64) -> Tally {
     let mut rng = Rng::seeded(salt ^ u64::from(std::process::id()));
     let mut tally = Tally::default();
     let handle = Handle::new(client, kind);
     let mut marks = None;
     while Instant::now() < until {
-        let deadline = ms(10 + rng.below(290));
+        let deadline = ms(10 + rng.below(190));
         let hold = ms(rng.below(100));
         let outcome = match &handle {
             Handle::Plain(lock) => hold_plain(lock, deadline, hold, &mut marks, client, &mut tally),
@@ -224,10 +224,14 @@ fn hold_plain(
     released.map(|()| true)
 }
 
-/// The chaos commands, one picked at random every 50–200 ms.
-const CHAOS_COMMANDS: [&[&str]; 5] = [
+/// The chaos commands, one picked at random every 50–200 ms. Pauses and kills come twice as
+/// often as the rest: a wait that starts while writes are paused (a killed waiter's new
+/// connection blocks at once) is postponed, and its deadline then ends a postponed `BLPOP`.
+const CHAOS_COMMANDS: [&[&str]; 7] = [
+    &["CLIENT", "PAUSE", "300", "WRITE"],
     &["CLIENT", "PAUSE", "300", "WRITE"],
     &["CLIENT", "PAUSE", "300", "ALL"],
+    &["CLIENT", "KILL", "TYPE", "normal"],
     &["CLIENT", "KILL", "TYPE", "normal"],
     &["DEBUG", "SLEEP", "0.2"],
     &["SCRIPT", "FLUSH"],
