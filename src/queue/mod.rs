@@ -462,12 +462,19 @@ mod tests {
     }
 
     fn spawn(port: u16) -> Child {
-        Command::new("redis-server")
+        // `$REDIS_SERVER` names another build to test against, as in the integration tests.
+        let binary = std::env::var_os("REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        Command::new(&binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "could not run {binary:?} ({e}); install it with \
+                     `sudo apt-get install -y redis-server`"
+                )
+            })
     }
 
     impl Drop for Server {

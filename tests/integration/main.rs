@@ -26,6 +26,7 @@ mod aio_shared;
 #[cfg(feature = "tokio")]
 mod aio_waiting;
 mod cache;
+mod chaos;
 #[cfg(feature = "cluster")]
 mod cluster;
 // The `redis-lock` binary is built only with this feature.
@@ -77,6 +78,7 @@ fn child_process_role() {
     match role.as_str() {
         #[cfg(feature = "tokio")]
         "aio_seams::main_returns" => aio_seams::main_returns(&client, &args),
+        "chaos::contend" => chaos::contend(&client, &args),
         "cache::compute" => cache::compute_until_killed(&client, &args),
         #[cfg(feature = "cluster")]
         "cluster::increment" => cluster::increment(&client, &args),

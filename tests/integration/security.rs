@@ -255,6 +255,8 @@ fn is_acl_denial(e: &redis::RedisError) -> bool {
         || (e.code() == Some("ERR")
             && e.to_string()
                 .contains("The user executing the script can't run this command"))
+        // Redis 7.2 and later, and Valkey, word the denial inside a script so.
+        || (e.code() == Some("ERR") && e.to_string().contains("ACL failure in script"))
 }
 
 #[test]
@@ -302,7 +304,7 @@ mod tls {
     use redis::TlsCertificates;
     use redis_blpop_lock::{Error, Lock};
 
-    use crate::support::{eventually, free_port};
+    use crate::support::{eventually, free_port, server_binary};
 
     /// A scratch directory with a CA and a certificate for localhost / 127.0.0.1 signed by it,
     /// made by the `openssl` command line.
@@ -386,7 +388,7 @@ mod tls {
     impl TlsServer {
         fn start(certs: &Certificates) -> TlsServer {
             let port = free_port();
-            let child = Command::new("redis-server")
+            let child = Command::new(server_binary())
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--tls-cert-file", &certs.path("server.crt")])
@@ -401,7 +403,10 @@ mod tls {
             let client = server.client(certs);
             eventually(Duration::from_secs(10), "the TLS server to answer", || {
                 if let Ok(Some(status)) = server.child.try_wait() {
-                    panic!("redis-server with TLS exited: {status} (built without TLS?)");
+                    panic!(
+                        "{} with TLS exited: {status} (built without TLS?)",
+                        server_binary().display()
+                    );
                 }
                 client
                     .get_connection()

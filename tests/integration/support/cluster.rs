@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::node::{until_all, Node};
-use super::server::{free_port, Args, DISKLESS, INSTALL_HINT};
+use super::server::{cli_binary, free_port, Args, DISKLESS, INSTALL_HINT};
 use super::RedisServer;
 
 const NODES: usize = 6;
@@ -262,7 +262,7 @@ impl RedisCluster {
     /// Runs `redis-cli --cluster create`, which assigns the slots and pairs the replicas.
     fn create(&self) {
         let addresses = (self.nodes.iter()).map(|node| format!("127.0.0.1:{}", node.server.port));
-        let output = Command::new("redis-cli")
+        let output = Command::new(cli_binary())
             .args(["--cluster", "create"])
             .args(addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])

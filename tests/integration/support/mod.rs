@@ -35,7 +35,9 @@ pub use quorum::{quorum_of, servers, urls};
 pub use random::{now_ns, Rng};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{patient, SentinelSet};
-pub use server::{free_port, RedisServer, DISKLESS};
+pub use server::{
+    debug_command_args, free_port, server_binary, server_version, RedisServer, DISKLESS,
+};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

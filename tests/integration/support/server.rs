@@ -14,9 +14,60 @@ use std::time::Duration;
 use super::{eventually, secs, send_signal};
 
 pub(super) const INSTALL_HINT: &str =
-    "redis-server is not on PATH. The tests start their own private \
-     server; install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu), \
+    "redis-server is not on PATH (nor at $REDIS_SERVER, if set). The tests start their own \
+     private server; install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu), \
      `brew install redis` (macOS) or `dnf install redis` (Fedora)";
+
+/// The server binary the tests run: `$REDIS_SERVER` (a path, so that one run can test another
+/// version or Valkey: see `.ci/matrix`), else `redis-server` on PATH.
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("REDIS_SERVER")
+        .filter(|path| !path.is_empty())
+        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
+/// The command-line client that comes with `server_binary()`: `redis-cli` or `valkey-cli` in
+/// its folder when `$REDIS_SERVER` is set and one is there, else `redis-cli` on PATH (a build
+/// shipped without its client is driven by the packaged one; the protocol is the same).
+pub fn cli_binary() -> PathBuf {
+    let server = server_binary();
+    let beside = server.parent().filter(|dir| !dir.as_os_str().is_empty());
+    (beside.into_iter())
+        .flat_map(|dir| [dir.join("redis-cli"), dir.join("valkey-cli")])
+        .find(|cli| cli.is_file())
+        .unwrap_or_else(|| PathBuf::from("redis-cli"))
+}
+
+/// The server's version as (major, minor), from `--version` ("Redis server v=7.0.15 ..." or
+/// "Valkey server v=8.1.8 ..."); asked once per run.
+pub fn server_version() -> (u32, u32) {
+    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let binary = server_binary();
+        let output = match Command::new(&binary).arg("--version").output() {
+            Ok(output) => output,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(e) => panic!("could not run {}: {e}", binary.display()),
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        let version = text
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("v="))
+            .unwrap_or_else(|| panic!("no v= in {} --version: {text:?}", binary.display()));
+        let mut numbers = version.split('.').map(|n| n.parse::<u32>().unwrap_or(0));
+        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+    })
+}
+
+/// The arguments that allow `DEBUG` (Redis 7 and Valkey refuse it by default; Redis 6.2 allows
+/// it and does not know the option, so fails to start with it).
+pub fn debug_command_args() -> Vec<&'static str> {
+    if server_version() >= (7, 0) {
+        vec!["--enable-debug-command", "yes"]
+    } else {
+        Vec::new()
+    }
+}
 
 /// How much of the server's log a failure message quotes.
 const LOG_TAIL_LINES: usize = 30;
@@ -133,7 +184,6 @@ impl RedisServer {
     }
 
     /// Whether the process is still there (not killed, not crashed).
-    #[cfg(any(feature = "cluster", feature = "sentinel"))]
     pub fn running(&self) -> bool {
         matches!(self.child.lock().unwrap().try_wait(), Ok(None))
     }
@@ -268,7 +318,7 @@ fn spawn(port: u16, args: &Args, log: &Path) -> Child {
         .append(true)
         .open(log)
         .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-    let mut command = Command::new("redis-server");
+    let mut command = Command::new(server_binary());
     command
         .args(&args.config_file)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -284,7 +334,7 @@ fn spawn(port: u16, args: &Args, log: &Path) -> Child {
     match spawn_for_the_run(command) {
         Ok(child) => child,
         Err(e) if e.kind() == io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-        Err(e) => panic!("could not run redis-server: {e}"),
+        Err(e) => panic!("could not run {}: {e}", server_binary().display()),
     }
 }
 
