@@ -444,9 +444,16 @@ fn owner(keys: &Keys, reply: &Value) -> Result<Option<Vec<u8>>, Error> {
     match reply {
         Value::Nil => Ok(None),
         Value::BulkString(id) => Ok(Some(id.clone())),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
+        Value::ServerError(e) if wrong_type(e) => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
+}
+
+/// Whether `e` says a key holds the wrong type: `WRONGTYPE`, or, from inside a script on Redis
+/// 6.2, `ERR Error running script (...): ... WRONGTYPE ...`.
+fn wrong_type(e: &redis::ServerError) -> bool {
+    e.code() == "WRONGTYPE"
+        || (e.code() == "ERR" && e.details().is_some_and(|d| d.contains(": WRONGTYPE ")))
 }
 
 /// A key at `lock:<name>` that is not a string.
@@ -562,7 +569,7 @@ pub(crate) fn parse_unlock(keys: &Keys, reply: &Value) -> Result<bool, Error> {
     match reply {
         Value::Int(0) => Ok(true),
         Value::Int(1) => Ok(false),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
+        Value::ServerError(e) if wrong_type(e) => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
 }
@@ -593,7 +600,7 @@ pub(crate) fn parse_extend(keys: &Keys, reply: &Value) -> Result<Extended, Error
         Value::Int(0) => Ok(Extended::Yes),
         Value::Int(1) => Ok(Extended::NotOurs),
         Value::Int(2) => Ok(Extended::NoExpiry),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
+        Value::ServerError(e) if wrong_type(e) => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
 }
@@ -720,7 +727,7 @@ pub(crate) fn parse_reset(keys: &Keys, reply: &Value) -> Result<Reset, Error> {
         Value::Int(0) => Ok(Reset::Deleted),
         Value::Int(1) => Ok(Reset::NotThatOwner),
         Value::Int(2) => Ok(Reset::NotALockDeleted),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Err(not_a_lock(keys)),
+        Value::ServerError(e) if wrong_type(e) => Err(not_a_lock(keys)),
         other => Err(reply_error(other)),
     }
 }
@@ -1052,5 +1059,21 @@ mod tests {
         assert!(wire.contains(
             "$1\r\n2\r\n$6\r\nlock:a\r\n$13\r\nlock-signal:a\r\n$4\r\n1000\r\n$2\r\nid\r\n"
         ));
+    }
+
+    #[test]
+    fn a_wrong_type_inside_a_script_on_redis_6_2_is_a_wrong_type() {
+        let in_script = server_error(
+            "ERR Error running script (call to f_a5): @user_script:1: WRONGTYPE Operation \
+             against a key holding the wrong kind of value",
+        );
+        let Value::ServerError(e) = in_script else {
+            unreachable!()
+        };
+        assert!(wrong_type(&e));
+        let Value::ServerError(other) = server_error("ERR max number of clients reached") else {
+            unreachable!()
+        };
+        assert!(!wrong_type(&other));
     }
 }
