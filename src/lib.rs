@@ -535,8 +535,8 @@
 //! `Lock::builder(&backend, name).fair(true)` is the same [`Lock`] API (guards, `lost()`,
 //! fencing tokens, `reset`) on the queue engine with a capacity of one: a release hands the
 //! lock to the waiter that asked first, and a newcomer never takes it ahead of a waiter. Its
-//! keys are `fair-lock:{<name>}:*` (or `fair-lock:=<name>:*`), so it does not exclude a plain lock of the same name:
-//! every handle on one name must agree.
+//! keys are `fair-lock:{<name>}:*` (or `fair-lock:=<name>:*`), so it does not exclude a plain
+//! lock of the same name: every handle on one name must agree.
 //!
 //! ## Read-write lock
 //!
@@ -983,9 +983,10 @@
 //!
 //! These are python-redis-lock 4.x's key names, ids and unlock script, which is what makes the
 //! two interoperate. On a cluster `<name>` is `{<name>}` unless the name has a hash tag of its
-//! own, so there, and only there, the locks `x` and `{x}` are one lock. The semaphore's, the fair lock's and the read-write lock's keys are listed
-//! in [The queue engine](#the-queue-engine). How waiting works, the connection pool and the scripts are described in the
-//! repository's `docs/design.md`.
+//! own, so there, and only there, the locks `x` and `{x}` are one lock. The semaphore's, the
+//! fair lock's and the read-write lock's keys are listed in [The queue
+//! engine](#the-queue-engine). How waiting works, the connection pool and the scripts are
+//! described in the repository's `docs/design.md`.
 //!
 //! # Cargo features
 //!
