@@ -112,11 +112,16 @@ impl<R: Runtime> Inner<R> {
                 Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
                     return Err(self.error(|name| Error::AlreadyAcquired { name }));
                 }
-                Tried::Busy { pttl, at, .. } => {
-                    if cancel.is_cancelled() {
+                Tried::Busy { owner, pttl, at } => {
+                    let leaving = cancel.is_cancelled();
+                    let next = waiting.after_busy(at, pttl);
+                    if woken && owner.is_none() && (leaving || matches!(next, Next::GiveUp)) {
+                        self.pass_on(wait).await;
+                    }
+                    if leaving {
                         return Err(self.error(|name| Error::Cancelled { name }));
                     }
-                    tried = match waiting.after_busy(at, pttl) {
+                    tried = match next {
                         Next::GiveUp => {
                             log::debug!("lock {:?}: not acquired in time", self.name());
                             return Ok(None);
@@ -129,6 +134,18 @@ impl<R: Runtime> Inner<R> {
                     };
                 }
             }
+        }
+    }
+
+    /// Passes a wake-up on for a wait that leaves without the lock after a read found it free:
+    /// a read means its `BLPOP`'s reply was lost (the connection closed at its end or on a
+    /// cancel, or failed), and that `BLPOP` may have taken the release's one wake-up with it,
+    /// which would leave the next waiter asleep until its own time. At worst a spurious wake:
+    /// a waiter tries, finds the lock taken, and waits again.
+    async fn pass_on(&self, wait: Wait) {
+        let request = requests::pass_on(&self.keys);
+        if let Err(fault) = send(&*self.transport, &request, self.io_deadline(wait)).await {
+            log::debug!("lock {:?}: passing a wake-up on: {fault:?}", self.name());
         }
     }
 
