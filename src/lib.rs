@@ -921,11 +921,11 @@
 //!   versions](#server-versions): without `+hello` a wait is ended by closing its connection).
 //!   Without them the lock still works, as it does where the server does not know `CLIENT`
 //!   (`rename-command CLIENT ""`, some proxies): waits end at the server's own timer (up to
-//!   100 ms late at the default `hz 10`), a cancel takes effect when the current `BLPOP` ends,
-//!   and lost replies are settled by reading state only; the lock says so once in its log.
-//!   These rights are not limited by key
-//!   patterns: a user holding them may unblock or kill any connection on the server. Leave them
-//!   out where that matters more than the lateness.
+//!   100 ms late at the default `hz 10`; a higher `hz` keeps that well inside a deadline's
+//!   250 ms grace on a loaded server), a cancel takes effect when the current `BLPOP` ends, and
+//!   lost replies are settled by reading state only; the lock says so once in its log. These
+//!   rights are not limited by key patterns: a user holding them may unblock or kill any
+//!   connection on the server. Leave them out where that matters more than the lateness.
 //!
 //! A missing right is an [`Error::Redis`]: `NOPERM` for a command the client sends (`EXECABORT`
 //! naming `NOPERM` inside a `MULTI`); for a command inside a script Redis 7.0 answers
