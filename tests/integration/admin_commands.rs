@@ -84,8 +84,9 @@ fn a_plain_locks_wait_ends_at_its_deadline_without_crashing_any_server() {
 #[test]
 fn a_waiter_takes_an_expired_holders_lock_however_its_wait_is_ended() {
     let server = RedisServer::start();
+    // Long enough that the waiter finds it held on a loaded machine, and so waits for it.
     let holder = Lock::builder(&server.client(), "l")
-        .expire(ms(300))
+        .expire(secs(1))
         .build()
         .unwrap();
     let waiter = Lock::new(&watched(&server), "l").unwrap();
