@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::backend::{transport_of, Backend};
 use crate::lock::Lock;
 use crate::observe::Label;
+use crate::protocol::primitive::Primitive;
 use crate::settings::{
     millis, Settings, DEFAULT_HEARTBEAT, DEFAULT_IO_TIMEOUT, DEFAULT_QUEUE_EXPIRE,
     DEFAULT_SIGNAL_EXPIRE,
@@ -80,7 +81,7 @@ pub struct LockBuilder<K = Lock> {
     replicas: Option<(u32, Duration)>,
     metrics_label: Option<Cow<'static, str>>,
     heartbeat: Duration,
-    queued: bool,
+    on_queue_engine: bool,
     /// A semaphore's permits.
     capacity: u64,
     refuse_evicting: bool,
@@ -111,7 +112,7 @@ impl<K> LockBuilder<K> {
             replicas: None,
             metrics_label: None,
             heartbeat: DEFAULT_HEARTBEAT,
-            queued: false,
+            on_queue_engine: false,
             capacity: 1,
             refuse_evicting: false,
         }
@@ -323,8 +324,8 @@ impl<K> LockBuilder<K> {
 
     /// A queue primitive's builder: renewed leases by default, so a crashed holder's share
     /// comes back within the expiry.
-    pub(crate) fn queued(mut self) -> Self {
-        self.queued = true;
+    pub(crate) fn on_queue_engine(mut self) -> Self {
+        self.on_queue_engine = true;
         if self.expire.is_none() {
             self.expire = Some(DEFAULT_QUEUE_EXPIRE);
             self.auto_renewal = true;
@@ -335,9 +336,9 @@ impl<K> LockBuilder<K> {
     /// A lock's builder made fair (on the queue engine) or not: for either API's lock.
     pub(crate) fn fair_or_not(self, on: bool) -> Self {
         match on {
-            true => self.queued(),
+            true => self.on_queue_engine(),
             false => LockBuilder {
-                queued: false,
+                on_queue_engine: false,
                 ..self
             },
         }
@@ -355,8 +356,14 @@ impl<K> LockBuilder<K> {
         self
     }
 
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
+    /// The checked settings of a `kind` primitive, where it lives, and its capacity.
+    pub(crate) fn checked_for(
+        self,
+        kind: Primitive,
+    ) -> Result<(Settings, Arc<dyn Transport>, u64), Error> {
+        let capacity = kind.capacity(u32::try_from(self.capacity).unwrap_or(u32::MAX))?;
+        let (settings, transport) = self.checked()?;
+        Ok((settings, transport, capacity))
     }
 
     /// The checked settings, and where the lock lives.
@@ -398,7 +405,7 @@ impl<K> LockBuilder<K> {
             label: Label::new(&self.name, self.metrics_label),
             name: self.name,
             heartbeat: self.heartbeat,
-            queued: self.queued,
+            on_queue_engine: self.on_queue_engine,
             refuse_evicting: self.refuse_evicting,
         };
         let transport = self.transport?;

@@ -5,7 +5,7 @@
 
 pub(crate) mod queues;
 
-pub use crate::protocol::keys::Primitive;
+pub use crate::protocol::primitive::Primitive;
 pub(crate) use queues::each_queue;
 pub use queues::{queue, queues, reset_queue, Queue, QueueHolder, QueueWaiter, WRITER_UNITS};
 

@@ -1002,10 +1002,10 @@
 //!   `--cluster` and `--sentinel` included); see the repository's `docs/cli.md`.
 #![deny(missing_docs)]
 
-mod acquisition;
 #[cfg(feature = "tokio")]
 pub mod aio;
 mod backend;
+mod blocking;
 mod builder;
 mod cache;
 mod cancel;
@@ -1017,17 +1017,18 @@ pub mod inspect;
 mod lock;
 pub mod observe;
 mod protocol;
-mod queue;
 mod quorum;
 mod reset_all;
-mod rwlock;
-mod semaphore;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod settings;
+mod shell;
 mod transport;
 
 pub use backend::Backend;
+pub use blocking::{
+    ArcSemaphorePermit, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+};
 pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use cancel::CancelToken;
@@ -1037,7 +1038,5 @@ pub use guard::{with_lock, ArcLockGuard, LockGuard};
 pub use lock::Lock;
 pub use quorum::Quorum;
 pub use reset_all::reset_all;
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 #[cfg(feature = "sentinel")]
 pub use sentinel::Sentinel;

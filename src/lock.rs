@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use crate::driver::blocking::Blocking;
 pub use crate::driver::Holder;
 use crate::driver::Inner;
-use crate::protocol::keys::{Primitive, QueueKeys};
+use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::Ask;
 use crate::settings::Settings;
 use crate::transport::send::now;
@@ -17,11 +18,18 @@ use crate::Error;
 /// A fair lock's place in the queue engine (its keys, and what it asks for), for a lock
 /// with `settings`; `None` for a plain lock.
 pub(crate) fn fair_queue(settings: &Settings) -> Result<Option<(QueueKeys, Ask)>, Error> {
-    if !settings.queued {
+    if !settings.on_queue_engine {
         return Ok(None);
     }
     let keys = QueueKeys::new(Primitive::FairLock, &settings.name);
-    let ask = Ask::new(&settings.id, 1, 1, settings.expire(), settings.lapse())?;
+    let capacity = Primitive::FairLock.capacity(1)?;
+    let ask = Ask::new(
+        &settings.id,
+        1,
+        capacity,
+        settings.expire(),
+        settings.lapse(),
+    )?;
     Ok(Some((keys, ask)))
 }
 
@@ -60,7 +68,7 @@ impl Lock {
     ) -> Result<Lock, Error> {
         let fair = fair_queue(&settings)?;
         let inner = match &fair {
-            Some((keys, ask)) => Inner::queued(settings, transport, keys, ask),
+            Some((keys, ask)) => Inner::for_line(settings, transport, keys, ask),
             None => Inner::new(settings, transport),
         };
         Ok(Lock {
@@ -73,7 +81,7 @@ impl Lock {
     pub(crate) fn take(&self, wait: Wait) -> Result<Option<u64>, Error> {
         let cancel = &self.inner.settings.cancel;
         match &self.fair {
-            Some((keys, ask)) => now(self.inner.acquire_queued(keys, ask, wait, cancel)),
+            Some((keys, ask)) => now(self.inner.acquire_in_line(keys, ask, wait, cancel)),
             None => now(self.inner.acquire(wait, cancel)),
         }
     }

@@ -36,7 +36,7 @@ pub(crate) struct Settings {
     /// A queue primitive's heartbeat: a waiter that misses two leaves the queue.
     pub(crate) heartbeat: Duration,
     /// Whether the handle is a queue primitive (a semaphore, a read-write lock, a fair lock).
-    pub(crate) queued: bool,
+    pub(crate) on_queue_engine: bool,
     /// Whether a server that can evict the lock's keys is refused.
     pub(crate) refuse_evicting: bool,
 }

@@ -410,7 +410,7 @@ impl Lock {
         let fair = self.fair.clone();
         let acquiring = runtime.spawn(async move {
             let epoch = match fair.as_deref() {
-                Some((keys, ask)) => inner.acquire_queued(keys, ask, wait, &cancel).await?,
+                Some((keys, ask)) => inner.acquire_in_line(keys, ask, wait, &cancel).await?,
                 None => inner.acquire(wait, &cancel).await?,
             };
             Ok(epoch.map(|epoch| LockGuard::new(inner, turns, epoch, turn)))
@@ -510,7 +510,7 @@ impl LockBuilder<Lock> {
         let fair = fair_queue(&settings)?;
         let transport = transport.to_async();
         let inner = match &fair {
-            Some((keys, ask)) => Inner::queued(settings, transport, keys, ask),
+            Some((keys, ask)) => Inner::for_line(settings, transport, keys, ask),
             None => Inner::new(settings, transport),
         };
         Ok(Lock {

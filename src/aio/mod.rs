@@ -41,7 +41,6 @@
 //! `BLPOP` per name and which connections a process holds: the crate docs'
 //! [Async (tokio)](crate#async-tokio) section.
 
-mod acquisition;
 mod cache;
 mod guard;
 pub mod inspect;

@@ -8,14 +8,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::line::By;
 use super::renew::Renewal;
 use super::{Inner, Renewing, Runtime, Tried};
-use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
-use crate::protocol::queue::Ask;
 use crate::protocol::requests::{self, Request};
-use crate::queue::Waited;
-use crate::transport::admin::{closed_by_end, Blocked};
+use crate::transport::admin::{self, closed_by_end};
 use crate::transport::send::{now, send_repeatable, FIRST_PAUSE};
 use crate::transport::timer;
 use crate::transport::{ConnId, Fault, Transport, Waiter};
@@ -26,6 +24,10 @@ pub(crate) struct Blocking;
 
 impl Runtime for Blocking {
     type Transport = dyn Transport;
+    fn over(transport: Arc<dyn Transport>) -> Arc<dyn Transport> {
+        transport
+    }
+
     type Waiting<'a> = Box<dyn Waiter + 'a>;
 
     fn pause(pause: Duration, cancel: &CancelToken) -> impl Future<Output = bool> + Send {
@@ -42,19 +44,48 @@ impl Runtime for Blocking {
         ready(wait_once(inner, slot, until, wait, cancel))
     }
 
-    fn wait_queue(
-        inner: &Inner<Self>,
-        queue: &QueueKeys,
-        ask: &Ask,
-        wait: Wait,
+    type PopConn<'a> = Box<dyn Waiter + 'a>;
+
+    fn pop<'a>(
+        transport: &'a Arc<dyn Transport>,
+        conn: &mut Option<Box<dyn Waiter + 'a>>,
+        slot: u16,
+        request: &Request,
+        until: Instant,
+        by: By,
         cancel: &CancelToken,
-    ) -> impl Future<Output = Result<Waited, Error>> + Send {
-        let line = inner.line(queue);
-        ready(match wait {
-            Wait::Never => line.try_once(ask),
-            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel),
-            Wait::Forever => line.wait(ask, None, cancel),
-        })
+    ) -> impl Future<Output = Result<Option<Value>, Fault>> + Send {
+        ready(pop(transport, conn, slot, request, until, by, cancel))
+    }
+
+    fn rest(_: &Arc<dyn Transport>, conn: Box<dyn Waiter + '_>) {
+        conn.keep_for_holder();
+    }
+
+    fn apart<T, F>(
+        _: &str,
+        cancel: &CancelToken,
+        acquire: impl FnOnce(CancelToken) -> F + Send + 'static,
+    ) -> impl Future<Output = Result<T, Error>> + Send
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        acquire(cancel.clone())
+    }
+
+    fn on_drop<A: Future<Output = ()>>(
+        work: impl Future<Output = ()> + Send + 'static,
+        _: impl FnOnce() -> A + Send + 'static,
+    ) {
+        now(work);
+    }
+
+    fn unattended<F>(make: impl Fn() -> F + Send + 'static)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Self::in_background(make());
     }
 
     fn keep_for_holder(waiting: Self::Waiting<'_>) {
@@ -105,13 +136,13 @@ fn wait_once<'t>(
         Some(conn) => conn,
         None => slot.insert(waiter_conn(inner, wait, cancel)?),
     };
-    let block = until.saturating_duration_since(Instant::now());
+    let blocking_for = until.saturating_duration_since(Instant::now());
     let request = requests::wait_then_try(
         &inner.keys,
         &inner.settings.id,
         inner.settings.expire_ms,
         inner.settings.fencing,
-        Some(block),
+        Some(blocking_for),
     )
     .replicated(inner.settings.replicas);
     // Connected where the wait will block before its id is read, so that a cancel or the
@@ -120,32 +151,27 @@ fn wait_once<'t>(
         *slot = None;
         return Err(fault.into_error().into());
     }
-    let id = conn.id();
-    // While registered, a cancel ends the `BLPOP` from the cancelling thread.
-    let registration = match id {
-        Some(conn) => match cancel.blocking(Arc::new(Blocked {
-            transport: Arc::clone(&inner.transport),
-            conn,
-        })) {
-            Some(registration) => Some(registration),
-            None => return Err(inner.error(|name| Error::Cancelled { name })),
-        },
-        None => None,
-    };
     let sent = Instant::now();
-    let replies = exchange_wait(inner, conn.as_mut(), &request, until, wait);
-    drop(registration);
-    if replies.is_err() {
+    let blocked = block(
+        &inner.transport,
+        conn.as_mut(),
+        &request,
+        until,
+        inner.io_deadline_after(until, wait),
+        inner.io_deadline(wait),
+        cancel,
+    );
+    if !matches!(blocked, Ok(Blocked::Replied(_))) {
         // The connection was closed on the failure; the next wait takes another.
         *slot = None;
     }
-    // Ended by the timer at `until`, or by a cancel.
-    if let Err(Fault::Lost { error, .. }) = &replies
-        && (Instant::now() >= until || cancel.is_cancelled())
-        && closed_by_end(id, error)
-    {
-        return now(inner.look(wait, cancel));
-    }
+    let replies = match blocked {
+        Ok(Blocked::Replied(replies)) => Ok(replies),
+        Ok(Blocked::Cancelled) => return Err(inner.error(|name| Error::Cancelled { name })),
+        // Ended by the timer at `until`, or by a cancel.
+        Ok(Blocked::Ended) => return now(inner.look(wait, cancel)),
+        Err(fault) => Err(fault),
+    };
     now(inner.after_wait(&request, sent, replies, wait, cancel))
 }
 
@@ -173,24 +199,105 @@ fn waiter_conn<'t>(
     }
 }
 
-/// Sends the `BLPOP` + try and reads all their replies. The timer thread ends the `BLPOP` at
-/// `until`; the reads' deadline is only the backstop for a server that does not answer.
-fn exchange_wait(
-    inner: &Inner<Blocking>,
+/// What a request that blocks came to.
+enum Blocked {
+    Replied(Vec<Value>),
+    /// Its connection was closed at its end or on a cancel, where `CLIENT UNBLOCK` is not
+    /// safe.
+    Ended,
+    /// Cancelled before it was sent.
+    Cancelled,
+}
+
+/// Sends `request`, whose first command blocks until `until`, on `conn` and reads all its
+/// replies: the first by `first_by`, the rest by `rest_by`. The timer thread ends the block at
+/// `until`, and a cancel from another thread at once; the deadlines are only the backstop for
+/// a server that does not answer.
+fn block(
+    transport: &Arc<dyn Transport>,
     conn: &mut dyn Waiter,
     request: &Request,
     until: Instant,
-    wait: Wait,
+    first_by: Instant,
+    rest_by: Instant,
+    cancel: &CancelToken,
+) -> Result<Blocked, Fault> {
+    let id = conn.id();
+    // While registered, a cancel ends the block from the cancelling thread.
+    let registration = match id {
+        Some(conn) => match cancel.blocking(Arc::new(admin::Blocked {
+            transport: Arc::clone(transport),
+            conn,
+        })) {
+            Some(registration) => Some(registration),
+            None => return Ok(Blocked::Cancelled),
+        },
+        None => None,
+    };
+    let replies = exchange(transport, conn, request, until, first_by, rest_by);
+    drop(registration);
+    match replies {
+        Err(Fault::Lost { error, .. })
+            if (Instant::now() >= until || cancel.is_cancelled()) && closed_by_end(id, &error) =>
+        {
+            Ok(Blocked::Ended)
+        }
+        replies => replies.map(Blocked::Replied),
+    }
+}
+
+fn exchange(
+    transport: &Arc<dyn Transport>,
+    conn: &mut dyn Waiter,
+    request: &Request,
+    until: Instant,
+    first_by: Instant,
+    rest_by: Instant,
 ) -> Result<Vec<Value>, Fault> {
-    conn.send(request, inner.io_deadline(wait))?;
-    let alarm = conn.id().map(|id| timer::set(until, &inner.transport, id));
-    let blpop = conn.recv(inner.io_deadline_after(until, wait));
+    conn.send(request, rest_by)?;
+    let alarm = conn.id().map(|id| timer::set(until, transport, id));
+    let first = conn.recv(first_by);
     drop(alarm);
     let mut replies = Vec::with_capacity(request.cmds.len());
-    replies.push(blpop?);
-    let reply_deadline = inner.io_deadline(wait);
+    replies.push(first?);
     for _ in 1..request.cmds.len() {
-        replies.push(conn.recv(reply_deadline)?);
+        replies.push(conn.recv(rest_by)?);
     }
     Ok(replies)
+}
+
+/// A queue waiter's `BLPOP` on `conn`, opened first on `slot` when there is none; see
+/// [`Runtime::pop`].
+fn pop<'a>(
+    transport: &'a Arc<dyn Transport>,
+    conn: &mut Option<Box<dyn Waiter + 'a>>,
+    slot: u16,
+    request: &Request,
+    until: Instant,
+    by: By,
+    cancel: &CancelToken,
+) -> Result<Option<Value>, Fault> {
+    let waiter = match conn {
+        Some(waiter) => waiter,
+        None => conn.insert(transport.waiter(slot, by.now())?),
+    };
+    let popped = waiter.ready(by.now()).and_then(|()| {
+        let blocked = block(
+            transport,
+            waiter.as_mut(),
+            request,
+            until,
+            by.after(until),
+            by.now(),
+            cancel,
+        )?;
+        Ok(match blocked {
+            Blocked::Replied(mut replies) => Some(replies.swap_remove(0)),
+            Blocked::Ended | Blocked::Cancelled => None,
+        })
+    });
+    if !matches!(popped, Ok(Some(_))) {
+        *conn = None;
+    }
+    popped
 }

@@ -9,10 +9,12 @@
 //! [`blocking::Blocking`] (each future is ready when first polled) or [`tokio::Tokio`].
 
 mod acquire;
+mod acquire_line;
+pub(crate) mod acquirer;
 pub(crate) mod blocking;
 mod hold;
 mod leasing;
-mod queued;
+pub(crate) mod line;
 pub(crate) mod renew;
 mod settle;
 #[cfg(test)]
@@ -33,12 +35,12 @@ use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::queue::Ask;
 use crate::protocol::requests::{Observed, Pttl, Request};
-use crate::queue::{Line, Waited};
 use crate::settings::Settings;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
-use crate::transport::ConnId;
+use crate::transport::{ConnId, Fault, Transport};
 use crate::{CancelToken, Error};
 use leasing::{Leasing, LockLeasing, QueueLeasing};
+use line::{By, Line};
 
 pub use hold::Holder;
 
@@ -47,6 +49,9 @@ pub use hold::Holder;
 pub(crate) trait Runtime: Sized + Send + Sync + 'static {
     /// Where requests go. `'static`: the background settle keeps it beyond the call.
     type Transport: AnyTransport + ?Sized + 'static;
+
+    /// Where the requests to the servers of `transport` go on this runtime.
+    fn over(transport: Arc<dyn Transport>) -> Arc<Self::Transport>;
 
     /// What an acquire keeps between its waits (a connection, a place in a queue).
     type Waiting<'a>: Send;
@@ -64,15 +69,53 @@ pub(crate) trait Runtime: Sized + Send + Sync + 'static {
         cancel: &'a CancelToken,
     ) -> impl Future<Output = Result<Tried, Error>> + Send;
 
-    /// Waits in the queue `queue` for `ask` as `wait` allows (one try, for `Wait::Never`),
-    /// leaving it, and giving back a grant, if the wait ends otherwise.
-    fn wait_queue(
-        inner: &Inner<Self>,
-        queue: &QueueKeys,
-        ask: &Ask,
-        wait: Wait,
+    /// The connection a waiter in a queue engine's line blocks on.
+    type PopConn<'a>: Send;
+
+    /// Blocks in `request`, a `BLPOP` until `until`, on `conn` (opened on `slot` when there is
+    /// none), and ends it at `until` or on a cancel: its reply, or `None` when it was ended by
+    /// closing its connection (where `CLIENT UNBLOCK` is not safe). A connection whose wait
+    /// did not answer is dropped.
+    fn pop<'a>(
+        transport: &'a Arc<Self::Transport>,
+        conn: &mut Option<Self::PopConn<'a>>,
+        slot: u16,
+        request: &Request,
+        until: Instant,
+        by: By,
         cancel: &CancelToken,
-    ) -> impl Future<Output = Result<Waited, Error>> + Send;
+    ) -> impl Future<Output = Result<Option<redis::Value>, Fault>> + Send;
+
+    /// Done with the connection of a line's waits that went well: lent again.
+    fn rest(transport: &Arc<Self::Transport>, conn: Self::PopConn<'_>);
+
+    /// Runs an acquire, made by `acquire` with the token that cancels it, so that what it
+    /// takes is given back even if its caller goes away: in place, cancelled by the handle's
+    /// `cancel`; or on a task of its own, cancelled when the caller's future is dropped or
+    /// `cancel` is cancelled (the task's hold is dropped with its output, which releases it).
+    fn apart<T, F>(
+        name: &str,
+        cancel: &CancelToken,
+        acquire: impl FnOnce(CancelToken) -> F + Send + 'static,
+    ) -> impl Future<Output = Result<T, Error>> + Send
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static;
+
+    /// Finishes `work` for a value being dropped (a hold's release): in place, before the
+    /// drop returns; or from a task, and should its runtime end first, `again` on the
+    /// dropping thread.
+    fn on_drop<A: Future<Output = ()>>(
+        work: impl Future<Output = ()> + Send + 'static,
+        again: impl FnOnce() -> A + Send + 'static,
+    );
+
+    /// Finishes the work `make` makes for a caller that is gone (a wait stopped before its
+    /// end), apart from the caller: a thread, or a task (and should its runtime end first,
+    /// again on the dropping thread).
+    fn unattended<F>(make: impl Fn() -> F + Send + 'static)
+    where
+        F: Future<Output = ()> + Send + 'static;
 
     /// Done with what the waits kept, because they took the lock.
     fn keep_for_holder(waiting: Self::Waiting<'_>);
@@ -168,8 +211,8 @@ impl<R: Runtime> Inner<R> {
     }
 
     /// One acquisition of a queue primitive, `ask` in the queue of `queue`: its acquire path
-    /// is [`acquire_queued`](Inner::acquire_queued), its hold the lock's.
-    pub(crate) fn queued(
+    /// is [`acquire_in_line`](Inner::acquire_in_line), its hold the lock's.
+    pub(crate) fn for_line(
         settings: Settings,
         transport: Arc<R::Transport>,
         queue: &QueueKeys,
@@ -210,8 +253,8 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// The queue `queue`, as this handle's waits reach it.
-    pub(crate) fn line<'a>(&'a self, queue: &'a QueueKeys) -> Line<'a, R::Transport> {
+    /// The line of queue `queue`, as this handle's waits reach it.
+    pub(crate) fn line<'a>(&'a self, queue: &'a QueueKeys) -> Line<'a, R> {
         Line {
             transport: &self.transport,
             keys: queue,

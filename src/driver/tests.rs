@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::testing::{bulk, server_error};
-use crate::transport::scripted::{Scripted, Step, CONN};
+use crate::transport::scripted::{Answer, Scripted, CONN};
 use crate::{Error, Lock, LockBuilder};
 
 const ID: &str = "me";
@@ -28,22 +28,22 @@ fn build(transport: &Arc<Scripted>) -> Lock {
     lock_on(transport).build().unwrap()
 }
 
-fn reply(values: impl Into<Vec<Value>>) -> Step {
-    Step::Reply(values.into())
+fn reply(values: impl Into<Vec<Value>>) -> Answer {
+    Answer::Reply(values.into())
 }
 
 /// The replies of a try that took the lock.
-fn taken() -> Step {
+fn taken() -> Answer {
     reply([Value::Okay, bulk(ID), Value::Int(300)])
 }
 
 /// The replies of a try that found `owner` holding the lock.
-fn busy(owner: &str) -> Step {
+fn busy(owner: &str) -> Answer {
     reply([Value::Nil, bulk(owner), Value::Int(200)])
 }
 
 /// The replies of a read that found `owner` holding the lock.
-fn read(owner: &str) -> Step {
+fn read(owner: &str) -> Answer {
     let queued = || Value::SimpleString("QUEUED".into());
     reply([
         Value::Okay,
@@ -54,7 +54,7 @@ fn read(owner: &str) -> Step {
 }
 
 /// What a script call answers when the server does not have the script yet.
-fn noscript() -> Step {
+fn noscript() -> Answer {
     reply([server_error(
         "NOSCRIPT No matching script. Please use EVAL.",
     )])
@@ -74,7 +74,7 @@ fn a_script_the_server_lacks_is_sent_again_as_its_text_and_counts_once() {
 
 #[test]
 fn a_lost_try_is_not_sent_again_but_settled_by_closing_its_connection_and_reading() {
-    let transport = Scripted::new([Step::Lost, read(ID)]);
+    let transport = Scripted::new([Answer::Lost, read(ID)]);
     let lock = build(&transport);
     assert!(
         lock.try_acquire().unwrap(),
@@ -86,7 +86,7 @@ fn a_lost_try_is_not_sent_again_but_settled_by_closing_its_connection_and_readin
 
 #[test]
 fn a_lost_try_whose_read_finds_another_owner_did_not_acquire() {
-    let transport = Scripted::new([Step::Lost, read("other")]);
+    let transport = Scripted::new([Answer::Lost, read("other")]);
     let lock = build(&transport);
     assert!(!lock.try_acquire().unwrap());
     assert!(!lock.lost());
@@ -94,7 +94,7 @@ fn a_lost_try_whose_read_finds_another_owner_did_not_acquire() {
 
 #[test]
 fn a_lost_try_that_cannot_be_settled_in_time_is_outcome_unknown() {
-    let transport = Scripted::new([Step::Lost]);
+    let transport = Scripted::new([Answer::Lost]);
     let lock = build(&transport);
     match lock.try_acquire() {
         Err(Error::OutcomeUnknown { operation, .. }) => assert_eq!(operation, "acquire"),
@@ -112,7 +112,7 @@ fn a_busy_lock_is_not_acquired() {
 
 #[test]
 fn a_lost_release_is_sent_again_and_a_lock_then_found_gone_counts_as_released() {
-    let transport = Scripted::new([taken(), Step::Lost, reply([Value::Int(1)])]);
+    let transport = Scripted::new([taken(), Answer::Lost, reply([Value::Int(1)])]);
     let lock = build(&transport);
     assert!(lock.try_acquire().unwrap());
     lock.release().unwrap();
@@ -129,7 +129,7 @@ fn a_release_that_finds_another_owner_without_a_lost_reply_is_not_acquired() {
 
 #[test]
 fn a_release_lost_twice_is_outcome_unknown() {
-    let transport = Scripted::new([taken(), Step::Lost, Step::Lost]);
+    let transport = Scripted::new([taken(), Answer::Lost, Answer::Lost]);
     let lock = build(&transport);
     assert!(lock.try_acquire().unwrap());
     match lock.release() {
@@ -141,7 +141,7 @@ fn a_release_lost_twice_is_outcome_unknown() {
 
 #[test]
 fn a_release_refused_before_it_was_sent_is_a_plain_error() {
-    let transport = Scripted::new([taken(), Step::Refused]);
+    let transport = Scripted::new([taken(), Answer::Refused]);
     let lock = build(&transport);
     assert!(lock.try_acquire().unwrap());
     match lock.release() {
@@ -188,7 +188,7 @@ fn an_extend_that_finds_another_owner_makes_the_lock_lost() {
 
 #[test]
 fn a_lost_extend_is_sent_again() {
-    let transport = Scripted::new([taken(), Step::Lost, reply([Value::Int(0)])]);
+    let transport = Scripted::new([taken(), Answer::Lost, reply([Value::Int(0)])]);
     let lock = build(&transport);
     assert!(lock.try_acquire().unwrap());
     lock.extend(None).unwrap();

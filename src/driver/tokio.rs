@@ -1,18 +1,20 @@
 //! The driver on tokio: waits share one `BLPOP` per name ([`waits`](super::waits)), renewal
 //! is a task, and a dropped handle settles on a task.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::waits::{give_back_unattended, Ticket, Waited, Waits, Woken};
+use redis::Value;
+
+use super::line::By;
+use super::waits::{give_back_unattended, Replied, Ticket, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
-use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
-use crate::protocol::queue::Ask;
 use crate::protocol::requests::Request;
-use crate::queue;
-use crate::transport::aio::AsyncTransport;
-use crate::transport::ConnId;
+use crate::transport::admin::closed_by_end;
+use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
+use crate::transport::{Admin, ConnId, Fault, Transport};
 use crate::{CancelToken, Error};
 
 /// The runtime the async API spawns its tasks on: the caller's.
@@ -26,6 +28,10 @@ pub(crate) struct Tokio;
 
 impl Runtime for Tokio {
     type Transport = dyn AsyncTransport;
+    fn over(transport: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
+        transport.to_async()
+    }
+
     type Waiting<'a> = Ticket;
 
     async fn pause(pause: Duration, cancel: &CancelToken) -> bool {
@@ -47,12 +53,12 @@ impl Runtime for Tokio {
             slot.get_or_insert_with(|| Waits::join(&inner.transport, &inner.keys, &inner.settings));
         let reply_by = inner.io_deadline_after(until, wait);
         let tried = match ticket.wait(until, reply_by, cancel).await {
-            Woken::Waited(waited) => {
-                let Waited {
+            Woken::Replied(replied) => {
+                let Replied {
                     request,
                     sent,
                     replies,
-                } = *waited;
+                } = *replied;
                 inner
                     .after_wait(&request, sent, replies, wait, cancel)
                     .await
@@ -76,19 +82,73 @@ impl Runtime for Tokio {
         }
     }
 
-    async fn wait_queue(
-        inner: &Inner<Self>,
-        queue: &QueueKeys,
-        ask: &Ask,
-        wait: Wait,
+    type PopConn<'a> = Box<dyn AsyncWaiter>;
+
+    async fn pop<'a>(
+        transport: &'a Arc<dyn AsyncTransport>,
+        conn: &mut Option<Box<dyn AsyncWaiter>>,
+        slot: u16,
+        request: &Request,
+        until: Instant,
+        by: By,
         cancel: &CancelToken,
-    ) -> Result<queue::Waited, Error> {
-        let line = inner.line(queue);
-        match wait {
-            Wait::Never => line.try_once(ask).await,
-            Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await,
-            Wait::Forever => line.wait(ask, None, cancel).await,
+    ) -> Result<Option<Value>, Fault> {
+        let waiter = match conn {
+            Some(waiter) => waiter,
+            None => conn.insert(transport.waiter(slot, by.now()).await?),
+        };
+        let popped = pop(transport, waiter.as_mut(), request, until, by, cancel).await;
+        if !matches!(popped, Ok(Some(_))) {
+            *conn = None;
         }
+        popped
+    }
+
+    fn rest(transport: &Arc<dyn AsyncTransport>, conn: Box<dyn AsyncWaiter>) {
+        transport.rest(conn);
+    }
+
+    async fn apart<T, F>(
+        name: &str,
+        cancel: &CancelToken,
+        acquire: impl FnOnce(CancelToken) -> F + Send + 'static,
+    ) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        let runtime = runtime()?;
+        let abandon = Abandon(CancelToken::new());
+        let acquiring = runtime.spawn(acquire(abandon.0.clone()));
+        tokio::pin!(acquiring);
+        // The handle's own token, if it was built with one, cancels the task's wait.
+        let outcome = tokio::select! {
+            outcome = &mut acquiring => outcome,
+            () = cancel.cancelled() => {
+                abandon.0.cancel();
+                acquiring.await
+            }
+        };
+        drop(abandon);
+        outcome.unwrap_or_else(|e| {
+            log::error!("{name:?}: the acquiring task failed: {e}");
+            Err(Error::Cancelled { name: name.into() })
+        })
+    }
+
+    fn on_drop<A: Future<Output = ()>>(
+        work: impl Future<Output = ()> + Send + 'static,
+        again: impl FnOnce() -> A + Send + 'static,
+    ) {
+        finish::spawn_or_block(work, again);
+    }
+
+    fn unattended<F>(make: impl Fn() -> F + Send + 'static)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let work = make();
+        finish::spawn_or_block(work, make);
     }
 
     fn keep_for_holder(waiting: Ticket) {
@@ -127,7 +187,7 @@ impl Runtime for Tokio {
         );
     }
 
-    fn in_background(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    fn in_background(work: impl Future<Output = ()> + Send + 'static) {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(work)),
             // No runtime (a handle dropped after its runtime ended): a thread with one of
@@ -152,7 +212,7 @@ impl Runtime for Tokio {
     }
 }
 
-impl Inner<Tokio> {
+impl<R: Runtime> Inner<R> {
     /// Resolves once acquisition `epoch` is lost: a renewal found it not ours or failed until
     /// the expiry passed, an extend found it not ours, or, with no renewal, the expiry passed.
     pub(crate) async fn when_lost(&self, epoch: u64) {
@@ -172,6 +232,71 @@ impl Inner<Tokio> {
                 }
             }
         }
+    }
+}
+
+/// The reply of a queue waiter's `BLPOP` until `until` on `waiter`; `None` when it was ended
+/// by closing its connection (where `CLIENT UNBLOCK` is not safe).
+async fn pop(
+    transport: &Arc<dyn AsyncTransport>,
+    waiter: &mut dyn AsyncWaiter,
+    request: &Request,
+    until: Instant,
+    by: By,
+    cancel: &CancelToken,
+) -> Result<Option<Value>, Fault> {
+    waiter.ready(by.now()).await?;
+    let id = waiter.id();
+    let waiting = waiter.wait(request, by.after(until));
+    tokio::pin!(waiting);
+    let alarm = tokio::time::sleep_until(until.into());
+    tokio::pin!(alarm);
+    let mut ended = false;
+    let replies = loop {
+        // The wait is polled first: it goes out before anything may end it.
+        tokio::select! {
+            biased;
+            replies = &mut waiting => break replies,
+            () = &mut alarm, if !ended => {
+                ended = true;
+                end(transport, id, by.now(), false).await;
+            }
+            () = cancel.cancelled(), if !ended => {
+                ended = true;
+                end(transport, id, by.now(), true).await;
+            }
+        }
+    };
+    match replies {
+        Err(Fault::Lost { error, .. }) if ended && closed_by_end(id, &error) => Ok(None),
+        replies => Ok(Some(replies?.into_iter().next().unwrap_or(Value::Nil))),
+    }
+}
+
+/// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`. Without the
+/// right to (an ACL) it ends at the server's own timer, a little later. On a cancel
+/// (`at_once`), a `BLPOP` not blocked yet (the `UNBLOCK` overtook it) is cut off by closing
+/// the connection instead.
+async fn end(
+    transport: &Arc<dyn AsyncTransport>,
+    id: Option<ConnId>,
+    deadline: Instant,
+    at_once: bool,
+) {
+    let Some(id) = id else { return };
+    if let Ok(Admin::Nothing) = transport.unblock(id, deadline).await
+        && at_once
+    {
+        let _ = transport.kill(id, deadline).await;
+    }
+}
+
+/// Cancels a spawned acquire when the future waiting for it is dropped.
+pub(crate) struct Abandon(pub(crate) CancelToken);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 

@@ -1,7 +1,7 @@
 //! Waiting shared by the tasks of one process: per name, one connection blocked in
-//! `BLPOP lock-signal:<name>` for all the tasks that wait on it, and a queue of those tasks in
+//! `BLPOP lock-signal:<name>` for all the tasks that wait on it, and a bench of those tasks in
 //! arrival order. Behind the `BLPOP` goes the first task's try, as behind a blocking waiter's
-//! own, so Redis hands the lock over in the instant it wakes the queue; the try's replies go to
+//! own, so Redis hands the lock over in the instant it wakes the bench; the try's replies go to
 //! that task, which settles them as a blocking waiter does.
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,7 +26,7 @@ use crate::CancelToken;
 /// The shared waits on one transport, by signal key.
 #[derive(Default)]
 pub(crate) struct Waits {
-    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    benches: Mutex<HashMap<String, Arc<Bench>>>,
 }
 
 /// The shared waits of each transport alive, kept here rather than by the transport, which
@@ -37,7 +37,7 @@ static ALL: LazyLock<Mutex<Vec<WaitsOf>>> = LazyLock::new(Default::default);
 type WaitsOf = (Weak<dyn AsyncTransport>, Arc<Waits>);
 
 /// The tasks waiting on one name, and the one `BLPOP` they share.
-struct Queue {
+struct Bench {
     keys: Keys,
     io_timeout: Duration,
     state: Mutex<State>,
@@ -50,7 +50,7 @@ struct State {
     /// The seated tasks, by arrival.
     seats: BTreeMap<u64, Arc<Seat>>,
     next: u64,
-    /// The tickets alive, seated or not: the queue lasts while any is.
+    /// The tickets alive, seated or not: the bench lasts while any is.
     tickets: usize,
     /// Whether a task runs the `BLPOP`.
     running: bool,
@@ -58,7 +58,7 @@ struct State {
     refused: Option<redis::ServerError>,
 }
 
-/// One waiting task's place in a queue, and what it tries as.
+/// One waiting task's place in a bench, and what it tries as.
 struct Seat {
     arrival: u64,
     tries_as: TriesAs,
@@ -67,7 +67,7 @@ struct Seat {
     until: Mutex<(Instant, Instant)>,
     /// Its try is behind the `BLPOP` now: its replies will come to it.
     in_flight: AtomicBool,
-    /// Its replies came and it has not sat again yet: the queue waits for it, its place
+    /// Its replies came and it has not sat again yet: the bench waits for it, its place
     /// being first.
     answered: AtomicBool,
     /// It was cancelled with its try in flight: the `BLPOP` ends now.
@@ -75,7 +75,7 @@ struct Seat {
     /// Its ticket is gone: a try of its that took the lock is given back.
     gone: AtomicBool,
     /// The replies of its try, for it to take.
-    waited: Mutex<Option<Waited>>,
+    waited: Mutex<Option<Replied>>,
     /// The shared wait failed: it looks at the lock by itself.
     look: AtomicBool,
     woken: Notify,
@@ -91,7 +91,7 @@ struct TriesAs {
 }
 
 /// A `BLPOP` + try of a seated task, and what came of it.
-pub(crate) struct Waited {
+pub(crate) struct Replied {
     pub(crate) request: Request,
     /// When it was sent: a key it set expires no earlier than its expiry from then.
     pub(crate) sent: Instant,
@@ -100,9 +100,9 @@ pub(crate) struct Waited {
 
 /// Why a wait ended.
 pub(crate) enum Woken {
-    /// The queue's `BLPOP` ended (a signal, or this task's time) and its try behind it came
+    /// The bench's `BLPOP` ended (a signal, or this task's time) and its try behind it came
     /// back.
-    Waited(Box<Waited>),
+    Replied(Box<Replied>),
     /// This task's own time came while another task's try was behind the `BLPOP`: it tries
     /// by itself.
     Try,
@@ -113,10 +113,10 @@ pub(crate) enum Woken {
     Cancelled,
 }
 
-/// A task's place in the queue of one name, kept across its waits so that it keeps its turn.
+/// A task's place in the bench of one name, kept across its waits so that it keeps its turn.
 pub(crate) struct Ticket {
     transport: Arc<dyn AsyncTransport>,
-    queue: Arc<Queue>,
+    bench: Arc<Bench>,
     seat: Arc<Seat>,
 }
 
@@ -136,27 +136,27 @@ impl Waits {
         waits
     }
 
-    /// A place at the end of the queue of lock `keys`, for a handle with `settings`; the
-    /// queue's `BLPOP` starts if none runs.
+    /// A place at the end of the bench of lock `keys`, for a handle with `settings`; the
+    /// bench's `BLPOP` starts if none runs.
     pub(crate) fn join(
         transport: &Arc<dyn AsyncTransport>,
         keys: &Keys,
         settings: &Settings,
     ) -> Ticket {
         let waits = Waits::of(transport);
-        let mut queues = waits.queues.lock();
-        let queue = queues.entry(keys.signal.clone()).or_insert_with(|| {
-            Arc::new(Queue {
+        let mut benches = waits.benches.lock();
+        let bench = benches.entry(keys.signal.clone()).or_insert_with(|| {
+            Arc::new(Bench {
                 keys: keys.clone(),
                 io_timeout: settings.io_timeout,
                 state: Mutex::default(),
                 changed: Notify::new(),
             })
         });
-        // Counted under the queues' lock: a queue is only retired from the map with no
-        // ticket alive, so no ticket is ever in a queue that is not the name's.
+        // Counted under the benches' lock: a bench is only retired from the map with no
+        // ticket alive, so no ticket is ever in a bench that is not the name's.
         let arrival = {
-            let mut state = queue.state.lock();
+            let mut state = bench.state.lock();
             state.next += 1;
             state.tickets += 1;
             state.next
@@ -181,7 +181,7 @@ impl Waits {
         });
         Ticket {
             transport: Arc::clone(transport),
-            queue: Arc::clone(queue),
+            bench: Arc::clone(bench),
             seat,
         }
     }
@@ -205,21 +205,21 @@ impl Ticket {
         loop {
             // Replies that came are taken first, whatever else woke the task at the same time.
             if let Some(waited) = self.seat.waited.lock().take() {
-                return Woken::Waited(Box::new(waited));
+                return Woken::Replied(Box::new(waited));
             }
             tokio::select! {
                 () = self.seat.woken.notified() => {
-                    // Out of the queue first, as for a try alone: not while the queue sends
+                    // Out of the bench first, as for a try alone: not while the bench sends
                     // a try of this task's own.
                     if self.seat.look.swap(false, Ordering::SeqCst) && self.stand_up() {
                         return Woken::Look;
                     }
-                    let refused = self.queue.state.lock().refused.clone();
+                    let refused = self.bench.state.lock().refused.clone();
                     if let Some(refused) = refused.filter(|_| self.stand_up()) {
                         return Woken::Refused(refused);
                     }
                 }
-                // In flight, the queue ends the `BLPOP` at this same time.
+                // In flight, the bench ends the `BLPOP` at this same time.
                 () = &mut alarm, if !rang => {
                     rang = true;
                     if self.stand_up() {
@@ -232,7 +232,7 @@ impl Ticket {
                         return Woken::Cancelled;
                     }
                     self.seat.leaving.store(true, Ordering::SeqCst);
-                    self.queue.changed.notify_one();
+                    self.bench.changed.notify_one();
                 }
             }
         }
@@ -241,7 +241,7 @@ impl Ticket {
     /// Takes this task's seat, or takes it again in its first place; starts the `BLPOP` if
     /// none runs.
     fn sit(&self) {
-        let mut state = self.queue.state.lock();
+        let mut state = self.bench.state.lock();
         state
             .seats
             .entry(self.seat.arrival)
@@ -254,17 +254,17 @@ impl Ticket {
         {
             state.running = true;
             drop(state);
-            runtime.spawn(run(Arc::clone(&self.queue), Arc::clone(&self.transport)));
+            runtime.spawn(run(Arc::clone(&self.bench), Arc::clone(&self.transport)));
             return;
         }
         drop(state);
-        self.queue.changed.notify_one();
+        self.bench.changed.notify_one();
     }
 
     /// Leaves the seat to try alone, unless its try is in flight already or its replies have
     /// come.
     fn stand_up(&self) -> bool {
-        let mut state = self.queue.state.lock();
+        let mut state = self.bench.state.lock();
         if self.seat.in_flight.load(Ordering::SeqCst) || self.seat.waited.lock().is_some() {
             return false;
         }
@@ -276,61 +276,61 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let waited = {
-            let mut state = self.queue.state.lock();
+            let mut state = self.bench.state.lock();
             state.seats.remove(&self.seat.arrival);
             state.tickets -= 1;
-            // Marked under the lock the queue delivers under: replies that come later are
-            // given back by the queue; ones already here, by this ticket.
+            // Marked under the lock the bench delivers under: replies that come later are
+            // given back by the bench; ones already here, by this ticket.
             self.seat.gone.store(true, Ordering::SeqCst);
             self.seat.waited.lock().take()
         };
         if let Some(waited) = waited {
-            give_back(&self.transport, &self.queue, &self.seat, &waited);
+            give_back(&self.transport, &self.bench, &self.seat, &waited);
         }
-        self.queue.changed.notify_one();
+        self.bench.changed.notify_one();
     }
 }
 
-/// What the queue's task does next.
-enum Step {
+/// What the bench's task does next.
+enum Duty {
     /// Block for this seat, its try behind the `BLPOP`.
     Wait(Arc<Seat>),
     /// No task is seated, or the first is settling its replies; the tasks with tickets will
     /// sit again or leave.
     Idle,
-    /// No ticket is left: the queue is retired.
+    /// No ticket is left: the bench is retired.
     Stop,
 }
 
-impl Queue {
+impl Bench {
     /// The first seat, marked in flight; or what to do when there is none.
-    fn next_step(self: &Arc<Self>, transport: &Arc<dyn AsyncTransport>) -> Step {
+    fn next_duty(self: &Arc<Self>, transport: &Arc<dyn AsyncTransport>) -> Duty {
         let waits = Waits::of(transport);
-        let mut queues = waits.queues.lock();
+        let mut benches = waits.benches.lock();
         let mut state = self.state.lock();
         if let Some(seat) = state.seats.values().next() {
             if seat.answered.load(Ordering::SeqCst) {
-                return Step::Idle;
+                return Duty::Idle;
             }
             seat.in_flight.store(true, Ordering::SeqCst);
-            return Step::Wait(Arc::clone(seat));
+            return Duty::Wait(Arc::clone(seat));
         }
         if state.tickets > 0 {
-            return Step::Idle;
+            return Duty::Idle;
         }
         state.running = false;
-        if queues
+        if benches
             .get(&self.keys.signal)
-            .is_some_and(|queue| Arc::ptr_eq(queue, self))
+            .is_some_and(|bench| Arc::ptr_eq(bench, self))
         {
-            queues.remove(&self.keys.signal);
+            benches.remove(&self.keys.signal);
         }
-        Step::Stop
+        Duty::Stop
     }
 
     /// Hands `waited` to `seat`, which keeps its place until it sits again or leaves; gives
     /// back what it took if its ticket is gone.
-    fn deliver(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat, waited: Waited) {
+    fn deliver(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat, waited: Replied) {
         let gone = {
             let state = self.state.lock();
             seat.in_flight.store(false, Ordering::SeqCst);
@@ -348,7 +348,7 @@ impl Queue {
     }
 
     /// Tells `seat`, whose wait ended by closing its connection at its time, to look at the
-    /// lock by itself; the queue waits for it as for one settling its replies. What a try of
+    /// lock by itself; the bench waits for it as for one settling its replies. What a try of
     /// a task that is gone may have taken is given back.
     fn look_alone(&self, transport: &Arc<dyn AsyncTransport>, seat: &Seat) {
         let state = self.state.lock();
@@ -380,13 +380,13 @@ impl Queue {
 /// A try behind the `BLPOP` whose task is gone may have taken the lock: it is released,
 /// owner-checked (which wakes the next waiter). A handle's next call waits for its turn until
 /// the task is done, so no later acquisition of that id is there to be released.
-fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, waited: &Waited) {
+fn give_back(transport: &Arc<dyn AsyncTransport>, bench: &Bench, seat: &Seat, waited: &Replied) {
     // A try whose reply was lost may yet run: its connection is closed first.
     let lost_on = match &waited.replies {
         Ok(replies) => {
             let mut tried = replies.get(1..).unwrap_or_default().to_vec();
             let _ = waited.request.acks(&mut tried);
-            let taken = requests::parse_try(&queue.keys, &tried);
+            let taken = requests::parse_try(&bench.keys, &tried);
             if !matches!(taken, Ok(requests::Attempt::Acquired { .. })) {
                 return;
             }
@@ -395,24 +395,24 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, queue: &Queue, seat: &Seat, wa
         Err(Fault::NotSent(_)) => return,
         Err(Fault::Lost { conn, .. }) => *conn,
     };
-    give_back_on(transport, queue, seat, lost_on);
+    give_back_on(transport, bench, seat, lost_on);
 }
 
 /// Gives back what a try of `seat`'s may have taken, after closing `lost_on`, the connection
 /// where it may yet run.
 fn give_back_on(
     transport: &Arc<dyn AsyncTransport>,
-    queue: &Queue,
+    bench: &Bench,
     seat: &Seat,
     lost_on: Option<ConnId>,
 ) {
     let unlock = requests::unlock(
-        &queue.keys,
+        &bench.keys,
         seat.tries_as.id.as_bytes(),
         seat.tries_as.signal_expire_ms,
     );
-    let deadline = Instant::now() + queue.io_timeout;
-    let name = &queue.keys.lock;
+    let deadline = Instant::now() + bench.io_timeout;
+    let name = &bench.keys.lock;
     give_back_unattended(
         Arc::clone(transport),
         lost_on,
@@ -423,32 +423,32 @@ fn give_back_on(
 }
 
 /// The shared `BLPOP` of one name: blocks for the first seated task, its try behind.
-async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
-    let _running = Running(Arc::clone(&queue));
+async fn run(bench: Arc<Bench>, transport: Arc<dyn AsyncTransport>) {
+    let _running = Running(Arc::clone(&bench));
     let mut conn: Option<Box<dyn AsyncWaiter>> = None;
     let mut pause = FIRST_PAUSE;
     loop {
         let seat = {
-            // Registered before the queue is looked at, so that no change in between is
+            // Registered before the bench is looked at, so that no change in between is
             // missed; and only then, or it would take the notices meant for the wait below.
-            let changed = queue.changed.notified();
+            let changed = bench.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            match queue.next_step(&transport) {
-                Step::Wait(seat) => seat,
-                Step::Idle => {
+            match bench.next_duty(&transport) {
+                Duty::Wait(seat) => seat,
+                Duty::Idle => {
                     changed.await;
                     continue;
                 }
-                Step::Stop => break,
+                Duty::Stop => break,
             }
         };
-        let (waited, closed) = wait_once(&queue, &transport, &mut conn, &seat).await;
+        let (waited, closed) = wait_once(&bench, &transport, &mut conn, &seat).await;
         // What the other seated tasks are to hear; the first hears it from its own replies.
         let others: Option<Option<redis::ServerError>> = match (closed, &waited.replies) {
             // The `BLPOP` was ended by closing its connection, for this seat alone.
             (Some(Ended::AtTime), _) => {
-                queue.look_alone(&transport, &seat);
+                bench.look_alone(&transport, &seat);
                 continue;
             }
             (Some(Ended::Leaving), _) => None,
@@ -460,28 +460,28 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
                 }
                 Some(Value::ServerError(e)) => Some(Some(e.clone())),
                 _ => {
-                    queue.state.lock().refused = None;
+                    bench.state.lock().refused = None;
                     None
                 }
             },
             (None, Err(fault)) => {
                 log::warn!(
                     "the shared wait on {:?} failed: {fault:?}",
-                    queue.keys.signal
+                    bench.keys.signal
                 );
                 conn = None;
                 Some(None)
             }
         };
-        queue.deliver(&transport, &seat, waited);
+        bench.deliver(&transport, &seat, waited);
         let Some(refused) = others else {
             pause = FIRST_PAUSE;
             continue;
         };
-        queue.wake_all(refused);
+        bench.wake_all(refused);
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            () = queue.changed.notified() => {}
+            () = bench.changed.notified() => {}
         }
         pause = longer(pause);
     }
@@ -490,11 +490,11 @@ async fn run(queue: Arc<Queue>, transport: Arc<dyn AsyncTransport>) {
     }
 }
 
-/// A queue's `BLPOP` task, which its runtime may drop at any `.await` when it shuts down (tasks
+/// A bench's `BLPOP` task, which its runtime may drop at any `.await` when it shuts down (tasks
 /// of other runtimes may be queued too): the tasks seated then look at the lock by themselves
 /// (a try in flight has been given back by then, see [`InFlight`]), and the next to sit starts
 /// the `BLPOP` again on its own runtime.
-struct Running(Arc<Queue>);
+struct Running(Arc<Bench>);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -508,7 +508,7 @@ impl Drop for Running {
     }
 }
 
-/// How the queue ended a `BLPOP` by closing its connection (where `CLIENT UNBLOCK` is not
+/// How the bench ended a `BLPOP` by closing its connection (where `CLIENT UNBLOCK` is not
 /// safe), which is then no failure of the shared wait.
 #[derive(Clone, Copy)]
 enum Ended {
@@ -522,26 +522,26 @@ enum Ended {
 /// when it leaves, with `CLIENT UNBLOCK`: the try then runs, as after a wake-up. Where
 /// `CLIENT UNBLOCK` is not safe the connection is closed instead, and the wait says so.
 async fn wait_once(
-    queue: &Queue,
+    bench: &Bench,
     transport: &Arc<dyn AsyncTransport>,
     conn: &mut Option<Box<dyn AsyncWaiter>>,
     seat: &Seat,
-) -> (Waited, Option<Ended>) {
+) -> (Replied, Option<Ended>) {
     let (until, reply_by) = *seat.until.lock();
     let tries_as = &seat.tries_as;
     let block = until.saturating_duration_since(Instant::now());
     let request = requests::wait_then_try(
-        &queue.keys,
+        &bench.keys,
         &tries_as.id,
         tries_as.expire_ms,
         tries_as.fencing,
         Some(block),
     )
     .replicated(tries_as.replicas);
-    let deadline = (Instant::now() + queue.io_timeout).min(reply_by);
+    let deadline = (Instant::now() + bench.io_timeout).min(reply_by);
     let waiter = match conn {
         Some(waiter) => waiter,
-        None => match transport.waiter(queue.keys.slot, deadline).await {
+        None => match transport.waiter(bench.keys.slot, deadline).await {
             Ok(waiter) => conn.insert(waiter),
             Err(fault) => return (not_sent(request, fault), None),
         },
@@ -554,7 +554,7 @@ async fn wait_once(
     let sent = Instant::now();
     let in_flight = InFlight {
         transport,
-        queue,
+        bench,
         seat,
         conn: id,
         landed: false,
@@ -574,7 +574,7 @@ async fn wait_once(
                     ended = Some(Ended::AtTime);
                     end(transport, id, reply_by, false).await;
                 }
-                () = queue.changed.notified(), if ended.is_none() => {
+                () = bench.changed.notified(), if ended.is_none() => {
                     if seat.leaving.load(Ordering::SeqCst) || seat.gone.load(Ordering::SeqCst) {
                         ended = Some(Ended::Leaving);
                         end(transport, id, reply_by, true).await;
@@ -591,7 +591,7 @@ async fn wait_once(
         Err(Fault::Lost { error, .. }) if closed_by_end(id, error) => ended,
         _ => None,
     };
-    let waited = Waited {
+    let waited = Replied {
         request,
         sent,
         replies,
@@ -599,13 +599,13 @@ async fn wait_once(
     (waited, closed)
 }
 
-/// A `BLPOP` + try on its way. Should the queue's task be dropped before its replies come (its
+/// A `BLPOP` + try on its way. Should the bench's task be dropped before its replies come (its
 /// runtime ended), the try may yet take the lock for a task that is gone too, and a lock
 /// without expiry would stay taken for good: its connection is closed and what it took given
 /// back, before the seated tasks are told to look for themselves.
 struct InFlight<'a> {
     transport: &'a Arc<dyn AsyncTransport>,
-    queue: &'a Queue,
+    bench: &'a Bench,
     seat: &'a Seat,
     conn: Option<ConnId>,
     landed: bool,
@@ -621,14 +621,14 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.landed {
-            give_back_on(self.transport, self.queue, self.seat, self.conn);
+            give_back_on(self.transport, self.bench, self.seat, self.conn);
         }
     }
 }
 
 /// A wait that never went out: its try did not run.
-fn not_sent(request: Request, fault: Fault) -> Waited {
-    Waited {
+fn not_sent(request: Request, fault: Fault) -> Replied {
+    Replied {
         request,
         sent: Instant::now(),
         replies: Err(Fault::NotSent(fault.into_error())),

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::{deadlines, each_batch};
 use crate::backend::{transport_of, Backend};
-use crate::protocol::keys::{Primitive, QueueKeys};
-use crate::protocol::queue::{self, RW_CAPACITY};
+use crate::protocol::keys::QueueKeys;
+use crate::protocol::primitive::Primitive;
+use crate::protocol::queue;
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 
-/// The units a writer of a read-write lock holds (all of them; a reader holds 1).
-pub const WRITER_UNITS: u64 = RW_CAPACITY;
+pub use crate::protocol::primitive::WRITER_UNITS;
 
 /// A queue-engine primitive that [`queues`] or [`queue`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,14 +253,7 @@ pub fn reset_queue(
     if holder == Some("") {
         return Err(Error::invalid("the holder id is empty"));
     }
-    let capacity = match kind {
-        Primitive::Semaphore if permits == 0 => {
-            return Err(Error::invalid("a semaphore has at least 1 permit"))
-        }
-        Primitive::Semaphore => u64::from(permits),
-        Primitive::FairLock => 1,
-        Primitive::RwLock => RW_CAPACITY,
-    };
+    let capacity = kind.capacity(permits)?;
     let deadline = deadlines(io_timeout)?;
     let keys = QueueKeys::new(kind, name);
     let request = queue::reset(&keys, holder, capacity);

@@ -6,6 +6,8 @@
 //! pipeline could not run: there the name goes in braces (`lock:{name}`), unless it already
 //! has a hash tag of its own, which then decides the slot as it is.
 
+use super::primitive::Primitive;
+
 const LOCK_PREFIX: &str = "lock:";
 const SIGNAL_PREFIX: &str = "lock-signal:";
 const FENCE_PREFIX: &str = "lock-fence:";
@@ -172,46 +174,6 @@ mod tests {
 // `<kind>:=`, and each keeps the name whole, so distinct names never share a key: `x` and
 // `{x}` are two semaphores, `semaphore:{x}:*` and `semaphore:={x}:*`.
 
-/// A kind of primitive on the fair queue engine, as [`inspect::queues`](crate::inspect::queues)
-/// reports it; its keys start with `semaphore:`, `fair-lock:` or `rwlock:`.
-///
-/// ```
-/// use redis_blpop_lock::inspect::Primitive;
-///
-/// assert_ne!(Primitive::Semaphore, Primitive::RwLock);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum Primitive {
-    /// A counting semaphore (`semaphore:{name}:*`, or `semaphore:=name:*` for a name with a
-    /// hash tag of its own).
-    Semaphore,
-    /// A fair lock: `Lock::builder(..).fair(true)` (`fair-lock:{name}:*`, or
-    /// `fair-lock:=name:*`).
-    FairLock,
-    /// A read-write lock (`rwlock:{name}:*`, or `rwlock:=name:*`): a reader holds 1 unit, a
-    /// writer [`WRITER_UNITS`](crate::inspect::WRITER_UNITS).
-    RwLock,
-}
-
-impl Primitive {
-    pub(crate) const ALL: [Primitive; 3] =
-        [Primitive::Semaphore, Primitive::FairLock, Primitive::RwLock];
-
-    /// The `SCAN MATCH` pattern that finds every key of this kind, of both families.
-    pub(crate) fn pattern(self) -> String {
-        format!("{}*", self.prefix())
-    }
-
-    fn prefix(self) -> &'static str {
-        match self {
-            Primitive::Semaphore => "semaphore:",
-            Primitive::FairLock => "fair-lock:",
-            Primitive::RwLock => "rwlock:",
-        }
-    }
-}
-
 /// What a primitive's key puts after `<kind>:` for a name with a hash tag of its own.
 const OWN_TAG: char = '=';
 
@@ -264,7 +226,7 @@ impl QueueKeys {
         let key = std::str::from_utf8(key).ok()?;
         let kind = Primitive::ALL
             .into_iter()
-            .find(|kind| key.starts_with(kind.prefix()))?;
+            .find(|kind| key.starts_with(&kind.prefix()))?;
         // No part has a `:`, so the last one ends the name, whatever the name holds.
         let (spelled, part) = key[kind.prefix().len()..].rsplit_once(':')?;
         if !SCANNED_PARTS.contains(&part) {

@@ -5,6 +5,7 @@ pub(crate) mod eviction;
 pub(crate) mod hello;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod primitive;
 pub(crate) mod queue;
 pub(crate) mod quorum;
 pub(crate) mod redirect;

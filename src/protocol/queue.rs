@@ -3,7 +3,7 @@
 //! time passed in.
 //!
 //! One engine carries three primitives: a fair, weighted, leased semaphore of `capacity` units
-//! (a semaphore: its permits; a fair lock: 1; a read-write lock: [`RW_CAPACITY`], a reader
+//! (a semaphore: its permits; a fair lock: 1; a read-write lock: [`WRITER_UNITS`](super::primitive::WRITER_UNITS), a reader
 //! taking 1 and a writer all). Grants go in arrival order, and a request that does not fit
 //! blocks those behind it. `scripts/queue_engine.lua` has the rules; every script is safe to
 //! send twice, as each does what it does by acquisition id.
@@ -24,7 +24,6 @@ use super::scripts::{
 use crate::Error;
 
 /// A read-write lock's capacity: the most readers at once; a writer takes all of it.
-pub(crate) const RW_CAPACITY: u64 = 1_000_000;
 
 /// The largest count or time in milliseconds a script takes: 15 digits stay exact in Lua.
 const MAX_NUMBER: u64 = 999_999_999_999_999;
@@ -344,7 +343,7 @@ fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value], Error> {
 
 /// What a waiter does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
+pub(crate) enum Next {
     /// Send an acquire (`Mode::Wait`): the first ask, or a heartbeat.
     Ask,
     /// Block in `BLPOP` on its own signal list until then.
@@ -360,7 +359,7 @@ pub(crate) enum Step {
 
 /// One waiter's way through the queue, up to `deadline` (`None`: no limit).
 #[derive(Debug)]
-pub(crate) struct Queued {
+pub(crate) struct QueueWait {
     deadline: Option<Instant>,
     /// How long a grant pushed by another's script lasts unless claimed: the waiter's lease,
     /// cut to when its entry would have lapsed, so that a grant to a waiter that died
@@ -370,14 +369,14 @@ pub(crate) struct Queued {
     waiting_since: Option<Instant>,
 }
 
-impl Queued {
+impl QueueWait {
     pub(crate) fn new(ask: &Ask, deadline: Option<Instant>) -> Self {
         let lapse = Duration::from_millis(ask.lapse_ms);
         let claim = match ask.lease_ms {
             0 => lapse,
             ms => lapse.min(Duration::from_millis(ms)),
         };
-        Queued {
+        QueueWait {
             deadline,
             claim,
             waiting_since: None,
@@ -385,38 +384,38 @@ impl Queued {
     }
 
     /// After an ask sent at `sent` was answered at `now`.
-    pub(crate) fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Step {
+    pub(crate) fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Next {
         match answer {
             // The server's count of what is left started after the send.
-            Asked::Granted { token, lease_left } => Step::Granted {
+            Asked::Granted { token, lease_left } => Next::Granted {
                 token,
                 valid_until: lease_left.map(|left| sent + left),
             },
             Asked::Waiting { next, .. } => {
                 self.waiting_since = Some(sent);
                 match self.deadline {
-                    Some(deadline) if now >= deadline => Step::Leave,
-                    deadline => Step::Block {
+                    Some(deadline) if now >= deadline => Next::Leave,
+                    deadline => Next::Block {
                         until: deadline.map_or(now + next, |d| d.min(now + next)),
                     },
                 }
             }
             // Only a try is refused; a waiter that meets it (against the protocol) stops.
-            Asked::Refused => Step::Leave,
+            Asked::Refused => Next::Leave,
         }
     }
 
     /// After a `BLPOP` that ended at `now`, with the token a grant pushed, or none (its time
     /// ran out, or it was ended early).
-    pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Step {
+    pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Next {
         match token {
             // Granted after the last ask that found it waiting, until its claim runs out.
-            Some(token) => Step::Granted {
+            Some(token) => Next::Granted {
                 token,
                 valid_until: Some(self.waiting_since.unwrap_or(now) + self.claim),
             },
-            None if self.deadline.is_some_and(|d| now >= d) => Step::Leave,
-            None => Step::Ask,
+            None if self.deadline.is_some_and(|d| now >= d) => Next::Leave,
+            None => Next::Ask,
         }
     }
 }
@@ -424,7 +423,7 @@ impl Queued {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::keys::Primitive;
+    use crate::protocol::primitive::Primitive;
     use crate::protocol::testing::{bulk, server_error};
 
     fn keys() -> QueueKeys {
@@ -595,23 +594,23 @@ mod tests {
             position: 2,
             next: Duration::from_millis(ms),
         };
-        let mut queued = Queued::new(&ask(), Some(t0 + secs(5)));
+        let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
         assert_eq!(
-            queued.asked(t0, waiting(1000), t0),
-            Step::Block {
+            wait.asked(t0, waiting(1000), t0),
+            Next::Block {
                 until: t0 + secs(1)
             }
         );
         assert_eq!(
-            queued.asked(t0, waiting(9000), t0),
-            Step::Block {
+            wait.asked(t0, waiting(9000), t0),
+            Next::Block {
                 until: t0 + secs(5)
             }
         );
-        let mut forever = Queued::new(&ask(), None);
+        let mut forever = QueueWait::new(&ask(), None);
         assert_eq!(
             forever.asked(t0, waiting(1000), t0),
-            Step::Block {
+            Next::Block {
                 until: t0 + secs(1)
             }
         );
@@ -620,14 +619,14 @@ mod tests {
     #[test]
     fn a_waiter_that_pops_nothing_asks_again_until_its_deadline_then_leaves() {
         let t0 = Instant::now();
-        let mut queued = Queued::new(&ask(), Some(t0 + secs(5)));
-        assert_eq!(queued.popped(None, t0 + secs(1)), Step::Ask);
-        assert_eq!(queued.popped(None, t0 + secs(5)), Step::Leave);
+        let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
+        assert_eq!(wait.popped(None, t0 + secs(1)), Next::Ask);
+        assert_eq!(wait.popped(None, t0 + secs(5)), Next::Leave);
         let waiting = Asked::Waiting {
             position: 1,
             next: secs(1),
         };
-        assert_eq!(queued.asked(t0, waiting, t0 + secs(6)), Step::Leave);
+        assert_eq!(wait.asked(t0, waiting, t0 + secs(6)), Next::Leave);
     }
 
     /// A waiter's ask: a 30 s lease, a 4 s lapse window.
@@ -638,16 +637,16 @@ mod tests {
     #[test]
     fn a_pushed_grant_lasts_from_the_last_ask_that_found_it_waiting_until_its_claim_runs_out() {
         let t0 = Instant::now();
-        let mut queued = Queued::new(&ask(), None);
+        let mut wait = QueueWait::new(&ask(), None);
         let waiting = Asked::Waiting {
             position: 1,
             next: secs(1),
         };
-        queued.asked(t0, waiting, t0);
-        queued.asked(t0 + secs(1), waiting, t0 + secs(1));
+        wait.asked(t0, waiting, t0);
+        wait.asked(t0 + secs(1), waiting, t0 + secs(1));
         assert_eq!(
-            queued.popped(Some(4), t0 + secs(2)),
-            Step::Granted {
+            wait.popped(Some(4), t0 + secs(2)),
+            Next::Granted {
                 token: 4,
                 valid_until: Some(t0 + secs(5))
             }
@@ -662,8 +661,8 @@ mod tests {
             lease_left: Some(secs(30)),
         };
         assert_eq!(
-            Queued::new(&ask(), None).asked(t0, granted, t0 + secs(1)),
-            Step::Granted {
+            QueueWait::new(&ask(), None).asked(t0, granted, t0 + secs(1)),
+            Next::Granted {
                 token: 4,
                 valid_until: Some(t0 + secs(30))
             }
@@ -673,8 +672,8 @@ mod tests {
             lease_left: None,
         };
         assert_eq!(
-            Queued::new(&ask(), None).asked(t0, forever, t0),
-            Step::Granted {
+            QueueWait::new(&ask(), None).asked(t0, forever, t0),
+            Next::Granted {
                 token: 4,
                 valid_until: None
             }

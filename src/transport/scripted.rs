@@ -12,7 +12,7 @@ use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::requests::Request;
 
 /// What the server does with one request.
-pub(crate) enum Step {
+pub(crate) enum Answer {
     /// It answers with these replies.
     Reply(Vec<Value>),
     /// It ran the request (perhaps), and the replies were lost on connection [`CONN`].
@@ -21,7 +21,7 @@ pub(crate) enum Step {
     Refused,
 }
 
-/// The connection a [`Step::Lost`] request went out on.
+/// The connection a [`Answer::Lost`] request went out on.
 pub(crate) const CONN: ConnId = ConnId {
     node: 0,
     id: 7,
@@ -30,13 +30,13 @@ pub(crate) const CONN: ConnId = ConnId {
 
 #[derive(Default)]
 pub(crate) struct Scripted {
-    steps: Mutex<VecDeque<Step>>,
+    steps: Mutex<VecDeque<Answer>>,
     sent: Mutex<Vec<String>>,
 }
 
 impl Scripted {
     /// A transport that answers with `steps`, in order; past them, every request is refused.
-    pub(crate) fn new(steps: impl IntoIterator<Item = Step>) -> Arc<Scripted> {
+    pub(crate) fn new(steps: impl IntoIterator<Item = Answer>) -> Arc<Scripted> {
         Arc::new(Scripted {
             steps: Mutex::new(steps.into_iter().collect()),
             sent: Mutex::default(),
@@ -48,7 +48,7 @@ impl Scripted {
         self.sent.lock().clone()
     }
 
-    /// Steps not taken yet.
+    /// Answers not given yet.
     pub(crate) fn left(&self) -> usize {
         self.steps.lock().len()
     }
@@ -116,12 +116,12 @@ impl Transport for Scripted {
     fn call(&self, request: &Request, _deadline: Instant) -> Result<Vec<Value>, Fault> {
         self.record(request);
         match self.steps.lock().pop_front() {
-            Some(Step::Reply(replies)) => Ok(replies),
-            Some(Step::Lost) => Err(Fault::Lost {
+            Some(Answer::Reply(replies)) => Ok(replies),
+            Some(Answer::Lost) => Err(Fault::Lost {
                 conn: Some(CONN),
                 error: io_error(std::io::ErrorKind::ConnectionReset, "reply lost"),
             }),
-            Some(Step::Refused) | None => Err(Fault::NotSent(io_error(
+            Some(Answer::Refused) | None => Err(Fault::NotSent(io_error(
                 std::io::ErrorKind::ConnectionRefused,
                 "refused",
             ))),

@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::line::LineEnd;
 use super::{Inner, Runtime};
 use crate::observe;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::{Wait, LOOSE};
 use crate::protocol::queue::Ask;
-use crate::queue::Waited;
 use crate::{CancelToken, Error};
 
 impl<R: Runtime> Inner<R> {
     /// Waits in line as `wait` allows; returns the acquisition's epoch, or `None` when the
     /// wait ended first (nothing is then held, and the waiter has left the queue).
-    pub(crate) async fn acquire_queued(
+    pub(crate) async fn acquire_in_line(
         self: &Arc<Self>,
         queue: &QueueKeys,
         ask: &Ask,
@@ -44,8 +44,13 @@ impl<R: Runtime> Inner<R> {
             if let Some(epoch) = self.before_acquire(wait, cancel).await? {
                 return Ok(Some(epoch));
             }
-            let waited = R::wait_queue(self, queue, ask, wait, cancel).await?;
-            let Waited::Granted { token, valid_until } = waited else {
+            let line = self.line(queue);
+            let end = match wait {
+                Wait::Never => line.try_once(ask).await?,
+                Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await?,
+                Wait::Forever => line.wait(ask, None, cancel).await?,
+            };
+            let LineEnd::Granted { token, valid_until } = end else {
                 return Ok(None);
             };
             let mut valid_until = self.less_drift(valid_until);

@@ -1,0 +1,9 @@
+//! The blocking API, re-exported at the crate root: each handle blocks the calling thread in
+//! its round trips. The same files as [`crate::aio`], each the same shell on the blocking
+//! runtime.
+
+mod rwlock;
+mod semaphore;
+
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

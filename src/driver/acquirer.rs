@@ -1,0 +1,174 @@
+//! What the handles of the queue engine's primitives share: a semaphore or read-write lock
+//! hands out any number of acquisitions at once (from many threads or tasks), so each is a
+//! [`Lease`] of its own, with an id of its own (the handle's id and a count), on the lock's
+//! hold machinery (renewal, release, `lost()`, fencing). Written once, for both runtimes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Inner, Runtime};
+use crate::protocol::keys::QueueKeys;
+use crate::protocol::lease::Wait;
+use crate::protocol::primitive::Primitive;
+use crate::protocol::queue::{self, Ask, QueueState};
+use crate::settings::Settings;
+use crate::transport::send::send_repeatable;
+use crate::transport::Transport;
+use crate::Error;
+
+/// A queue primitive's handle, as its acquisitions see it.
+pub(crate) struct Acquirer<R: Runtime> {
+    pub(crate) settings: Settings,
+    transport: Arc<R::Transport>,
+    pub(crate) keys: QueueKeys,
+    pub(crate) capacity: u64,
+    /// How many acquisitions this handle has made: the last part of their ids.
+    made: AtomicU64,
+}
+
+/// One acquisition held: given back by [`Lease::release`] or when dropped.
+pub(crate) struct Lease<R: Runtime> {
+    inner: Arc<Inner<R>>,
+    epoch: u64,
+    ask: Ask,
+    keys: QueueKeys,
+    /// Whether dropping it gives it back: not once it has been released.
+    armed: bool,
+}
+
+impl<R: Runtime> Acquirer<R> {
+    pub(crate) fn new(
+        kind: Primitive,
+        settings: Settings,
+        transport: Arc<dyn Transport>,
+        capacity: u64,
+    ) -> Self {
+        Acquirer {
+            keys: QueueKeys::new(kind, &settings.name),
+            settings,
+            transport: R::over(transport),
+            capacity,
+            made: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `units` as `wait` allows: `None` when the wait ended first. Stopped before its
+    /// end (a dropped future), the wait leaves the line and gives back a grant that came
+    /// meanwhile.
+    pub(crate) async fn take(&self, units: u64, wait: Wait) -> Result<Option<Lease<R>>, Error> {
+        let (settings, ask) = next_ask(&self.settings, &self.made, units, self.capacity)?;
+        let inner = Arc::new(Inner::for_line(
+            settings,
+            Arc::clone(&self.transport),
+            &self.keys,
+            &ask,
+        ));
+        let keys = self.keys.clone();
+        let acquire = move |cancel| async move {
+            let epoch = inner.acquire_in_line(&keys, &ask, wait, &cancel).await?;
+            Ok(epoch.map(|epoch| Lease {
+                inner,
+                epoch,
+                ask,
+                keys,
+                armed: true,
+            }))
+        };
+        R::apart(&self.settings.name, &self.settings.cancel, acquire).await
+    }
+
+    /// The holders and waiters as the server sees them now.
+    pub(crate) async fn state(&self) -> Result<QueueState, Error> {
+        let deadline = Instant::now() + self.settings.io_timeout;
+        let request = queue::state(&self.keys);
+        let mut answered = send_repeatable(&*self.transport, &request, deadline).await?;
+        queue::parse_state(&self.keys, &answered.replies.swap_remove(0))
+    }
+
+    /// How many units are free now, by this handle's capacity (a read; it may change at once).
+    pub(crate) async fn available(&self) -> Result<u64, Error> {
+        let used = self.state().await?.used;
+        Ok(self.capacity.saturating_sub(used))
+    }
+}
+
+/// The settings and ask of a new acquisition of `units` of `capacity` by the handle with
+/// `settings`, which has made `made` before: an id of its own, the handle's and a count.
+fn next_ask(
+    settings: &Settings,
+    made: &AtomicU64,
+    units: u64,
+    capacity: u64,
+) -> Result<(Settings, Ask), Error> {
+    let n = made.fetch_add(1, Ordering::Relaxed);
+    let mut settings = settings.clone();
+    settings.id = format!("{}:{n}", settings.id);
+    let ask = Ask::new(
+        &settings.id,
+        units,
+        capacity,
+        settings.expire(),
+        settings.lapse(),
+    )?;
+    Ok((settings, ask))
+}
+
+impl<R: Runtime> Lease<R> {
+    pub(crate) fn lost(&self) -> bool {
+        self.inner.lost_since(self.epoch)
+    }
+
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        self.inner.fencing_token()
+    }
+
+    /// Resolves once the lease is lost; see [`Inner::when_lost`].
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn when_lost(&self) {
+        self.inner.when_lost(self.epoch).await;
+    }
+
+    /// Gives it back, waking the waiters that can now proceed. Stopped before its end, the
+    /// release is done again unattended.
+    pub(crate) async fn release(mut self) -> Result<(), Error> {
+        let released = self.inner.release(Some(self.epoch)).await;
+        self.armed = false;
+        released
+    }
+
+    /// Keeps `units` of what it holds and gives back the rest (a write lock downgraded to a
+    /// read lock). False if it no longer held anything.
+    pub(crate) async fn shrink(&self, units: u64) -> Result<bool, Error> {
+        let deadline = Instant::now() + self.inner.settings.io_timeout;
+        let request = queue::shrink(&self.keys, &self.ask, units);
+        let mut answered = send_repeatable(&*self.inner.transport, &request, deadline).await?;
+        queue::parse_held(&self.keys, &answered.replies.swap_remove(0))
+    }
+}
+
+/// A lease dropped unreleased is given back (see [`Runtime::on_drop`]): a failure is logged,
+/// and the lease frees itself at its expiry.
+impl<R: Runtime> Drop for Lease<R> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (inner, epoch) = (Arc::clone(&self.inner), self.epoch);
+        let again = Arc::clone(&inner);
+        R::on_drop(released(inner, epoch, false), move || {
+            released(again, epoch, true)
+        });
+    }
+}
+
+/// Releases acquisition `epoch` of `inner` for a lease dropped unreleased, logging a failure;
+/// `again` after an attempt its runtime dropped, which may have released it already.
+async fn released<R: Runtime>(inner: Arc<Inner<R>>, epoch: u64, again: bool) {
+    match inner.release(Some(epoch)).await {
+        Ok(()) => {}
+        Err(Error::NotAcquired { .. }) if again => {}
+        Err(e @ Error::NotAcquired { .. }) => log::warn!("{:?}: on drop: {e}", inner.name()),
+        Err(e) => log::error!("{:?}: release on drop failed: {e}", inner.name()),
+    }
+}

@@ -1,0 +1,60 @@
+//! The public handles' shells, written once for both APIs: each primitive's shell is a macro
+//! that the blocking API ([`crate::blocking`], re-exported at the root) and the async API
+//! ([`crate::aio`]) each expand, one line apiece. A shell only turns its methods into calls of
+//! the driver's generic core (`driver::acquirer`), so the two APIs cannot drift: the same
+//! methods, in the same order, with the same docs.
+//!
+//! What differs between the APIs is passed in: the runtime, whether a call is `async`, how a
+//! call is run (`now(..)` or `.await`), and how its doc examples start and wait.
+
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+
+/// What a wait without a deadline that ended without a hold is: against the protocol.
+pub(crate) fn ended() -> crate::Error {
+    crate::Error::unexpected(&"a wait without deadline that ended")
+}
+
+/// Runs a driver future on the blocking API: the caller's thread blocks in each round trip.
+macro_rules! run_blocking {
+    ($e:expr) => {
+        $crate::transport::send::now($e)
+    };
+}
+
+/// Runs a driver future on the async API.
+macro_rules! run_aio {
+    ($e:expr) => {
+        $e.await
+    };
+}
+
+/// Expands the shell `$shell` for one API, with what tells that API apart.
+macro_rules! for_api {
+    ($shell:ident, blocking) => {
+        use $crate::shell::run_blocking;
+        $crate::shell::$shell::$shell! {
+            rt = $crate::driver::blocking::Blocking,
+            asyncness = [],
+            run = run_blocking,
+            head = "# fn main() -> Result<(), redis_blpop_lock::Error> {",
+            path = "redis_blpop_lock::",
+            aw = "",
+            prefix = "",
+        }
+    };
+    ($shell:ident, aio) => {
+        use $crate::shell::run_aio;
+        $crate::shell::$shell::$shell! {
+            rt = $crate::driver::tokio::Tokio,
+            asyncness = [async],
+            run = run_aio,
+            head = "# async fn run() -> Result<(), redis_blpop_lock::Error> {",
+            path = "redis_blpop_lock::aio::",
+            aw = ".await",
+            prefix = "aio::",
+        }
+    };
+}
+
+pub(crate) use {for_api, run_aio, run_blocking};
