@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{transport_of, Backend};
-use crate::lock::Lock;
+use crate::blocking::Lock;
 use crate::observe::Label;
 use crate::protocol::primitive::Primitive;
 use crate::settings::{
@@ -14,41 +14,6 @@ use crate::settings::{
 };
 use crate::transport::Transport;
 use crate::{id, CancelToken, Error};
-
-impl Lock {
-    /// A handle on the lock `name` on `backend` (one server, a cluster, a Sentinel-managed
-    /// primary: see [`Backend`]), with no expiry and a random owner id.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "cron:cleanup")?;
-    /// if lock.try_acquire()? {
-    ///     // ... only one process in the fleet gets here at a time ...
-    ///     lock.release()?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn new(backend: &(impl Backend + ?Sized), name: impl Into<String>) -> Result<Lock, Error> {
-        Lock::builder(backend, name).build()
-    }
-
-    /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "cron:cleanup")
-    ///     .expire(std::time::Duration::from_secs(10))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder<B: Backend + ?Sized>(backend: &B, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(backend, name.into())
-    }
-}
 
 /// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
 ///
@@ -411,61 +376,5 @@ impl<K> LockBuilder<K> {
         let transport = self.transport?;
         transport.check(&settings)?;
         Ok((settings, transport))
-    }
-}
-
-impl LockBuilder<Lock> {
-    /// A fair lock: waiters take it in the order they asked, across processes, and a
-    /// newcomer never takes it ahead of them. It is the queue engine's (see the crate docs'
-    /// "Fair lock" section), on keys `fair-lock:{name}:*` (`fair-lock:=name:*` for a name with a hash
-    /// tag of its own), so it is not python-redis-lock's
-    /// and does not exclude a plain lock of the same name: every handle of one name must agree.
-    /// Its expiry defaults to 30 s, renewed, unless [`expire`](Self::expire) says otherwise.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "tickets").fair(true).build()?;
-    /// let guard = lock.lock()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fair(self, on: bool) -> Self {
-        self.fair_or_not(on)
-    }
-
-    /// Lets `token` cancel this handle's waits from another thread; see [`CancelToken`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let token = redis_blpop_lock::CancelToken::new();
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
-    ///     .cancel_token(token.clone())
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn cancel_token(mut self, token: CancelToken) -> Self {
-        self.cancel = Some(token);
-        self
-    }
-
-    /// Checks the settings and makes the handle. No connection is opened yet.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "job")
-    ///     .expire(Duration::from_secs(30))
-    ///     .build()?;
-    /// assert!(redis_blpop_lock::Lock::builder(&client, "").build().is_err());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn build(self) -> Result<Lock, Error> {
-        let (settings, transport) = self.checked()?;
-        Lock::from_settings(settings, transport)
     }
 }

@@ -1011,10 +1011,8 @@ mod cache;
 mod cancel;
 mod driver;
 mod error;
-mod guard;
 mod id;
 pub mod inspect;
-mod lock;
 pub mod observe;
 mod protocol;
 mod quorum;
@@ -1026,16 +1024,12 @@ mod shell;
 mod transport;
 
 pub use backend::Backend;
-pub use blocking::{
-    ArcSemaphorePermit, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
-};
+pub use blocking::*;
 pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use cancel::CancelToken;
 pub use driver::Holder;
 pub use error::Error;
-pub use guard::{with_lock, ArcLockGuard, LockGuard};
-pub use lock::Lock;
 pub use quorum::Quorum;
 pub use reset_all::reset_all;
 #[cfg(feature = "sentinel")]

@@ -1,18 +1,17 @@
-//! The async lock handle: the blocking [`Lock`](crate::Lock)'s twin, on the same driver.
+//! The async [`Lock`] and its guard: the lock shell ([`crate::shell::lock`]) on tokio, and
+//! what only futures need: a handle's turns, a guard that owns its acquisition, and
+//! `with_lock` over a future.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::turn::{self, Turn, Turns};
-use super::LockGuard;
 use crate::driver::tokio::Tokio;
-use crate::driver::Inner;
-use crate::lock::fair_queue;
-use crate::protocol::keys::QueueKeys;
-use crate::protocol::lease::Wait;
-use crate::protocol::queue::Ask;
-use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
+use crate::driver::Runtime;
+
+crate::shell::for_api!(lock, aio;
+    guard = [LockGuard],
+    guards = [LockGuard => "lock", "redis_blpop_lock::aio::Lock::new(&client, \"tickets\")?";],
+);
 
 /// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
 /// [`crate::Lock`] (the two wake each other), with the same methods as futures.
@@ -39,324 +38,18 @@ use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 pub struct Lock {
     inner: Arc<Inner<Tokio>>,
     turns: Turns,
-    /// A fair lock's place in the queue engine: its keys and what it asks for.
-    fair: Option<Arc<(QueueKeys, Ask)>>,
 }
 
 impl Lock {
-    /// A handle on the lock `name` on `backend`, with no expiry and a random owner id.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "cron:cleanup")?;
-    /// if lock.try_acquire().await? {
-    ///     lock.release().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn new(backend: &(impl Backend + ?Sized), name: impl Into<String>) -> Result<Lock, Error> {
-        Lock::builder(backend, name).build()
-    }
-
-    /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "cron:cleanup")
-    ///     .expire(std::time::Duration::from_secs(10))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder<B: Backend + ?Sized>(backend: &B, name: impl Into<String>) -> LockBuilder<Lock> {
-        LockBuilder::new(backend, name.into())
-    }
-
-    /// The lock's name (the key is `lock:<name>`).
-    ///
-    /// ```no_run
-    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// assert_eq!(lock.name(), "jobs");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.inner.settings.name
-    }
-
-    /// This handle's owner id: what Redis holds while this handle owns the lock.
-    ///
-    /// ```no_run
-    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "jobs").id("worker-7").build()?;
-    /// assert_eq!(lock.id(), "worker-7");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn id(&self) -> &str {
-        &self.inner.settings.id
-    }
-
-    /// Waits until the lock is ours; as [`crate::Lock::acquire`]. Dropped before it returns,
-    /// it leaves the lock as it found it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// lock.acquire().await?;
-    /// lock.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire(&self) -> Result<(), Error> {
-        self.held(Wait::Forever).await.map(|_| ())
-    }
-
-    /// Takes the lock if it is free, never waiting for it; `Ok(false)` when someone else
-    /// holds it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// if !lock.try_acquire().await? {
-    ///     println!("busy, held by {:?}", lock.holder().await?);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use = "the lock may not have been taken"]
-    pub async fn try_acquire(&self) -> Result<bool, Error> {
-        self.held(Wait::Never).await
-    }
-
-    /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in time. A zero
-    /// timeout is a single try.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// if lock.acquire_timeout(std::time::Duration::from_secs(5)).await? {
-    ///     lock.release().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use = "the lock may not have been taken"]
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
-        self.held(Wait::timeout(Instant::now(), timeout)).await
-    }
-
-    /// Releases the lock and wakes one waiter; as [`crate::Lock::release`]. The release runs
-    /// on a task of its own: dropping this future does not stop it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// assert!(matches!(
-    ///     lock.release().await,
-    ///     Err(redis_blpop_lock::Error::NotAcquired { .. })
-    /// ));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn release(&self) -> Result<(), Error> {
-        release(&self.inner, &self.turns, None, None).await
-    }
-
-    /// Gives the lock a new expiry: `expire`, or the handle's configured one when `None`; as
-    /// [`crate::Lock::extend`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "jobs")
-    ///     .expire(Duration::from_secs(10))
-    ///     .build()?;
-    /// lock.acquire().await?;
-    /// lock.extend(Some(Duration::from_secs(60))).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        self.inner.extend(expire).await
-    }
-
-    /// Frees the lock whoever holds it and wakes one waiter; as [`crate::Lock::reset`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "stuck-job")?;
-    /// if lock.reset().await? {
-    ///     println!("freed a stuck lock");
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use = "says whether there was a lock to reset"]
-    pub async fn reset(&self) -> Result<bool, Error> {
-        self.inner.reset().await
-    }
-
-    /// Who holds the lock and for how much longer, read in one round trip; `None` when it is
-    /// free.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// if let Some(holder) = lock.holder().await? {
-    ///     println!("held by {} for {:?}", holder.id, holder.ttl);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn holder(&self) -> Result<Option<Holder>, Error> {
-        self.inner.holder().await
-    }
-
-    /// Whether anyone holds the lock (one round trip).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// println!("held: {}", lock.locked().await?);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn locked(&self) -> Result<bool, Error> {
-        Ok(self.holder().await?.is_some())
-    }
-
-    /// The id of the lock's current owner, or `None` when it is free (one round trip).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// lock.acquire().await?;
-    /// assert_eq!(lock.owner_id().await?.as_deref(), Some(lock.id()));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn owner_id(&self) -> Result<Option<String>, Error> {
-        Ok(self.holder().await?.map(|h| h.id))
-    }
-
-    /// Whether the lock this handle acquired has been lost since; as [`crate::Lock::lost`].
-    /// No round trip.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "jobs")?;
-    /// lock.acquire().await?;
-    /// assert!(!lock.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.inner.lost()
-    }
-
-    /// The fencing token of the current acquisition, when the lock was built with
-    /// [`fencing(true)`](LockBuilder::fencing) and is held; see
-    /// [`crate::Lock::fencing_token`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "ledger").fencing(true).build()?;
-    /// lock.acquire().await?;
-    /// println!("writing with token {:?}", lock.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.inner.fencing_token()
-    }
-
-    /// Waits until the lock is ours, and returns a guard that releases it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock().await?;
-    /// // ... sell the ticket ...
-    /// guard.unlock().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn lock(&self) -> Result<LockGuard, Error> {
-        match self.guard(Wait::Forever).await? {
-            Some(guard) => Ok(guard),
-            // A wait without end only ends with the lock or an error.
-            None => Err(self.inner.error(|name| Error::Cancelled { name })),
+    fn from_inner(inner: Arc<Inner<Tokio>>) -> Lock {
+        Lock {
+            inner,
+            turns: Turns::default(),
         }
     }
 
-    /// Takes the lock if it is free, never waiting for it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// match lock.try_lock().await? {
-    ///     Some(guard) => guard.unlock().await?,
-    ///     None => println!("busy"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>, Error> {
-        self.guard(Wait::Never).await
-    }
-
-    /// Waits up to `timeout` for the lock; `None` if it did not come free in time.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(2)).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard>, Error> {
-        self.guard(Wait::timeout(Instant::now(), timeout)).await
-    }
-
-    /// Waits until `deadline` for the lock; `None` if it did not come free in time.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::{Duration, Instant};
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// let deadline = Instant::now() + Duration::from_secs(2);
-    /// if let Some(guard) = lock.try_lock_until(deadline).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>, Error> {
-        self.guard(Wait::Until(deadline)).await
+    async fn release_held(&self) -> Result<(), Error> {
+        release(&self.inner, &self.turns, None, None).await
     }
 
     /// Runs `work` while holding this lock, and returns its output. The lock is released
@@ -392,7 +85,6 @@ impl Lock {
     /// It runs in the handle's turn, which goes with the guard until this future has it: a
     /// guard dropped with the task's output releases before the handle's next call starts.
     async fn guard(&self, wait: Wait) -> Result<Option<LockGuard>, Error> {
-        let runtime = super::runtime()?;
         // A call that may not wait may still wait for one of its handle's calls that was
         // dropped to finish giving back what it took: a round trip, normally.
         let turn_by = match wait {
@@ -403,39 +95,15 @@ impl Lock {
         let Some(turn) = self.turns.take(turn_by).await else {
             return Ok(None);
         };
-        let cancel = CancelToken::new();
-        let abandon = Abandon(cancel.clone());
         let inner = Arc::clone(&self.inner);
         let turns = self.turns.clone();
-        let fair = self.fair.clone();
-        let acquiring = runtime.spawn(async move {
-            let epoch = match fair.as_deref() {
-                Some((keys, ask)) => inner.acquire_in_line(keys, ask, wait, &cancel).await?,
-                None => inner.acquire(wait, &cancel).await?,
-            };
+        let acquire = move |cancel: CancelToken| async move {
+            let epoch = inner.take(wait, &cancel).await?;
             Ok(epoch.map(|epoch| LockGuard::new(inner, turns, epoch, turn)))
-        });
-        let outcome = acquiring.await;
-        drop(abandon);
-        match outcome {
-            Ok(Ok(Some(guard))) => Ok(Some(guard.end_turn())),
-            Ok(other) => other,
-            Err(e) => Err(self.task_failed(&e)),
-        }
-    }
-
-    fn task_failed(&self, e: &tokio::task::JoinError) -> Error {
-        log::error!("lock {:?}: the acquiring task failed: {e}", self.name());
-        self.inner.error(|name| Error::Cancelled { name })
-    }
-}
-
-/// Cancels a spawned acquire when the future waiting for it is dropped.
-pub(super) struct Abandon(pub(super) CancelToken);
-
-impl Drop for Abandon {
-    fn drop(&mut self) {
-        self.0.cancel();
+        };
+        let settings = &self.inner.settings;
+        let guard = Tokio::apart(&settings.name, &settings.cancel, acquire).await?;
+        Ok(guard.map(LockGuard::end_turn))
     }
 }
 
@@ -476,59 +144,186 @@ impl Drop for Unfinished {
     }
 }
 
-impl LockBuilder<Lock> {
-    /// A fair lock: tasks and processes take it in the order they asked, and a newcomer never
-    /// takes it ahead of them; see [`crate::LockBuilder::fair`] (the same lock, on the queue
-    /// engine's keys `fair-lock:{name}:*`, or `fair-lock:=name:*`).
+/// One acquisition of an [`aio::Lock`](Lock), owned: `'static` and `Send`, so it can move into
+/// `tokio::spawn`. Like [`crate::LockGuard`] it stands for one acquisition only.
+///
+/// Dropped without [`unlock`](Self::unlock), it releases from a task spawned on the current
+/// runtime; with no runtime left, or when the runtime ends before that task is done, on the
+/// dropping thread, by the I/O timeout. A failure there is logged.
+/// Call `unlock().await` to see the error instead.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+/// let guard = lock.lock().await?;
+/// tokio::spawn(async move {
+///     // ... work on another task ...
+///     guard.unlock().await
+/// });
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+pub struct LockGuard {
+    inner: Arc<Inner<Tokio>>,
+    turns: Turns,
+    epoch: u64,
+    /// Whether dropping it releases; not once it has been released or handed to its handle.
+    armed: bool,
+    /// The handle's turn, while the guard is on its way from the acquiring task to the caller.
+    turn: Option<Turn>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(inner: Arc<Inner<Tokio>>, turns: Turns, epoch: u64, turn: Turn) -> Self {
+        LockGuard {
+            inner,
+            turns,
+            epoch,
+            armed: true,
+            turn: Some(turn),
+        }
+    }
+
+    fn inner(&self) -> &Arc<Inner<Tokio>> {
+        &self.inner
+    }
+
+    /// The guard, arrived: the handle's next call may start.
+    pub(crate) fn end_turn(mut self) -> Self {
+        self.turn = None;
+        self
+    }
+
+    /// Leaves the lock held by its handle, with no guard to release it.
+    pub(crate) fn keep(mut self) {
+        self.armed = false;
+    }
+
+    /// The turn to release in: the guard's own, or the handle's if no call has it now (the
+    /// release then comes before any later call of the handle).
+    fn release_turn(&mut self) -> Option<Turn> {
+        self.turn.take().or_else(|| self.turns.take_now())
+    }
+
+    /// The lock's name.
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "tickets").fair(true).build()?;
+    /// # let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
     /// let guard = lock.lock().await?;
+    /// assert_eq!(guard.name(), "tickets");
     /// # Ok(())
     /// # }
     /// ```
-    pub fn fair(self, on: bool) -> Self {
-        self.fair_or_not(on)
+    pub fn name(&self) -> &str {
+        self.inner.name()
     }
 
-    /// Checks the settings and makes the async handle. No connection is opened yet.
+    /// Resolves once this acquisition is lost: a renewal found another id in the key or
+    /// failed until the expiry passed, an [`extend`](Self::extend) found it not ours, or, with
+    /// no renewal, the expiry passed. Never resolves for a lock without an expiry that nobody
+    /// takes away. For `select!`ing work against losing the lock:
     ///
     /// ```no_run
-    /// # fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
     /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "job")
-    ///     .expire(Duration::from_secs(30))
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "ledger")
+    ///     .expire(Duration::from_secs(10))
+    ///     .auto_renewal(true)
     ///     .build()?;
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(Duration::from_secs(30)) => guard.unlock().await?,
+    ///     () = guard.when_lost() => println!("lost the lock: stopped writing"),
+    /// }
     /// # Ok(())
     /// # }
     /// ```
-    pub fn build(self) -> Result<Lock, Error> {
-        let (settings, transport) = self.checked()?;
-        let fair = fair_queue(&settings)?;
-        let transport = transport.to_async();
-        let inner = match &fair {
-            Some((keys, ask)) => Inner::for_line(settings, transport, keys, ask),
-            None => Inner::new(settings, transport),
+    pub async fn when_lost(&self) {
+        self.inner.when_lost(self.epoch).await;
+    }
+
+    /// Releases the lock now and returns the error, if any, instead of logging it. The
+    /// release runs on a task of its own: dropping this future does not stop it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// # let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
+    /// let guard = lock.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock(mut self) -> Result<(), Error> {
+        self.armed = false;
+        let turn = self.release_turn();
+        release(&self.inner, &self.turns, turn, Some(self.epoch)).await
+    }
+
+    /// Runs `work` under this acquisition, dropping it if the lock is lost; then releases.
+    pub(crate) async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
+        let output = tokio::select! {
+            output = work => output,
+            () = self.when_lost() => {
+                // Not ours any more: dropping the guard releases only if it still is.
+                return Err(self.inner.error(|name| Error::Lost { name }));
+            }
         };
-        Ok(Lock {
-            inner: Arc::new(inner),
-            turns: Turns::default(),
-            fair: fair.map(Arc::new),
-        })
+        self.unlock().await?;
+        Ok(output)
     }
 }
 
-impl std::fmt::Debug for Lock {
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let turn = self.release_turn();
+        turn::release_unattended(
+            Arc::clone(&self.inner),
+            self.turns.clone(),
+            turn,
+            Some(self.epoch),
+        );
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The id stays out: anyone who knows it can release the lock.
-        f.debug_struct("aio::Lock")
-            .field("name", &self.inner.settings.name)
-            .field("expire_ms", &self.inner.settings.expire_ms)
-            .field("auto_renewal", &self.inner.settings.auto_renewal)
-            .field("fencing", &self.inner.settings.fencing)
+        f.debug_struct("aio::LockGuard")
+            .field("name", &self.inner.name())
+            .field("lost", &self.lost())
             .finish_non_exhaustive()
     }
+}
+
+/// Runs `work` while holding the lock `name`, and returns its output: the async
+/// [`crate::with_lock`], with the same safe defaults (a 30 s expiry kept alive by a renewal
+/// task, a wait as long as it takes). If the lock is lost while `work` runs, `work` is dropped
+/// and the result is [`Error::Lost`]; dropping this future drops `work` and releases.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let total = redis_blpop_lock::aio::with_lock(&client, "ledger", async { 2 + 2 }).await?;
+/// assert_eq!(total, 4);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn with_lock<F: Future>(
+    backend: &(impl Backend + ?Sized),
+    name: impl Into<String>,
+    work: F,
+) -> Result<F::Output, Error> {
+    let lock = Lock::builder(backend, name)
+        .expire(crate::shell::lock::WITH_LOCK_EXPIRE)
+        .auto_renewal(true)
+        .build()?;
+    lock.with_lock(work).await
 }

@@ -42,7 +42,6 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
-mod guard;
 pub mod inspect;
 mod lock;
 mod reset_all;
@@ -51,8 +50,7 @@ mod semaphore;
 mod turn;
 
 pub use cache::Cache;
-pub use guard::{with_lock, LockGuard};
-pub use lock::Lock;
+pub use lock::{with_lock, Lock, LockGuard};
 pub use reset_all::reset_all;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

@@ -2,8 +2,10 @@
 //! its round trips. The same files as [`crate::aio`], each the same shell on the blocking
 //! runtime.
 
+pub(crate) mod lock;
 mod rwlock;
 mod semaphore;
 
+pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

@@ -66,7 +66,7 @@ impl<R: Runtime> Acquirer<R> {
         ));
         let keys = self.keys.clone();
         let acquire = move |cancel| async move {
-            let epoch = inner.acquire_in_line(&keys, &ask, wait, &cancel).await?;
+            let epoch = inner.take(wait, &cancel).await?;
             Ok(epoch.map(|epoch| Lease {
                 inner,
                 epoch,

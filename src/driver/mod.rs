@@ -33,6 +33,7 @@ use parking_lot::Mutex;
 use crate::observe::Hold;
 use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
+use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::Ask;
 use crate::protocol::requests::{Observed, Pttl, Request};
 use crate::settings::Settings;
@@ -148,6 +149,9 @@ pub(crate) struct Inner<R: Runtime> {
     pub(crate) keys: Keys,
     /// What holding the lease sends: the lock's own requests.
     leasing: Box<dyn Leasing>,
+    /// For a primitive on the queue engine, its line and what it asks for there: its acquire
+    /// path is [`acquire_in_line`](Inner::acquire_in_line), not the lock's.
+    line: Option<(QueueKeys, Ask)>,
     pub(crate) transport: Arc<R::Transport>,
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
@@ -207,7 +211,30 @@ impl<R: Runtime> Inner<R> {
     pub(crate) fn new(settings: Settings, transport: Arc<R::Transport>) -> Self {
         let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
         let leasing = Box::new(LockLeasing::new(&keys, &settings));
-        Inner::with_leasing(settings, transport, keys, leasing)
+        Inner::with_leasing(settings, transport, keys, leasing, None)
+    }
+
+    /// A lock with `settings` on `transport`: python-redis-lock's, or the queue engine's fair
+    /// lock.
+    pub(crate) fn of_lock(
+        settings: Settings,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, Error> {
+        let transport = R::over(transport);
+        if !settings.on_queue_engine {
+            return Ok(Inner::new(settings, transport));
+        }
+        let kind = Primitive::FairLock;
+        let queue = QueueKeys::new(kind, &settings.name);
+        let capacity = kind.capacity(1)?;
+        let ask = Ask::new(
+            &settings.id,
+            1,
+            capacity,
+            settings.expire(),
+            settings.lapse(),
+        )?;
+        Ok(Inner::for_line(settings, transport, &queue, &ask))
     }
 
     /// One acquisition of a queue primitive, `ask` in the queue of `queue`: its acquire path
@@ -220,7 +247,8 @@ impl<R: Runtime> Inner<R> {
     ) -> Self {
         let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
         let leasing = Box::new(QueueLeasing::new(queue, ask));
-        Inner::with_leasing(settings, transport, keys, leasing)
+        let line = Some((queue.clone(), ask.clone()));
+        Inner::with_leasing(settings, transport, keys, leasing, line)
     }
 
     fn with_leasing(
@@ -228,10 +256,12 @@ impl<R: Runtime> Inner<R> {
         transport: Arc<R::Transport>,
         keys: Keys,
         leasing: Box<dyn Leasing>,
+        line: Option<(QueueKeys, Ask)>,
     ) -> Self {
         let blocking = transport.blocking();
         Inner {
             leasing,
+            line,
             keys,
             drift: settings
                 .expire()
@@ -250,6 +280,19 @@ impl<R: Runtime> Inner<R> {
             eviction_asked: Default::default(),
             #[cfg(feature = "tokio")]
             lease_changed: ::tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Takes the lock (or a hold on the queue engine) as `wait` allows: the acquisition's
+    /// epoch, or `None` when the wait ended first. The acquire path of every primitive.
+    pub(crate) async fn take(
+        self: &Arc<Self>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<u64>, Error> {
+        match &self.line {
+            Some((queue, ask)) => self.acquire_in_line(queue, ask, wait, cancel).await,
+            None => self.acquire(wait, cancel).await,
         }
     }
 

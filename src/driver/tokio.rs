@@ -84,8 +84,8 @@ impl Runtime for Tokio {
 
     type PopConn<'a> = Box<dyn AsyncWaiter>;
 
-    async fn pop<'a>(
-        transport: &'a Arc<dyn AsyncTransport>,
+    async fn pop(
+        transport: &Arc<dyn AsyncTransport>,
         conn: &mut Option<Box<dyn AsyncWaiter>>,
         slot: u16,
         request: &Request,

@@ -23,8 +23,6 @@ use super::scripts::{
 };
 use crate::Error;
 
-/// A read-write lock's capacity: the most readers at once; a writer takes all of it.
-
 /// The largest count or time in milliseconds a script takes: 15 digits stay exact in Lua.
 const MAX_NUMBER: u64 = 999_999_999_999_999;
 

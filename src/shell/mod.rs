@@ -7,6 +7,7 @@
 //! What differs between the APIs is passed in: the runtime, whether a call is `async`, how a
 //! call is run (`now(..)` or `.await`), and how its doc examples start and wait.
 
+pub(crate) mod lock;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 
@@ -31,7 +32,7 @@ macro_rules! run_aio {
 
 /// Expands the shell `$shell` for one API, with what tells that API apart.
 macro_rules! for_api {
-    ($shell:ident, blocking) => {
+    ($shell:ident, blocking $(; $($extra:tt)*)?) => {
         use $crate::shell::run_blocking;
         $crate::shell::$shell::$shell! {
             rt = $crate::driver::blocking::Blocking,
@@ -41,9 +42,10 @@ macro_rules! for_api {
             path = "redis_blpop_lock::",
             aw = "",
             prefix = "",
+            $($($extra)*)?
         }
     };
-    ($shell:ident, aio) => {
+    ($shell:ident, aio $(; $($extra:tt)*)?) => {
         use $crate::shell::run_aio;
         $crate::shell::$shell::$shell! {
             rt = $crate::driver::tokio::Tokio,
@@ -53,6 +55,7 @@ macro_rules! for_api {
             path = "redis_blpop_lock::aio::",
             aw = ".await",
             prefix = "aio::",
+            $($($extra)*)?
         }
     };
 }

@@ -1,14 +1,46 @@
-//! The guard style: a held lock as a value that releases on drop, and `with_lock`.
+//! The blocking [`Lock`] and its guards: the lock shell ([`crate::shell::lock`]) on the
+//! blocking runtime, and what only the blocking API has: guards that borrow their handle or
+//! own an `Arc` of it, and `with_lock` over a closure.
 //!
 //! A guard stands for one acquisition (an epoch of its handle): it releases that one only, so
 //! a guard kept past an explicit release never frees a later acquisition.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use crate::protocol::lease::Wait;
+use crate::driver::blocking::Blocking;
 use crate::transport::send::now;
-use crate::{Backend, Error, Lock};
+
+crate::shell::for_api!(lock, blocking;
+    guard = [LockGuard<'_>],
+    guards = [
+        LockGuard<'_> => "lock", "redis_blpop_lock::Lock::new(&client, \"tickets\")?";
+        ArcLockGuard => "lock_arc", "std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, \"tickets\")?)";
+    ],
+);
+
+/// A distributed lock on one Redis key, `lock:<name>`.
+///
+/// Acquiring blocks in `BLPOP lock-signal:<name>` instead of polling; a release wakes exactly
+/// one waiter. Each handle has an owner id (random unless given); Redis holds the id of the
+/// handle that owns the lock. A handle is `Send + Sync` and may be shared between threads, but
+/// the lock is not reentrant: acquiring it again under the same id is an error.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use std::time::Duration;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = redis_blpop_lock::Lock::builder(&client, "nightly-report")
+///     .expire(Duration::from_secs(60))
+///     .auto_renewal(true)
+///     .build()?;
+/// let guard = lock.lock()?;
+/// // ... work while the renewal thread keeps the lock alive ...
+/// drop(guard);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lock {
+    pub(crate) inner: Arc<Inner<Blocking>>,
+}
 
 /// Proof that a [`Lock`] is held; the lock is released when the guard is dropped.
 ///
@@ -55,76 +87,27 @@ pub struct ArcLockGuard {
 }
 
 impl Lock {
-    /// Blocks until the lock is ours and returns a guard that releases it on drop.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
-    /// {
-    ///     let _guard = lock.lock()?;
-    ///     // ... critical section ...
-    /// } // released here
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lock(&self) -> Result<LockGuard<'_>, Error> {
-        let epoch = self.take(Wait::Forever)?;
-        Ok(LockGuard {
-            lock: self,
-            epoch: epoch.unwrap_or_default(),
-        })
+    fn from_inner(inner: Arc<Inner<Blocking>>) -> Lock {
+        Lock { inner }
     }
 
-    /// The guard if the lock is free now, `None` if someone else holds it; never blocks.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
-    /// match lock.try_lock()? {
-    ///     Some(_guard) => println!("got it"),
-    ///     None => println!("busy"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>, Error> {
-        self.guard(Wait::Never)
+    /// The acquire path, into a guard.
+    async fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
+        let epoch = self.inner.take(wait, &self.inner.settings.cancel).await?;
+        Ok(epoch.map(|epoch| LockGuard { lock: self, epoch }))
     }
 
-    /// The guard if the lock comes free within `timeout`, else `None`.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
-    /// if let Some(_guard) = lock.try_lock_for(std::time::Duration::from_millis(500))? {
-    ///     // ... critical section ...
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_>>, Error> {
-        self.guard(Wait::timeout(Instant::now(), timeout))
+    /// The acquire path, the lock held by the handle without a guard.
+    async fn held(&self, wait: Wait) -> Result<bool, Error> {
+        Ok(self
+            .inner
+            .take(wait, &self.inner.settings.cancel)
+            .await?
+            .is_some())
     }
 
-    /// The guard if the lock comes free by `deadline`, else `None`.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::{Duration, Instant};
-    /// let lock = redis_blpop_lock::Lock::new(&client, "jobs")?;
-    /// let deadline = Instant::now() + Duration::from_secs(2);
-    /// if let Some(_guard) = lock.try_lock_until(deadline)? {
-    ///     // ... critical section ...
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<'_>>, Error> {
-        self.guard(Wait::Until(deadline))
+    async fn release_held(&self) -> Result<(), Error> {
+        self.inner.release(None).await
     }
 
     /// [`lock`](Self::lock), with a guard that owns an `Arc` of the lock.
@@ -139,11 +122,8 @@ impl Lock {
     /// # }
     /// ```
     pub fn lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard, Error> {
-        let epoch = self.take(Wait::Forever)?;
-        Ok(ArcLockGuard {
-            lock: Arc::clone(self),
-            epoch: epoch.unwrap_or_default(),
-        })
+        let guard = self.lock()?;
+        Ok(guard.into_arc(Arc::clone(self)))
     }
 
     /// [`try_lock`](Self::try_lock), with a guard that owns an `Arc` of the lock.
@@ -159,7 +139,9 @@ impl Lock {
     /// # }
     /// ```
     pub fn try_lock_arc(self: &Arc<Self>) -> Result<Option<ArcLockGuard>, Error> {
-        self.arc_guard(Wait::Never)
+        Ok(self
+            .try_lock()?
+            .map(|guard| guard.into_arc(Arc::clone(self))))
     }
 
     /// [`try_lock_for`](Self::try_lock_for), with a guard that owns an `Arc` of the lock.
@@ -176,7 +158,8 @@ impl Lock {
         self: &Arc<Self>,
         timeout: Duration,
     ) -> Result<Option<ArcLockGuard>, Error> {
-        self.arc_guard(Wait::timeout(Instant::now(), timeout))
+        let guard = self.try_lock_for(timeout)?;
+        Ok(guard.map(|guard| guard.into_arc(Arc::clone(self))))
     }
 
     /// [`try_lock_until`](Self::try_lock_until), with a guard that owns an `Arc` of the lock.
@@ -194,7 +177,8 @@ impl Lock {
         self: &Arc<Self>,
         deadline: Instant,
     ) -> Result<Option<ArcLockGuard>, Error> {
-        self.arc_guard(Wait::Until(deadline))
+        let guard = self.try_lock_until(deadline)?;
+        Ok(guard.map(|guard| guard.into_arc(Arc::clone(self))))
     }
 
     /// Runs `work` while holding this lock, and returns its value. The lock is released even
@@ -216,22 +200,19 @@ impl Lock {
         guard.unlock()?;
         Ok(value)
     }
-
-    fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
-        Ok(self
-            .take(wait)?
-            .map(|epoch| LockGuard { lock: self, epoch }))
-    }
-
-    fn arc_guard(self: &Arc<Self>, wait: Wait) -> Result<Option<ArcLockGuard>, Error> {
-        Ok(self.take(wait)?.map(|epoch| ArcLockGuard {
-            lock: Arc::clone(self),
-            epoch,
-        }))
-    }
 }
 
 impl<'a> LockGuard<'a> {
+    fn inner(&self) -> &Arc<Inner<Blocking>> {
+        &self.lock.inner
+    }
+
+    fn into_arc(self, lock: Arc<Lock>) -> ArcLockGuard {
+        let epoch = self.epoch;
+        std::mem::forget(self);
+        ArcLockGuard { lock, epoch }
+    }
+
     /// The lock this guard holds.
     ///
     /// ```no_run
@@ -245,54 +226,6 @@ impl<'a> LockGuard<'a> {
     /// ```
     pub fn lock(&self) -> &'a Lock {
         self.lock
-    }
-
-    /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// # let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock()?;
-    /// assert!(!guard.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.lock.inner.lost_since(self.epoch)
-    }
-
-    /// This acquisition's fencing token; see [`Lock::fencing_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
-    /// let guard = lock.lock()?;
-    /// println!("token {:?}", guard.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock.fencing_token()
-    }
-
-    /// Extends the held lock; see [`Lock::extend`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "batch")
-    ///     .expire(Duration::from_secs(10))
-    ///     .build()?;
-    /// let guard = lock.lock()?;
-    /// guard.extend(Some(Duration::from_secs(30)))?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        self.lock.extend(expire)
     }
 
     /// Releases now and reports how that went, instead of logging it in drop.
@@ -320,6 +253,10 @@ impl Drop for LockGuard<'_> {
 }
 
 impl ArcLockGuard {
+    fn inner(&self) -> &Arc<Inner<Blocking>> {
+        &self.lock.inner
+    }
+
     /// The lock this guard holds.
     ///
     /// ```no_run
@@ -333,37 +270,6 @@ impl ArcLockGuard {
     /// ```
     pub fn lock(&self) -> &Arc<Lock> {
         &self.lock
-    }
-
-    /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
-    /// let guard = lock.lock_arc()?;
-    /// assert!(!guard.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.lock.inner.lost_since(self.epoch)
-    }
-
-    /// This acquisition's fencing token; see [`Lock::fencing_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::builder(&client, "ledger").fencing(true).build()?;
-    /// let lock = std::sync::Arc::new(lock);
-    /// let guard = lock.lock_arc()?;
-    /// println!("token {:?}", guard.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock.fencing_token()
     }
 
     /// Releases now and reports how that went, instead of logging it in drop.
@@ -415,10 +321,6 @@ impl std::fmt::Debug for ArcLockGuard {
     }
 }
 
-/// How long the lock of [`with_lock`] lives without a renewal: a crashed process frees it
-/// after this long, while the renewal thread keeps it for a live one.
-pub(crate) const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
-
 /// Runs `work` while holding the lock `name`, and returns its value: the lock has a 30 s
 /// expiry kept alive by a renewal thread (so a crashed process frees it), and the wait is as
 /// long as it takes. The lock is released even if `work` panics; a failed release is
@@ -442,7 +344,7 @@ pub fn with_lock<T>(
     work: impl FnOnce() -> T,
 ) -> Result<T, Error> {
     Lock::builder(backend, name)
-        .expire(WITH_LOCK_EXPIRE)
+        .expire(crate::shell::lock::WITH_LOCK_EXPIRE)
         .auto_renewal(true)
         .build()?
         .with_lock(work)
