@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::backend::transport_of;
+use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::protocol::keys;
 use crate::protocol::requests::Request;
-use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::transport::{send_repeatable, Transport};
 use crate::{Backend, Error, Lock, LockBuilder, LockGuard};
 

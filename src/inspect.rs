@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::backend::{transport_of, Backend};
+use crate::config::settings::{millis, DEFAULT_SIGNAL_EXPIRE};
 use crate::protocol::keys::{self, Keys};
 use crate::protocol::quorum::majority;
 use crate::protocol::requests::{self, Holding, Pttl, Reset};
-use crate::settings::{millis, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 

@@ -1006,31 +1006,26 @@
 pub mod aio;
 mod backend;
 mod blocking;
-mod builder;
 mod cache;
 mod cancel;
+mod config;
 mod driver;
 mod error;
-mod id;
 pub mod inspect;
 pub mod observe;
 mod protocol;
-mod quorum;
 mod reset_all;
-#[cfg(feature = "sentinel")]
-mod sentinel;
-mod settings;
 mod shell;
 mod transport;
 
+pub use backend::quorum::Quorum;
+#[cfg(feature = "sentinel")]
+pub use backend::sentinel::Sentinel;
 pub use backend::Backend;
 pub use blocking::*;
-pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use cancel::CancelToken;
+pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
-pub use quorum::Quorum;
 pub use reset_all::reset_all;
-#[cfg(feature = "sentinel")]
-pub use sentinel::Sentinel;

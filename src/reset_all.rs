@@ -5,11 +5,11 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::backend::{transport_of, Backend};
+use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::inspect;
 use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::queue;
 use crate::protocol::requests::{self, Request};
-use crate::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 

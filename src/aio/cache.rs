@@ -10,8 +10,8 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use super::{Lock, LockGuard};
 use crate::cache::{self, Keys, Lookup};
+use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::protocol::requests::Request;
-use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::transport::aio::AsyncTransport;
 use crate::transport::send::send_repeatable;
 use crate::{Backend, Error};

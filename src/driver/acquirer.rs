@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Inner, Runtime};
+use crate::config::settings::Settings;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask, QueueState};
-use crate::settings::Settings;
 use crate::transport::send::send_repeatable;
 use crate::transport::Transport;
 use crate::Error;

@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use super::{Inner, Runtime};
+use crate::config::settings::millis;
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
 use crate::protocol::requests::Extended;
-use crate::settings::millis;
 use crate::transport::send::AnyTransport;
 use crate::{CancelToken, Error};
 

@@ -4,10 +4,10 @@
 
 use redis::Value;
 
+use crate::config::settings::Settings;
 use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::queue::{self, Ask};
 use crate::protocol::requests::{self, Extended, Observed, Pttl, Request};
-use crate::settings::Settings;
 use crate::Error;
 
 /// The owner-checked requests of one holder's lease, and their replies' parsers.

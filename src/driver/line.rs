@@ -24,11 +24,11 @@ use redis::Value;
 
 use super::Runtime;
 use crate::cancel::CancelToken;
+use crate::config::settings::grace;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Next, QueueWait};
 use crate::protocol::redirect;
 use crate::protocol::requests::Request;
-use crate::settings::grace;
 use crate::transport::send::{longer, send_repeatable, FIRST_PAUSE};
 use crate::Error;
 

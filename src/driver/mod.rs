@@ -30,13 +30,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::config::settings::Settings;
 use crate::observe::Hold;
 use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::Ask;
 use crate::protocol::requests::{Observed, Pttl, Request};
-use crate::settings::Settings;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::{ConnId, Fault, Transport};
 use crate::{CancelToken, Error};

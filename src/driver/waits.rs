@@ -13,10 +13,10 @@ use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::Notify;
 
+use crate::config::settings::Settings;
 use crate::protocol::keys::Keys;
 use crate::protocol::redirect;
 use crate::protocol::requests::{self, Request};
-use crate::settings::Settings;
 use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::{longer, send_repeatable, AnyTransport, FIRST_PAUSE};

@@ -98,13 +98,16 @@ pub(crate) trait Transport: Send + Sync {
     }
 
     /// Refuses settings this backend cannot honour (a quorum has no fencing tokens).
-    fn check(&self, _settings: &crate::settings::Settings) -> Result<(), crate::Error> {
+    fn check(&self, _settings: &crate::config::settings::Settings) -> Result<(), crate::Error> {
         Ok(())
     }
 
     /// Refuses an acquisition this backend cannot make with `settings` (a quorum lock without
     /// an expiry: a handle without one may still look at and reset the lock).
-    fn check_acquire(&self, _settings: &crate::settings::Settings) -> Result<(), crate::Error> {
+    fn check_acquire(
+        &self,
+        _settings: &crate::config::settings::Settings,
+    ) -> Result<(), crate::Error> {
         Ok(())
     }
 

@@ -11,10 +11,10 @@ use redis::{ErrorKind, RedisError, Value};
 
 use super::server::Server;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use crate::config::settings::Settings;
 use crate::protocol::keys::Keys;
 use crate::protocol::quorum::{self, ExtendVote, TryVote};
 use crate::protocol::requests::{self, Kind, Request};
-use crate::settings::Settings;
 use crate::Error;
 
 /// The longest a split vote's contenders wait before trying again (at random, from 1 ms).

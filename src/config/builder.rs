@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use crate::backend::{transport_of, Backend};
 use crate::blocking::Lock;
-use crate::observe::Label;
-use crate::protocol::primitive::Primitive;
-use crate::settings::{
+use crate::config::id;
+use crate::config::settings::{
     millis, Settings, DEFAULT_HEARTBEAT, DEFAULT_IO_TIMEOUT, DEFAULT_QUEUE_EXPIRE,
     DEFAULT_SIGNAL_EXPIRE,
 };
+use crate::observe::Label;
+use crate::protocol::primitive::Primitive;
 use crate::transport::Transport;
-use crate::{id, CancelToken, Error};
+use crate::{CancelToken, Error};
 
 /// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
 ///

@@ -1,5 +1,9 @@
 //! Where locks live: one trait for a single server, a cluster and a Sentinel-managed primary.
 
+pub(crate) mod quorum;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
+
 use std::sync::Arc;
 
 use crate::transport::server::Server;
