@@ -988,6 +988,28 @@
 //! engine](#the-queue-engine). How waiting works, the connection pool and the scripts are
 //! described in the repository's `docs/design.md`.
 //!
+//! # Names
+//!
+//! One word for each idea, here and in the code (`docs/design.md` names the internal ones):
+//!
+//! - **lock**: python-redis-lock's mutex on `lock:<name>` ([`Lock`]).
+//! - **queue engine**: the fair queue on the server (`scripts/queue_*.lua`) under the three
+//!   **primitives** ([`inspect::Primitive`]): the semaphore, the fair lock and the read-write
+//!   lock. A primitive has a **capacity**, and each acquisition asks for **units** of it.
+//! - **fair**: served in arrival order. A **fair lock** is a [`Lock`] built with
+//!   `.fair(true)`, on the queue engine.
+//! - **handle**: a [`Lock`], [`Semaphore`], [`RwLock`] or [`Cache`] value; many handles, in
+//!   many processes, may name one lock.
+//! - **acquisition**: one take of a lock or of units; it is given back once. A **guard** (a
+//!   **permit**, for a semaphore) stands for one and gives it back when dropped.
+//! - **lease**: what an acquisition holds on the server, with its expiry; a **renewal**
+//!   extends it. An acquisition is **lost** when its lease may have ended.
+//! - **holder**: whoever holds a lease. [`Holder`] describes a lock's, and
+//!   [`inspect::Held`] a lock as a listing finds it.
+//! - **waiter**: an acquisition that waits. On the queue engine it stands in the primitive's
+//!   **line** (its queue of tickets) and proves itself alive by its **heartbeat**; one that
+//!   misses two **lapses**, and leaves the line.
+//!
 //! # Cargo features
 //!
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider.
