@@ -55,7 +55,32 @@ impl Runtime for Blocking {
         by: By,
         cancel: &CancelToken,
     ) -> impl Future<Output = Result<Option<Value>, Fault>> + Send {
-        ready(pop(transport, conn, slot, request, until, by, cancel))
+        let waiter = match conn {
+            Some(waiter) => waiter,
+            None => match transport.waiter(slot, by.now()) {
+                Ok(waiter) => conn.insert(waiter),
+                Err(fault) => return ready(Err(fault)),
+            },
+        };
+        let popped = waiter.ready(by.now()).and_then(|()| {
+            let blocked = block(
+                transport,
+                waiter.as_mut(),
+                request,
+                until,
+                by.after(until),
+                by.now(),
+                cancel,
+            )?;
+            Ok(match blocked {
+                Blocked::Replied(mut replies) => Some(replies.swap_remove(0)),
+                Blocked::Ended | Blocked::Cancelled => None,
+            })
+        });
+        if !matches!(popped, Ok(Some(_))) {
+            *conn = None;
+        }
+        ready(popped)
     }
 
     fn rest(_: &Arc<dyn Transport>, conn: Box<dyn Waiter + '_>) {
@@ -264,40 +289,4 @@ fn exchange(
         replies.push(conn.recv(rest_by)?);
     }
     Ok(replies)
-}
-
-/// A queue waiter's `BLPOP` on `conn`, opened first on `slot` when there is none; see
-/// [`Runtime::pop`].
-fn pop<'a>(
-    transport: &'a Arc<dyn Transport>,
-    conn: &mut Option<Box<dyn Waiter + 'a>>,
-    slot: u16,
-    request: &Request,
-    until: Instant,
-    by: By,
-    cancel: &CancelToken,
-) -> Result<Option<Value>, Fault> {
-    let waiter = match conn {
-        Some(waiter) => waiter,
-        None => conn.insert(transport.waiter(slot, by.now())?),
-    };
-    let popped = waiter.ready(by.now()).and_then(|()| {
-        let blocked = block(
-            transport,
-            waiter.as_mut(),
-            request,
-            until,
-            by.after(until),
-            by.now(),
-            cancel,
-        )?;
-        Ok(match blocked {
-            Blocked::Replied(mut replies) => Some(replies.swap_remove(0)),
-            Blocked::Ended | Blocked::Cancelled => None,
-        })
-    });
-    if !matches!(popped, Ok(Some(_))) {
-        *conn = None;
-    }
-    popped
 }
