@@ -1,117 +1,250 @@
 #!/usr/bin/env python3
-"""Checks the library's imports go one way: each module uses only modules of its own layer
-or of layers to its left, and no modules use each other in a cycle. Reads every path a file
-names (`crate::...`, `super::...`, a child module's `name::...`), code lines only."""
+"""Checks that modules use each other one way.
+
+The library (src/ less src/bin/): each module uses only modules of its own layer or of layers
+below it (LAYERS, bottom first), no modules use each other in a cycle, every module has a
+layer, and every name in LAYERS is a module (so a stale entry cannot linger).
+
+Each binary with modules of its own (src/bin/NAME/main.rs): no modules use each other in a
+cycle. There `crate::x` is that binary's module x; the library (`redis_blpop_lock::...`) is
+another crate and may be used from anywhere.
+
+An import is any path a file names (`crate::...`, with `{...}` groups expanded; `super::...`;
+a child module's `name::...`), outside comments and the `#[cfg(test)] mod tests` that ends a
+file; files named tests.rs are left out (tests may use anything). A name the crate root
+re-exports (`pub use module::Name;`) stands for its module. Using the crate root, and a child
+using its parent, is how modules nest: neither counts.
+
+Usage: python3 .ci/layers.py [SRC]   (SRC defaults to src)
+"""
 import os, re, sys
 
+# The library's modules by layer, bottom first; a directory's modules are in its layer unless
+# one of them is named on its own (`config/builder`). `lib` is the crate root.
 LAYERS = [
-    ("base", ["error", "id", "observe", "settings", "cancel", "protocol"]),
-    ("transport", ["transport", "timer"]),
-    ("driver", ["driver", "renew", "queue"]),
-    ("handles", ["lib", "backend", "builder", "lock", "guard", "cache", "inspect", "acquisition", "semaphore", "rwlock",
-                 "reset_all", "quorum", "sentinel", "aio"]),
+    ("base", ["error", "observe", "config", "cancel", "protocol"]),
+    ("transport", ["transport"]),
+    ("driver", ["driver"]),
+    ("handles", ["lib", "backend", "config/builder", "shell", "blocking", "cache", "inspect",
+                 "reset_all", "aio"]),
 ]
-# What the crate root re-exports, by the module that defines it.
-ROOT_NAMES = {"Error": "error", "CancelToken": "cancel", "Holder": "lock", "Lock": "lock",
-              "LockBuilder": "builder", "Backend": "backend", "Cache": "cache",
-              "LockGuard": "guard", "ArcLockGuard": "guard", "with_lock": "guard",
-              "Quorum": "quorum", "Sentinel": "sentinel", "reset_all": "reset_all",
-              "id": "id", "Semaphore": "semaphore", "SemaphorePermit": "semaphore", "ArcSemaphorePermit": "semaphore", "RwLock": "rwlock", "RwLockReadGuard": "rwlock", "RwLockWriteGuard": "rwlock"}
+
+
+def modules_in(folder, skip=None):
+    """Each module of the crate in `folder` ("driver/acquire"; the root is "lib" or "main")
+    -> its file, leaving out the folder `skip`."""
+    modules = {}
+    for dirpath, dirs, files in os.walk(folder):
+        rel_dir = os.path.relpath(dirpath, folder)
+        if rel_dir == skip:
+            dirs[:] = []
+            continue
+        for f in files:
+            if f.endswith(".rs") and f != "tests.rs":
+                rel = os.path.normpath(os.path.join(rel_dir, f[:-3])).replace(os.sep, "/")
+                modules[rel.removesuffix("/mod")] = os.path.join(dirpath, f)
+    return modules
+
+
+def code(path):
+    """The file's code: no comments, nothing from its `#[cfg(test)] mod tests` on."""
+    text = open(path).read().split("#[cfg(test)]\nmod tests")[0]
+    return "\n".join(line.split("//")[0] for line in text.splitlines())
+
+
+def tree_at(text, i):
+    """The use tree that starts at text[i]: `a::b`, `a::{b, c::{d}}`."""
+    j = re.compile(r"[\w:]*").match(text, i).end()
+    if text[j:j + 1] == "{":
+        depth = 0
+        for j in range(j, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i:j + 1]
+    return text[i:j]
+
+
+def expand(tree):
+    """`a::{b, c::{d, e}}` -> ["a::b", "a::c::d", "a::c::e"]."""
+    if "{" not in tree:
+        return [tree.strip()]
+    start = tree.index("{")
+    prefix, inner, parts, depth, last = tree[:start], tree[start + 1:tree.rindex("}")], [], 0, 0
+    for k, c in enumerate(inner + ","):
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            parts.append(inner[last:k])
+            last = k + 1
+    return [prefix + p for part in parts if part.strip() for p in expand(part.strip())]
+
+
+def macros(text):
+    """The `macro_rules!` definitions in `text`: name -> body, and the text without them."""
+    found, rest, i = {}, [], 0
+    for m in re.finditer(r"macro_rules!\s*(\w+)\s*\{", text):
+        if m.start() < i:
+            continue
+        depth, j, quoted = 0, m.end() - 1, False
+        for j in range(m.end() - 1, len(text)):
+            # Braces in string literals (a doc line's text) are not the macro's.
+            if text[j] == '"' and text[j - 1] != "\\":
+                quoted = not quoted
+            if not quoted:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                if depth == 0:
+                    break
+        found[m.group(1)] = text[m.end():j]
+        rest.append(text[i:m.start()])
+        i = j + 1
+    return found, "".join(rest) + text[i:]
+
+
+def invoked(text, names):
+    """The macros of `names` that `text` invokes: `name!(..)`, or named as an invocation's
+    first argument (`for_api!(name, ..)`, which expands `name!`)."""
+    called = set(re.findall(r"(\w+)\s*!", text))
+    called |= set(re.findall(r"!\s*[(\[{]\s*(?:\w+::)*(\w+)\s*[,;]", text))
+    return called & names
+
+
+def imports(modules, root):
+    """Each module -> the modules it uses (the root among them). A macro's `$crate::` paths
+    are resolved where it is expanded, so they are the imports of the modules that invoke it,
+    not of the module that defines it."""
+    def resolve(parts, root_names):
+        """The deepest module a path names, from the crate root."""
+        best = None
+        for i in range(1, len(parts) + 1):
+            if "/".join(parts[:i]) in modules:
+                best = "/".join(parts[:i])
+        if best is None and parts:
+            best = root_names.get(parts[0])
+        return best
+
+    root_names = {}
+    for m in re.finditer(r"\bpub use ([^;]+);", code(modules[root])):
+        for path in expand(m.group(1)):
+            path, _, alias = path.partition(" as ")
+            source = resolve(path.strip().split("::")[:-1], {})
+            if source:
+                root_names[(alias or path).strip().split("::")[-1]] = source
+
+    def paths(text):
+        found = set()
+        for m in re.finditer(r"(?<![\w:])crate::", text):
+            found |= {resolve(p.split("::"), root_names) for p in expand(tree_at(text, m.end()))}
+        return found
+
+    bodies, texts = {}, {}
+    for mod, path in modules.items():
+        defined, texts[mod] = macros(code(path))
+        bodies.update(defined)
+    # What each macro's expansion uses: its own paths and those of the macros it expands.
+    uses = {name: paths(body) for name, body in bodies.items()}
+    calls = {name: invoked(body, set(bodies)) - {name} for name, body in bodies.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name in bodies:
+            more = set().union(*(uses[c] for c in calls[name])) if calls[name] else set()
+            if not more <= uses[name]:
+                uses[name] |= more
+                changed = True
+
+    edges = {m: set() for m in modules}
+    for mod, path in modules.items():
+        here = [] if mod == root else mod.split("/")
+        children = {m.split("/")[-1] for m in modules if m.rpartition("/")[0] == mod}
+        text = texts[mod]
+        found = set()
+        for name in invoked(text, set(bodies)):
+            found |= uses[name]
+        found |= paths(text)
+        for m in re.finditer(r"(?<![\w:])((?:super::)+)", text):
+            base = here[: len(here) - m.group(1).count("super::")]
+            for p in expand(tree_at(text, m.end())):
+                parts = base + [s for s in p.split("::") if s]
+                found.add(resolve(parts, root_names) or "/".join(base) or root)
+        for child in children:
+            if re.search(rf"(?<![\w:]){child}::", text):
+                found.add(mod + "/" + child)
+        edges[mod] = {t for t in found if t in modules and t != mod}
+    return edges
+
+
+def cycles(edges, root):
+    """Groups of modules that use each other in a cycle (Tarjan's strongly connected
+    components)."""
+    index, low, stack, on, groups = {}, {}, [], set(), []
+
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            # Everything uses the root, and a child its parent: how modules nest, not a cycle.
+            if w == root or v.startswith(w + "/"):
+                continue
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return groups
+
 
 src = sys.argv[1] if len(sys.argv) > 1 else "src"
-modules = {}
-for root, dirs, files in os.walk(src):
-    if os.path.relpath(root, src).startswith("bin"):
-        continue
-    for f in files:
-        if f.endswith(".rs"):
-            rel = os.path.relpath(os.path.join(root, f), src)[:-3]
-            if rel.endswith("tests"):
-                # Tests may use any layer.
-                continue
-            mod = rel[:-len("/mod")] if rel.endswith("/mod") else rel
-            modules["lib" if mod == "lib" else mod] = os.path.join(root, f)
+problems = []
 
-def resolve(parts):
-    """The deepest module a path names."""
-    best = None
-    for i in range(1, len(parts) + 1):
-        if "/".join(parts[:i]) in modules:
-            best = "/".join(parts[:i])
-    if best is None and parts and parts[0] in ROOT_NAMES:
-        best = ROOT_NAMES[parts[0]]
-    return best
+# The library: layers, then cycles.
+lib = modules_in(src, skip="bin")
+edges = imports(lib, "lib")
+tops = {m.split("/")[0] for m in lib}
+for name, names in LAYERS:
+    problems += [f"stale: layer {name} lists {t}, which is no module of {src}/"
+                 for t in names if t not in lib]
+named = {t: i for i, (_, names) in enumerate(LAYERS) for t in names}
+problems += [f"no layer: module {t} (add it to LAYERS)" for t in sorted(tops - set(named))]
 
-def layer(mod):
-    top = mod.split("/")[0]
-    for i, (_, tops) in enumerate(LAYERS):
-        if top in tops:
-            return i
-    raise SystemExit(f"module {mod} has no layer")
 
-edges = {m: set() for m in modules}
-for mod, path in modules.items():
-    is_dir = path.endswith("mod.rs") or mod == "lib"
-    here = mod.split("/") if mod != "lib" else []
-    parent = here if is_dir else here[:-1]
-    children = {m.split("/")[-1] for m in modules if m.startswith(mod + "/")} if mod != "lib" else set()
-    text = open(path).read()
-    text = text.split("#[cfg(test)]\nmod tests")[0]
-    for line in text.splitlines():
-        code = line.split("//")[0]
-        for m in re.finditer(r"crate::(\{[^}]*\}|[\w:]+)", code):
-            body = m.group(1)
-            names = re.findall(r"\w+(?:::\w+)*", body)
-            for n in names:
-                t = resolve(n.split("::"))
-                if t and t != mod:
-                    edges[mod].add(t)
-        for m in re.finditer(r"(?<![:\w])((?:super::)+)([\w:]*)", code):
-            up = m.group(1).count("super::")
-            base = parent[: len(parent) - (up - 1)]
-            t = resolve(base + [p for p in m.group(2).split("::") if p]) or "/".join(base) or "lib"
-            if t != mod and t in modules:
-                edges[mod].add(t)
-        for child in children:
-            if re.search(rf"(?<![:\w]){child}::", code):
-                edges[mod].add(mod + "/" + child)
+def layer_of(mod):
+    """The layer of the longest name in LAYERS that `mod` is or is inside."""
+    parts = mod.split("/")
+    for i in range(len(parts), 0, -1):
+        if "/".join(parts[:i]) in named:
+            return named["/".join(parts[:i])]
+    return None
 
-bad = 0
+
 for m in sorted(edges):
-    for t in sorted(edges[m]):
-        if t == "lib":
-            continue
-        if layer(t) > layer(m):
-            print(f"upward: {m} ({LAYERS[layer(m)][0]}) uses {t} ({LAYERS[layer(t)][0]})")
-            bad += 1
+    for t in sorted(edges[m] - {"lib"}):
+        a, b = layer_of(m), layer_of(t)
+        if a is not None and b is not None and b > a:
+            problems.append(f"upward: {m} ({LAYERS[a][0]}) uses {t} ({LAYERS[b][0]})")
+problems += ["cycle: " + " <-> ".join(group) for group in cycles(edges, "lib")]
+summary = [f"library: {len(lib)} modules, {sum(map(len, edges.values()))} imports"]
 
-# Cycles: strongly connected components of more than one module (the crate root aside).
-index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
-def strong(v):
-    index[v] = low[v] = counter[0]; counter[0] += 1; stack.append(v); on.add(v)
-    for w in edges[v]:
-        # A child using its parent's items (what the parent declares for its children) is
-        # how modules nest, not a cycle.
-        if w == "lib" or v.startswith(w + "/"):
-            continue
-        if w not in index:
-            strong(w); low[v] = min(low[v], low[w])
-        elif w in on:
-            low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-        comp = []
-        while True:
-            w = stack.pop(); on.discard(w); comp.append(w)
-            if w == v:
-                break
-        if len(comp) > 1:
-            sccs.append(sorted(comp))
-sys.setrecursionlimit(10000)
-for v in sorted(edges):
-    if v not in index:
-        strong(v)
-for comp in sccs:
-    print("cycle: " + " <-> ".join(comp))
-    bad += 1
-print(f"{len(modules)} modules, {sum(len(e) for e in edges.values())} imports, {bad} problems")
-sys.exit(1 if bad else 0)
+# Each binary with modules of its own: cycles.
+bins = os.path.join(src, "bin")
+for name in sorted(os.listdir(bins)) if os.path.isdir(bins) else []:
+    if os.path.isfile(os.path.join(bins, name, "main.rs")):
+        modules = modules_in(os.path.join(bins, name))
+        edges = imports(modules, "main")
+        problems += [f"cycle in bin {name}: " + " <-> ".join(g) for g in cycles(edges, "main")]
+        summary.append(f"bin {name}: {len(modules)} modules, "
+                       f"{sum(map(len, edges.values()))} imports")
+
+print("\n".join(problems + summary + [f"{len(problems)} problems"]))
+sys.exit(1 if problems else 0)

@@ -1012,6 +1012,10 @@
 //!
 //! # Cargo features
 //!
+//! The library takes clients of the `redis` crate it depends on (1.8 or a later 1.x);
+//! [`redis_blpop_lock::redis`](crate::redis) re-exports that crate, for an application whose
+//! own `redis` dependency is another version.
+//!
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider.
 //! - `cluster`: [`redis::cluster::ClusterClient`] as a [`Backend`] (the `redis` crate's
 //!   `cluster` feature).
@@ -1051,3 +1055,22 @@ pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
 pub use reset_all::reset_all;
+
+/// The `redis` crate this library is built against.
+///
+/// The API takes that crate's clients: [`redis::Client`], and with the `cluster` feature
+/// `redis::cluster::ClusterClient`. An application whose own `redis` dependency is another
+/// version has another `redis::Client` type, which the API does not take; it can name ours
+/// through this re-export instead, as `deadpool-redis` and `bb8-redis` re-export theirs.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// use redis_blpop_lock::Lock;
+///
+/// let client = redis_blpop_lock::redis::Client::open("redis://127.0.0.1/")?;
+/// let lock = Lock::new(&client, "nightly-report")?;
+/// let _guard = lock.lock()?;
+/// # Ok(())
+/// # }
+/// ```
+pub use redis;

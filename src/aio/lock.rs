@@ -3,15 +3,20 @@
 //! `with_lock` over a future.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
 
 use super::turn::{self, Turn, Turns};
 use crate::driver::tokio::Tokio;
-use crate::driver::Runtime;
+use crate::driver::{Inner, Runtime};
+use crate::protocol::lease::Wait;
+use crate::{Backend, CancelToken, Error};
 
 crate::shell::for_api!(lock, aio;
     guard = [LockGuard],
     guards = [LockGuard => "lock", "redis_blpop_lock::aio::Lock::new(&client, \"tickets\")?";],
 );
+crate::shell::for_api!(lock::lock_builder, aio);
 
 /// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
 /// [`crate::Lock`] (the two wake each other), with the same methods as futures.
@@ -41,7 +46,7 @@ pub struct Lock {
 }
 
 impl Lock {
-    fn from_inner(inner: Arc<Inner<Tokio>>) -> Lock {
+    pub(crate) fn from_inner(inner: Arc<Inner<Tokio>>) -> Lock {
         Lock {
             inner,
             turns: Turns::default(),

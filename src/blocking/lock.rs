@@ -5,8 +5,14 @@
 //! A guard stands for one acquisition (an epoch of its handle): it releases that one only, so
 //! a guard kept past an explicit release never frees a later acquisition.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::driver::blocking::Blocking;
+use crate::driver::Inner;
+use crate::protocol::lease::Wait;
 use crate::transport::send::now;
+use crate::{Backend, Error};
 
 crate::shell::for_api!(lock, blocking;
     guard = [LockGuard<'_>],
@@ -87,7 +93,7 @@ pub struct ArcLockGuard {
 }
 
 impl Lock {
-    fn from_inner(inner: Arc<Inner<Blocking>>) -> Lock {
+    pub(crate) fn from_inner(inner: Arc<Inner<Blocking>>) -> Lock {
         Lock { inner }
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{transport_of, Backend};
-use crate::blocking::Lock;
+use crate::blocking::lock::Lock;
 use crate::config::id;
 use crate::config::settings::{
     millis, Settings, DEFAULT_HEARTBEAT, DEFAULT_IO_TIMEOUT, DEFAULT_QUEUE_EXPIRE,
@@ -379,3 +379,5 @@ impl<K> LockBuilder<K> {
         Ok((settings, transport))
     }
 }
+
+crate::shell::for_api!(lock::lock_builder, blocking);

@@ -34,49 +34,8 @@ macro_rules! lock {
         guard = [$($guard:tt)*],
         guards = [$($g:ty => $take:literal, $make:literal);* $(;)?],
     ) => {
-        use std::sync::Arc;
-        use std::time::{Duration, Instant};
-
-        use $crate::driver::Inner;
-        use $crate::protocol::lease::Wait;
-        use $crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 
         impl Lock {
-            /// A handle on the lock `name` on `backend` (one server, a cluster, a
-            /// Sentinel-managed primary: see [`Backend`]), with no expiry and a random owner
-            /// id. The blocking and the async handles of one name are the same lock, and wake
-            /// each other.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"cron:cleanup\")?;")]
-            #[doc = concat!("if lock.try_acquire()", $aw, "? {")]
-            ///     // ... only one process in the fleet gets here at a time ...
-            #[doc = concat!("    lock.release()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn new(backend: &(impl Backend + ?Sized), name: impl Into<String>) -> Result<Lock, Error> {
-                Lock::builder(backend, name).build()
-            }
-
-            /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"cron:cleanup\")")]
-            ///     .expire(std::time::Duration::from_secs(10))
-            ///     .build()?;
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn builder<B: Backend + ?Sized>(backend: &B, name: impl Into<String>) -> LockBuilder<Lock> {
-                LockBuilder::new(backend, name.into())
-            }
-
             /// The lock's name (the key is `lock:<name>`).
             ///
             /// ```no_run
@@ -124,8 +83,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn acquire(&self) -> Result<(), Error> {
-                $run!(self.held(Wait::Forever)).map(drop)
+            pub $($asyncness)? fn acquire(&self) -> Result<(), $crate::Error> {
+                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::Forever)).map(drop)
             }
 
             /// Takes the lock if it is free, never waiting for it. `Ok(false)` when someone
@@ -142,8 +101,8 @@ macro_rules! lock {
             /// # }
             /// ```
             #[must_use = "the lock may not have been taken"]
-            pub $($asyncness)? fn try_acquire(&self) -> Result<bool, Error> {
-                $run!(self.held(Wait::Never))
+            pub $($asyncness)? fn try_acquire(&self) -> Result<bool, $crate::Error> {
+                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::Never))
             }
 
             /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in
@@ -162,8 +121,8 @@ macro_rules! lock {
             /// # }
             /// ```
             #[must_use = "the lock may not have been taken"]
-            pub $($asyncness)? fn acquire_timeout(&self, timeout: Duration) -> Result<bool, Error> {
-                $run!(self.held(Wait::timeout(Instant::now(), timeout)))
+            pub $($asyncness)? fn acquire_timeout(&self, timeout: std::time::Duration) -> Result<bool, $crate::Error> {
+                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// Releases the lock and wakes one waiter. An async release runs to its end even
@@ -184,8 +143,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn release(&self) -> Result<(), Error> {
-                $run!(self.release_held())
+            pub $($asyncness)? fn release(&self) -> Result<(), $crate::Error> {
+                $crate::shell::$run!(self.release_held())
             }
 
             /// Gives the lock a new expiry: `expire`, or the handle's configured one when
@@ -208,8 +167,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-                $run!(self.inner.extend(expire))
+            pub $($asyncness)? fn extend(&self, expire: Option<std::time::Duration>) -> Result<(), $crate::Error> {
+                $crate::shell::$run!(self.inner.extend(expire))
             }
 
             /// Frees the lock whoever holds it and wakes one waiter: an operator's tool for a
@@ -232,8 +191,8 @@ macro_rules! lock {
             /// # }
             /// ```
             #[must_use = "says whether there was a lock to reset"]
-            pub $($asyncness)? fn reset(&self) -> Result<bool, Error> {
-                $run!(self.inner.reset())
+            pub $($asyncness)? fn reset(&self) -> Result<bool, $crate::Error> {
+                $crate::shell::$run!(self.inner.reset())
             }
 
             /// Who holds the lock and for how much longer, read in one round trip; `None`
@@ -250,8 +209,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn holder(&self) -> Result<Option<Holder>, Error> {
-                $run!(self.inner.holder())
+            pub $($asyncness)? fn holder(&self) -> Result<Option<$crate::Holder>, $crate::Error> {
+                $crate::shell::$run!(self.inner.holder())
             }
 
             /// Whether anyone holds the lock (one round trip).
@@ -264,8 +223,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn locked(&self) -> Result<bool, Error> {
-                Ok($run!(self.inner.holder())?.is_some())
+            pub $($asyncness)? fn locked(&self) -> Result<bool, $crate::Error> {
+                Ok($crate::shell::$run!(self.inner.holder())?.is_some())
             }
 
             /// The id of the lock's current owner, or `None` when it is free (one round
@@ -280,8 +239,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn owner_id(&self) -> Result<Option<String>, Error> {
-                Ok($run!(self.inner.holder())?.map(|h| h.id))
+            pub $($asyncness)? fn owner_id(&self) -> Result<Option<String>, $crate::Error> {
+                Ok($crate::shell::$run!(self.inner.holder())?.map(|h| h.id))
             }
 
             /// Whether the lock this handle acquired has been lost since: its expiry passed
@@ -348,11 +307,11 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn lock(&self) -> Result<$($guard)*, Error> {
-                match $run!(self.guard(Wait::Forever))? {
+            pub $($asyncness)? fn lock(&self) -> Result<$($guard)*, $crate::Error> {
+                match $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Forever))? {
                     Some(guard) => Ok(guard),
                     // A wait without end only ends with the lock or an error.
-                    None => Err(self.inner.error(|name| Error::Cancelled { name })),
+                    None => Err(self.inner.error(|name| $crate::Error::Cancelled { name })),
                 }
             }
 
@@ -370,8 +329,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_lock(&self) -> Result<Option<$($guard)*>, Error> {
-                $run!(self.guard(Wait::Never))
+            pub $($asyncness)? fn try_lock(&self) -> Result<Option<$($guard)*>, $crate::Error> {
+                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Never))
             }
 
             /// The guard if the lock comes free within `timeout`, else `None`.
@@ -386,8 +345,8 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_lock_for(&self, timeout: Duration) -> Result<Option<$($guard)*>, Error> {
-                $run!(self.guard(Wait::timeout(Instant::now(), timeout)))
+            pub $($asyncness)? fn try_lock_for(&self, timeout: std::time::Duration) -> Result<Option<$($guard)*>, $crate::Error> {
+                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// The guard if the lock comes free by `deadline`, else `None`.
@@ -404,12 +363,88 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_lock_until(&self, deadline: Instant) -> Result<Option<$($guard)*>, Error> {
-                $run!(self.guard(Wait::Until(deadline)))
+            pub $($asyncness)? fn try_lock_until(&self, deadline: std::time::Instant) -> Result<Option<$($guard)*>, $crate::Error> {
+                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Until(deadline)))
             }
         }
 
-        impl LockBuilder<Lock> {
+        $crate::shell::lock::lock!(@guards
+            asyncness = [$($asyncness)?], run = $run, head = $head, aw = $aw,
+            [$($g => $take, $make);*]
+        );
+
+        impl std::fmt::Debug for Lock {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // The id stays out: anyone who knows it can release the lock.
+                f.debug_struct(concat!($prefix, "Lock"))
+                    .field("name", &self.inner.settings.name)
+                    .field("expire_ms", &self.inner.settings.expire_ms)
+                    .field("auto_renewal", &self.inner.settings.auto_renewal)
+                    .field("fencing", &self.inner.settings.fencing)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+/// What makes a lock handle on one API (see [`for_api`]): `Lock::new` and `Lock::builder`,
+/// and the lock's own builder methods. Expanded beside [`LockBuilder`](crate::LockBuilder)
+/// for the blocking API, and in `aio/lock.rs` for the async one: the builder names the
+/// blocking `Lock` (its default kind), so the blocking lock does not name the builder.
+macro_rules! lock_builder {
+    (
+        rt = $rt:ty,
+        asyncness = [$($asyncness:tt)?],
+        run = $run:ident,
+        head = $head:literal,
+        path = $path:literal,
+        aw = $aw:literal,
+        prefix = $prefix:literal,
+    ) => {
+        impl Lock {
+            /// A handle on the lock `name` on `backend` (one server, a cluster, a
+            /// Sentinel-managed primary: see [`Backend`]), with no expiry and a random owner
+            /// id. The blocking and the async handles of one name are the same lock, and wake
+            /// each other.
+            ///
+            /// ```no_run
+            #[doc = $head]
+            /// let client = redis::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"cron:cleanup\")?;")]
+            #[doc = concat!("if lock.try_acquire()", $aw, "? {")]
+            ///     // ... only one process in the fleet gets here at a time ...
+            #[doc = concat!("    lock.release()", $aw, "?;")]
+            /// }
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn new(
+                backend: &(impl $crate::Backend + ?Sized),
+                name: impl Into<String>,
+            ) -> Result<Lock, $crate::Error> {
+                Lock::builder(backend, name).build()
+            }
+
+            /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
+            ///
+            /// ```no_run
+            #[doc = $head]
+            /// let client = redis::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"cron:cleanup\")")]
+            ///     .expire(std::time::Duration::from_secs(10))
+            ///     .build()?;
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn builder<B: $crate::Backend + ?Sized>(
+                backend: &B,
+                name: impl Into<String>,
+            ) -> $crate::LockBuilder<Lock> {
+                $crate::LockBuilder::new(backend, name.into())
+            }
+        }
+
+        impl $crate::LockBuilder<Lock> {
             /// A fair lock: waiters take it in the order they asked, across threads, tasks
             /// and processes, and a newcomer never takes it ahead of them. It is the queue
             /// engine's (see the crate docs' "Fair lock" section), on keys `fair-lock:{name}:*`
@@ -430,7 +465,8 @@ macro_rules! lock {
                 self.fair_or_not(on)
             }
 
-            /// Lets `token` cancel this handle's waits from anywhere; see [`CancelToken`].
+            /// Lets `token` cancel this handle's waits from anywhere; see
+            /// [`CancelToken`](crate::CancelToken).
             ///
             /// ```no_run
             #[doc = $head]
@@ -442,7 +478,7 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn cancel_token(self, token: CancelToken) -> Self {
+            pub fn cancel_token(self, token: $crate::CancelToken) -> Self {
                 self.cancelled_by(token)
             }
 
@@ -459,27 +495,10 @@ macro_rules! lock {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn build(self) -> Result<Lock, Error> {
+            pub fn build(self) -> Result<Lock, $crate::Error> {
                 let (settings, transport) = self.checked()?;
-                let inner = Inner::<$rt>::of_lock(settings, transport)?;
-                Ok(Lock::from_inner(Arc::new(inner)))
-            }
-        }
-
-        $crate::shell::lock::lock!(@guards
-            asyncness = [$($asyncness)?], run = $run, head = $head, aw = $aw,
-            [$($g => $take, $make);*]
-        );
-
-        impl std::fmt::Debug for Lock {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                // The id stays out: anyone who knows it can release the lock.
-                f.debug_struct(concat!($prefix, "Lock"))
-                    .field("name", &self.inner.settings.name)
-                    .field("expire_ms", &self.inner.settings.expire_ms)
-                    .field("auto_renewal", &self.inner.settings.auto_renewal)
-                    .field("fencing", &self.inner.settings.fencing)
-                    .finish_non_exhaustive()
+                let inner = $crate::driver::Inner::<$rt>::of_lock(settings, transport)?;
+                Ok(Lock::from_inner(std::sync::Arc::new(inner)))
             }
         }
     };
@@ -539,10 +558,10 @@ macro_rules! guard_methods {
             /// # }
             /// ```
             pub $($asyncness)? fn extend(&self, expire: Option<std::time::Duration>) -> Result<(), $crate::Error> {
-                $run!(self.inner().extend(expire))
+                $crate::shell::$run!(self.inner().extend(expire))
             }
         }
     };
 }
 
-pub(crate) use {guard_methods, lock};
+pub(crate) use {guard_methods, lock, lock_builder};

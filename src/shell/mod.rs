@@ -32,9 +32,11 @@ macro_rules! run_aio {
 
 /// Expands the shell `$shell` for one API, with what tells that API apart.
 macro_rules! for_api {
-    ($shell:ident, blocking $(; $($extra:tt)*)?) => {
-        use $crate::shell::run_blocking;
-        $crate::shell::$shell::$shell! {
+    ($shell:ident, $api:ident $(; $($extra:tt)*)?) => {
+        $crate::shell::for_api!($shell::$shell, $api $(; $($extra)*)?);
+    };
+    ($module:ident::$shell:ident, blocking $(; $($extra:tt)*)?) => {
+        $crate::shell::$module::$shell! {
             rt = $crate::driver::blocking::Blocking,
             asyncness = [],
             run = run_blocking,
@@ -45,9 +47,8 @@ macro_rules! for_api {
             $($($extra)*)?
         }
     };
-    ($shell:ident, aio $(; $($extra:tt)*)?) => {
-        use $crate::shell::run_aio;
-        $crate::shell::$shell::$shell! {
+    ($module:ident::$shell:ident, aio $(; $($extra:tt)*)?) => {
+        $crate::shell::$module::$shell! {
             rt = $crate::driver::tokio::Tokio,
             asyncness = [async],
             run = run_aio,

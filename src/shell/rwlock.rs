@@ -75,14 +75,6 @@ macro_rules! rwlock {
         aw = $aw:literal,
         prefix = $prefix:literal,
     ) => {
-        use std::time::{Duration, Instant};
-
-        use $crate::driver::acquirer::{Acquirer, Lease};
-        use $crate::protocol::lease::Wait;
-        use $crate::protocol::primitive::{Primitive, WRITER_UNITS};
-        use $crate::shell::rwlock::{Reader, Readers, Reading};
-        use $crate::shell::ended;
-        use $crate::{Backend, CancelToken, Error, LockBuilder};
 
         /// A read-write lock shared by every handle of the same name, on the fair queue
         /// engine (see the crate docs' "Read-write lock" section for its keys and scripts):
@@ -112,22 +104,22 @@ macro_rules! rwlock {
         /// # }
         /// ```
         pub struct RwLock {
-            acquirer: Acquirer<$rt>,
-            readers: Readers,
+            acquirer: $crate::driver::acquirer::Acquirer<$rt>,
+            readers: $crate::shell::rwlock::Readers,
         }
 
         /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
         #[must_use = "the read lock is released as soon as the guard is dropped"]
         pub struct RwLockReadGuard<'a> {
-            lease: Lease<$rt>,
-            _reading: Reading<'a>,
+            lease: $crate::driver::acquirer::Lease<$rt>,
+            _reading: $crate::shell::rwlock::Reading<'a>,
         }
 
         /// The write lock held: given back by [`unlock`](Self::unlock), or when dropped.
         #[must_use = "the write lock is released as soon as the guard is dropped"]
         pub struct RwLockWriteGuard<'a> {
             lock: &'a RwLock,
-            lease: Lease<$rt>,
+            lease: $crate::driver::acquirer::Lease<$rt>,
         }
 
         impl RwLock {
@@ -142,9 +134,9 @@ macro_rules! rwlock {
             /// # }
             /// ```
             pub fn new(
-                backend: &(impl Backend + ?Sized),
+                backend: &(impl $crate::Backend + ?Sized),
                 name: impl Into<String>,
-            ) -> Result<RwLock, Error> {
+            ) -> Result<RwLock, $crate::Error> {
                 RwLock::builder(backend, name).build()
             }
 
@@ -161,11 +153,11 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn builder<B: Backend + ?Sized>(
+            pub fn builder<B: $crate::Backend + ?Sized>(
                 backend: &B,
                 name: impl Into<String>,
-            ) -> LockBuilder<RwLock> {
-                LockBuilder::new(backend, name.into()).on_queue_engine()
+            ) -> $crate::LockBuilder<RwLock> {
+                $crate::LockBuilder::new(backend, name.into()).on_queue_engine()
             }
 
             /// The lock's name (its keys are `rwlock:{<name>}:*`, or `rwlock:=<name>:*` for a
@@ -194,8 +186,8 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn read(&self) -> Result<RwLockReadGuard<'_>, Error> {
-                $run!(self.reading(Wait::Forever))?.ok_or_else(ended)
+            pub $($asyncness)? fn read(&self) -> Result<RwLockReadGuard<'_>, $crate::Error> {
+                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
             }
 
             /// A read lock if no writer holds the lock or waits for it.
@@ -210,8 +202,8 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_read(&self) -> Result<Option<RwLockReadGuard<'_>>, Error> {
-                $run!(self.reading(Wait::Never))
+            pub $($asyncness)? fn try_read(&self) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Never))
             }
 
             /// Waits up to `timeout` for a read lock.
@@ -227,9 +219,9 @@ macro_rules! rwlock {
             /// ```
             pub $($asyncness)? fn try_read_for(
                 &self,
-                timeout: Duration,
-            ) -> Result<Option<RwLockReadGuard<'_>>, Error> {
-                $run!(self.reading(Wait::timeout(Instant::now(), timeout)))
+                timeout: std::time::Duration,
+            ) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// Waits until `deadline` at the latest for a read lock.
@@ -245,9 +237,9 @@ macro_rules! rwlock {
             /// ```
             pub $($asyncness)? fn try_read_until(
                 &self,
-                deadline: Instant,
-            ) -> Result<Option<RwLockReadGuard<'_>>, Error> {
-                $run!(self.reading(Wait::Until(deadline)))
+                deadline: std::time::Instant,
+            ) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Until(deadline)))
             }
 
             /// Waits until the write lock is ours. Refused with [`Error::WouldDeadlock`] when
@@ -263,8 +255,8 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn write(&self) -> Result<RwLockWriteGuard<'_>, Error> {
-                $run!(self.writing(Wait::Forever))?.ok_or_else(ended)
+            pub $($asyncness)? fn write(&self) -> Result<RwLockWriteGuard<'_>, $crate::Error> {
+                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
             }
 
             /// The write lock if nobody holds the lock or waits for it.
@@ -279,8 +271,8 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_write(&self) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
-                $run!(self.writing(Wait::Never))
+            pub $($asyncness)? fn try_write(&self) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Never))
             }
 
             /// Waits up to `timeout` for the write lock.
@@ -296,9 +288,9 @@ macro_rules! rwlock {
             /// ```
             pub $($asyncness)? fn try_write_for(
                 &self,
-                timeout: Duration,
-            ) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
-                $run!(self.writing(Wait::timeout(Instant::now(), timeout)))
+                timeout: std::time::Duration,
+            ) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// Waits until `deadline` at the latest for the write lock.
@@ -314,37 +306,37 @@ macro_rules! rwlock {
             /// ```
             pub $($asyncness)? fn try_write_until(
                 &self,
-                deadline: Instant,
-            ) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
-                $run!(self.writing(Wait::Until(deadline)))
+                deadline: std::time::Instant,
+            ) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Until(deadline)))
             }
 
-            async fn reading(&self, wait: Wait) -> Result<Option<RwLockReadGuard<'_>>, Error> {
-                let reader = Reader::current();
+            async fn reading(&self, wait: $crate::protocol::lease::Wait) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
+                let reader = $crate::shell::rwlock::Reader::current();
                 let lease = self.acquirer.take(1, wait).await?;
                 Ok(lease.map(|lease| self.read_guard(lease, reader)))
             }
 
-            fn read_guard(&self, lease: Lease<$rt>, reader: Reader) -> RwLockReadGuard<'_> {
+            fn read_guard(&self, lease: $crate::driver::acquirer::Lease<$rt>, reader: $crate::shell::rwlock::Reader) -> RwLockReadGuard<'_> {
                 RwLockReadGuard {
                     lease,
                     _reading: self.readers.enter(reader),
                 }
             }
 
-            async fn writing(&self, wait: Wait) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
+            async fn writing(&self, wait: $crate::protocol::lease::Wait) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
                 // A try cannot wait for itself: it only finds the lock taken.
-                if wait != Wait::Never && self.readers.reading_here() {
-                    return Err(Error::WouldDeadlock {
+                if wait != $crate::protocol::lease::Wait::Never && self.readers.reading_here() {
+                    return Err($crate::Error::WouldDeadlock {
                         name: self.name().into(),
                     });
                 }
-                let lease = self.acquirer.take(WRITER_UNITS, wait).await?;
+                let lease = self.acquirer.take($crate::protocol::primitive::WRITER_UNITS, wait).await?;
                 Ok(lease.map(|lease| RwLockWriteGuard { lock: self, lease }))
             }
         }
 
-        impl LockBuilder<RwLock> {
+        impl $crate::LockBuilder<RwLock> {
             /// Lets `token` cancel this handle's waits from anywhere; see
             /// [`CancelToken`](crate::CancelToken). A cancelled waiter leaves the queue, and
             /// its wait returns [`Error::Cancelled`].
@@ -359,7 +351,7 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn cancel_token(self, token: CancelToken) -> Self {
+            pub fn cancel_token(self, token: $crate::CancelToken) -> Self {
                 self.cancelled_by(token)
             }
 
@@ -372,11 +364,11 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn build(self) -> Result<RwLock, Error> {
-                let (settings, transport, capacity) = self.checked_for(Primitive::RwLock)?;
+            pub fn build(self) -> Result<RwLock, $crate::Error> {
+                let (settings, transport, capacity) = self.checked_for($crate::protocol::primitive::Primitive::RwLock)?;
                 Ok(RwLock {
-                    acquirer: Acquirer::new(Primitive::RwLock, settings, transport, capacity),
-                    readers: Readers::default(),
+                    acquirer: $crate::driver::acquirer::Acquirer::new($crate::protocol::primitive::Primitive::RwLock, settings, transport, capacity),
+                    readers: $crate::shell::rwlock::Readers::default(),
                 })
             }
         }
@@ -405,13 +397,13 @@ macro_rules! rwlock {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn downgrade(self) -> Result<RwLockReadGuard<'a>, Error> {
-                if !$run!(self.lease.shrink(1))? {
-                    return Err(Error::NotAcquired {
+            pub $($asyncness)? fn downgrade(self) -> Result<RwLockReadGuard<'a>, $crate::Error> {
+                if !$crate::shell::$run!(self.lease.shrink(1))? {
+                    return Err($crate::Error::NotAcquired {
                         name: self.lock.name().into(),
                     });
                 }
-                Ok(self.lock.read_guard(self.lease, Reader::current()))
+                Ok(self.lock.read_guard(self.lease, $crate::shell::rwlock::Reader::current()))
             }
         }
 
@@ -476,8 +468,8 @@ macro_rules! guard_methods {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn unlock(self) -> Result<(), Error> {
-                $run!(self.lease.release())
+            pub $($asyncness)? fn unlock(self) -> Result<(), $crate::Error> {
+                $crate::shell::$run!(self.lease.release())
             }
         }
     };

@@ -12,14 +12,6 @@ macro_rules! semaphore {
         aw = $aw:literal,
         prefix = $prefix:literal,
     ) => {
-        use std::sync::Arc;
-        use std::time::{Duration, Instant};
-
-        use $crate::driver::acquirer::{Acquirer, Lease};
-        use $crate::protocol::lease::Wait;
-        use $crate::protocol::primitive::Primitive;
-        use $crate::shell::ended;
-        use $crate::{Backend, CancelToken, Error, LockBuilder};
 
         /// A semaphore of `permits` shared by every handle of the same name, on the fair queue
         /// engine (see the crate docs' "Semaphore" section for its keys and scripts). The
@@ -45,7 +37,7 @@ macro_rules! semaphore {
         /// # }
         /// ```
         pub struct Semaphore {
-            acquirer: Acquirer<$rt>,
+            acquirer: $crate::driver::acquirer::Acquirer<$rt>,
         }
 
         /// A permit (or several, from [`Semaphore::acquire_many`]): given back by
@@ -54,15 +46,15 @@ macro_rules! semaphore {
         #[must_use = "the permit is given back as soon as it is dropped"]
         pub struct SemaphorePermit<'a> {
             semaphore: &'a Semaphore,
-            lease: Lease<$rt>,
+            lease: $crate::driver::acquirer::Lease<$rt>,
             permits: u32,
         }
 
         /// A permit that owns an `Arc` of its semaphore: `'static`, for a thread or a task.
         #[must_use = "the permit is given back as soon as it is dropped"]
         pub struct ArcSemaphorePermit {
-            semaphore: Arc<Semaphore>,
-            lease: Lease<$rt>,
+            semaphore: std::sync::Arc<Semaphore>,
+            lease: $crate::driver::acquirer::Lease<$rt>,
             permits: u32,
         }
 
@@ -85,10 +77,10 @@ macro_rules! semaphore {
             /// # }
             /// ```
             pub fn new(
-                backend: &(impl Backend + ?Sized),
+                backend: &(impl $crate::Backend + ?Sized),
                 name: impl Into<String>,
                 permits: u32,
-            ) -> Result<Semaphore, Error> {
+            ) -> Result<Semaphore, $crate::Error> {
                 Semaphore::builder(backend, name, permits).build()
             }
 
@@ -105,12 +97,12 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn builder<B: Backend + ?Sized>(
+            pub fn builder<B: $crate::Backend + ?Sized>(
                 backend: &B,
                 name: impl Into<String>,
                 permits: u32,
-            ) -> LockBuilder<Semaphore> {
-                LockBuilder::new(backend, name.into())
+            ) -> $crate::LockBuilder<Semaphore> {
+                $crate::LockBuilder::new(backend, name.into())
                     .on_queue_engine()
                     .permits(permits)
             }
@@ -155,8 +147,8 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn acquire(&self) -> Result<SemaphorePermit<'_>, Error> {
-                $run!(self.permit(1, Wait::Forever))?.ok_or_else(ended)
+            pub $($asyncness)? fn acquire(&self) -> Result<SemaphorePermit<'_>, $crate::Error> {
+                $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
             }
 
             /// A permit if one is free and nobody waits for one (it never passes a waiter).
@@ -171,8 +163,8 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn try_acquire(&self) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                $run!(self.permit(1, Wait::Never))
+            pub $($asyncness)? fn try_acquire(&self) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::Never))
             }
 
             /// Waits up to `timeout` for a permit.
@@ -188,9 +180,9 @@ macro_rules! semaphore {
             /// ```
             pub $($asyncness)? fn try_acquire_for(
                 &self,
-                timeout: Duration,
-            ) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                $run!(self.permit(1, Wait::timeout(Instant::now(), timeout)))
+                timeout: std::time::Duration,
+            ) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// Waits until `deadline` at the latest for a permit.
@@ -207,9 +199,9 @@ macro_rules! semaphore {
             /// ```
             pub $($asyncness)? fn try_acquire_until(
                 &self,
-                deadline: Instant,
-            ) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                $run!(self.permit(1, Wait::Until(deadline)))
+                deadline: std::time::Instant,
+            ) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::Until(deadline)))
             }
 
             /// Waits until `n` permits are ours, all at once. Requests are served in order,
@@ -224,8 +216,8 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, Error> {
-                $run!(self.permit(n, Wait::Forever))?.ok_or_else(ended)
+            pub $($asyncness)? fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, $crate::Error> {
+                $crate::shell::$run!(self.permit(n, $crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
             }
 
             /// `n` permits if they are free and nobody waits.
@@ -241,8 +233,8 @@ macro_rules! semaphore {
             pub $($asyncness)? fn try_acquire_many(
                 &self,
                 n: u32,
-            ) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                $run!(self.permit(n, Wait::Never))
+            ) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.permit(n, $crate::protocol::lease::Wait::Never))
             }
 
             /// Waits up to `timeout` for `n` permits.
@@ -259,9 +251,9 @@ macro_rules! semaphore {
             pub $($asyncness)? fn try_acquire_many_for(
                 &self,
                 n: u32,
-                timeout: Duration,
-            ) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                $run!(self.permit(n, Wait::timeout(Instant::now(), timeout)))
+                timeout: std::time::Duration,
+            ) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
+                $crate::shell::$run!(self.permit(n, $crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
             }
 
             /// Waits until a permit is ours; the permit keeps the semaphore alive, for a
@@ -277,9 +269,9 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn acquire_arc(self: &Arc<Self>) -> Result<ArcSemaphorePermit, Error> {
-                let permit = $run!(self.permit(1, Wait::Forever))?.ok_or_else(ended)?;
-                Ok(permit.into_arc(Arc::clone(self)))
+            pub $($asyncness)? fn acquire_arc(self: &std::sync::Arc<Self>) -> Result<ArcSemaphorePermit, $crate::Error> {
+                let permit = $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)?;
+                Ok(permit.into_arc(std::sync::Arc::clone(self)))
             }
 
             /// Waits up to `timeout` for a permit that keeps the semaphore alive.
@@ -294,11 +286,11 @@ macro_rules! semaphore {
             /// # }
             /// ```
             pub $($asyncness)? fn try_acquire_arc_for(
-                self: &Arc<Self>,
-                timeout: Duration,
-            ) -> Result<Option<ArcSemaphorePermit>, Error> {
-                let permit = $run!(self.permit(1, Wait::timeout(Instant::now(), timeout)))?;
-                Ok(permit.map(|permit| permit.into_arc(Arc::clone(self))))
+                self: &std::sync::Arc<Self>,
+                timeout: std::time::Duration,
+            ) -> Result<Option<ArcSemaphorePermit>, $crate::Error> {
+                let permit = $crate::shell::$run!(self.permit(1, $crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))?;
+                Ok(permit.map(|permit| permit.into_arc(std::sync::Arc::clone(self))))
             }
 
             /// How many permits are free now, by this handle's count (a read; it may change
@@ -312,16 +304,16 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn available(&self) -> Result<u32, Error> {
-                let free = $run!(self.acquirer.available())?;
+            pub $($asyncness)? fn available(&self) -> Result<u32, $crate::Error> {
+                let free = $crate::shell::$run!(self.acquirer.available())?;
                 Ok(u32::try_from(free).unwrap_or(u32::MAX))
             }
 
             async fn permit(
                 &self,
                 n: u32,
-                wait: Wait,
-            ) -> Result<Option<SemaphorePermit<'_>>, Error> {
+                wait: $crate::protocol::lease::Wait,
+            ) -> Result<Option<SemaphorePermit<'_>>, $crate::Error> {
                 let lease = self.acquirer.take(u64::from(n), wait).await?;
                 Ok(lease.map(|lease| SemaphorePermit {
                     semaphore: self,
@@ -331,7 +323,7 @@ macro_rules! semaphore {
             }
         }
 
-        impl LockBuilder<Semaphore> {
+        impl $crate::LockBuilder<Semaphore> {
             /// Lets `token` cancel this handle's waits from anywhere; see
             /// [`CancelToken`](crate::CancelToken). A cancelled waiter leaves the queue, and
             /// its acquire returns [`Error::Cancelled`].
@@ -346,7 +338,7 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn cancel_token(self, token: CancelToken) -> Self {
+            pub fn cancel_token(self, token: $crate::CancelToken) -> Self {
                 self.cancelled_by(token)
             }
 
@@ -360,10 +352,10 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn build(self) -> Result<Semaphore, Error> {
-                let (settings, transport, capacity) = self.checked_for(Primitive::Semaphore)?;
+            pub fn build(self) -> Result<Semaphore, $crate::Error> {
+                let (settings, transport, capacity) = self.checked_for($crate::protocol::primitive::Primitive::Semaphore)?;
                 Ok(Semaphore {
-                    acquirer: Acquirer::new(Primitive::Semaphore, settings, transport, capacity),
+                    acquirer: $crate::driver::acquirer::Acquirer::new($crate::protocol::primitive::Primitive::Semaphore, settings, transport, capacity),
                 })
             }
         }
@@ -384,7 +376,7 @@ macro_rules! semaphore {
                 self.semaphore
             }
 
-            fn into_arc(self, semaphore: Arc<Semaphore>) -> ArcSemaphorePermit {
+            fn into_arc(self, semaphore: std::sync::Arc<Semaphore>) -> ArcSemaphorePermit {
                 ArcSemaphorePermit {
                     semaphore,
                     lease: self.lease,
@@ -406,7 +398,7 @@ macro_rules! semaphore {
             /// # Ok(())
             /// # }
             /// ```
-            pub fn semaphore(&self) -> &Arc<Semaphore> {
+            pub fn semaphore(&self) -> &std::sync::Arc<Semaphore> {
                 &self.semaphore
             }
         }
@@ -503,8 +495,8 @@ macro_rules! permit_methods {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn release(self) -> Result<(), Error> {
-                $run!(self.lease.release())
+            pub $($asyncness)? fn release(self) -> Result<(), $crate::Error> {
+                $crate::shell::$run!(self.lease.release())
             }
         }
     };

@@ -1,6 +1,6 @@
 //! The operator's commands: `status`, `list`, `reset` and `reset-all`.
 
-use redis_blpop_lock::{inspect, Error, Holder, Lock};
+use redis_blpop_lock::{inspect, Error, Lock};
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -8,28 +8,11 @@ use std::time::Duration;
 use crate::peek::{self, Seen};
 use crate::place::Place;
 use crate::queues;
+use crate::render::{describe, held_by, json_string, json_ttl};
 use crate::{exit, Failure, Outcome};
 
 /// Each round trip of the library's `reset_all` (which takes no timeout) may take this long.
 const RESET_ALL_IO_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// "held by "ID", expires in 1.234 s" (ids and names are quoted, so no control characters
-/// reach the terminal).
-pub(crate) fn describe(holder: &Holder) -> String {
-    held_by(&holder.id, holder.ttl)
-}
-
-pub(crate) fn held_by(id: &str, ttl: Option<Duration>) -> String {
-    let mut text = format!("held by {id:?}");
-    match ttl {
-        Some(ttl) => {
-            let ms = ttl.as_millis();
-            let _ = write!(text, ", expires in {}.{:03} s", ms / 1000, ms % 1000);
-        }
-        None => text.push_str(", with no expiry"),
-    }
-    text
-}
 
 /// A handle on lock `name` for looking at it or resetting it.
 fn handle(place: &Place, name: &str) -> Result<Lock, Failure> {
@@ -59,13 +42,13 @@ pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
             let entries: Vec<String> = seen.iter().map(json_seen).collect();
             let _ = write!(line, ",\"servers\":[{}]", entries.join(","));
         }
-        let evicting: Vec<String> = evicting(place).iter().map(json_evicting).collect();
+        let evicting: Vec<String> = place.evicting().iter().map(json_evicting).collect();
         if !evicting.is_empty() {
             let _ = write!(line, ",\"evicting\":[{}]", evicting.join(","));
         }
         out!("{line}}}");
     } else {
-        warn_evicting(place);
+        place.warn_evicting();
         match holder {
             Some(h) => out!("lock {name:?}: {}", describe(&h)),
             None => out!("lock {name:?}: free"),
@@ -101,30 +84,17 @@ pub(crate) fn list(place: &Place, json: bool) -> Outcome {
                 )
             })
             .chain(lines.iter().map(queues::json_queue))
-            .chain(evicting(place).iter().map(json_evicting))
+            .chain(place.evicting().iter().map(json_evicting))
             .collect();
         out!("[{}]", entries.join(","));
     } else {
-        warn_evicting(place);
+        place.warn_evicting();
         for h in &held {
             out!("lock {:?}: {}", h.name, held_by(&h.id, h.ttl));
         }
         lines.iter().for_each(queues::show);
     }
     Ok(0)
-}
-
-/// The servers that can evict the locks' keys. Only a warning: a server that cannot be asked
-/// (its ACL refuses `INFO`) is not one.
-fn evicting(place: &Place) -> Vec<inspect::Evicting> {
-    inspect::evicting(place.backend(), place.io_timeout()).unwrap_or_default()
-}
-
-/// A line on stderr per server that can evict the locks' keys: stdout stays the locks'.
-pub(crate) fn warn_evicting(place: &Place) {
-    for server in evicting(place) {
-        err!("warning: {server}");
-    }
 }
 
 /// A server that can evict keys, as `status --json` and `list --json` give it:
@@ -160,11 +130,6 @@ fn json_seen(seen: &Seen) -> String {
         "{{\"server\":{},\"held\":{held},\"owner\":{owner},\"ttl_ms\":{ttl},\"error\":{error}}}",
         json_string(&seen.server)
     )
-}
-
-/// A TTL in milliseconds, `null` for none.
-pub(crate) fn json_ttl(ttl: Option<Duration>) -> String {
-    ttl.map_or_else(|| "null".to_string(), |ttl| ttl.as_millis().to_string())
 }
 
 /// Frees lock `name` whoever holds it; with `force`, also a key there that is not a lock.
@@ -221,25 +186,4 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
     // A lock is one hold; a semaphore or a read-write lock may have several.
     out!("reset {count} hold{plural}");
     Ok(0)
-}
-
-/// `s` as a JSON string literal.
-pub(crate) fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -11,7 +11,8 @@ use redis_blpop_lock::{
 };
 
 use crate::place::Place;
-use crate::{admin, Failure, RunArgs};
+use crate::render;
+use crate::{Failure, RunArgs};
 
 /// What `run` takes.
 pub(crate) enum Target {
@@ -166,7 +167,7 @@ impl Target {
         let (kind, name) = match self {
             Target::Lock(lock) => {
                 return match lock.holder() {
-                    Ok(Some(holder)) => format!(", {}", admin::describe(&holder)),
+                    Ok(Some(holder)) => format!(", {}", render::describe(&holder)),
                     // Freed just now, or Redis went away: the busy answer stands either way.
                     Ok(None) | Err(_) => String::new(),
                 };

@@ -22,6 +22,7 @@ mod hold;
 mod peek;
 mod place;
 mod queues;
+mod render;
 mod run;
 mod top;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::cluster::ClusterClient;
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisError};
-use redis_blpop_lock::{Backend, Error, Lock, LockBuilder, Quorum, Sentinel};
+use redis_blpop_lock::{inspect, Backend, Error, Lock, LockBuilder, Quorum, Sentinel};
 
 use crate::{exit, Failure};
 
@@ -93,6 +93,19 @@ impl Place {
     /// How long one round trip may take (`--io-timeout`).
     pub(crate) fn io_timeout(&self) -> Duration {
         self.io_timeout
+    }
+
+    /// The servers here that can evict the locks' keys. Only a warning: a server that cannot
+    /// be asked (its ACL refuses `INFO`) is not one.
+    pub(crate) fn evicting(&self) -> Vec<inspect::Evicting> {
+        inspect::evicting(self.backend(), self.io_timeout).unwrap_or_default()
+    }
+
+    /// A line on stderr per server that can evict the locks' keys: stdout stays the locks'.
+    pub(crate) fn warn_evicting(&self) {
+        for server in self.evicting() {
+            err!("warning: {server}");
+        }
     }
 
     /// A failed lock operation as one line that says where and what happened, with the exit

@@ -2,14 +2,13 @@
 //! holders and their line of waiters.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use clap::Args;
 use redis_blpop_lock::inspect::{self, Primitive, Queue, WRITER_UNITS};
 use redis_blpop_lock::Error;
 
-use crate::admin::{held_by, json_string, json_ttl};
 use crate::place::Place;
+use crate::render::{held_by, json_string, json_ttl, seconds};
 use crate::{exit, Failure, Outcome};
 
 /// Which queue primitive `status` or `reset` means (none: the lock).
@@ -85,7 +84,7 @@ pub(crate) fn status(place: &Place, kind: Primitive, name: &str, json: bool) -> 
     if json {
         out!("{}", json_queue(&queue));
     } else {
-        crate::admin::warn_evicting(place);
+        place.warn_evicting();
         show(&queue);
     }
     Ok(if queue.holders.is_empty() {
@@ -135,11 +134,6 @@ fn then(text: &str) -> String {
     } else {
         format!(", {text}")
     }
-}
-
-fn seconds(d: Duration) -> String {
-    let ms = d.as_millis();
-    format!("{}.{:03} s", ms / 1000, ms % 1000)
 }
 
 /// {"kind":..,"name":..,"held":..,"used":..,"holders":[{"id":..,"units":..,"ttl_ms":..|null,

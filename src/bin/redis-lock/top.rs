@@ -11,8 +11,8 @@ use redis_blpop_lock::inspect::{self, Held};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::admin::{json_string, json_ttl};
 use crate::place::Place;
+use crate::render::{json_string, json_ttl};
 use crate::{exit, Failure, Outcome};
 
 /// Moves the cursor home and clears the screen, so each refresh replaces the last.
