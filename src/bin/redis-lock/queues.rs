@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use clap::Args;
-use redis_blpop_lock::inspect::{self, Primitive, Queue, WRITER_UNITS};
+use redis_blpop_lock::inspect::{self, Primitive, Queue};
 use redis_blpop_lock::Error;
 
 use crate::place::Place;
@@ -42,27 +42,6 @@ impl Which {
     }
 }
 
-/// The word for `kind` in redis-lock's output.
-fn word(kind: Primitive) -> &'static str {
-    match kind {
-        Primitive::Semaphore => "semaphore",
-        Primitive::FairLock => "fair-lock",
-        Primitive::RwLock => "rwlock",
-        _ => "queue",
-    }
-}
-
-/// What `units` of `kind` are, in words: "2 permits", "write".
-fn units(kind: Primitive, units: u64) -> String {
-    match kind {
-        Primitive::RwLock if units == WRITER_UNITS => "write".into(),
-        Primitive::RwLock => "read".into(),
-        Primitive::Semaphore if units == 1 => "1 permit".into(),
-        Primitive::Semaphore => format!("{units} permits"),
-        _ => String::new(),
-    }
-}
-
 /// Refused on a quorum, as their handles are there: reading one server, or each, would say
 /// "free" of something that cannot exist.
 fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Failure> {
@@ -72,7 +51,7 @@ fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Fai
     Err(place.failure(Error::Unsupported(format!(
         "{} {name:?}: semaphores, read-write locks and fair locks do not live on a quorum of \
          independent servers; use one primary, with replicas or Sentinel",
-        word(kind)
+        kind.word()
     ))))
 }
 
@@ -107,12 +86,12 @@ pub(crate) fn show(queue: &Queue) {
         (1, waiting) => format!("1 holder, {waiting} waiting"),
         (held, waiting) => format!("{held} holders, {waiting} waiting"),
     };
-    out!("{} {:?}: {state}", word(kind), queue.name);
+    out!("{} {:?}: {state}", kind.word(), queue.name);
     for holder in &queue.holders {
         out!(
             "  {}{}, token {}",
             held_by(&holder.id, holder.ttl),
-            then(&units(kind, holder.units)),
+            then(&kind.units(holder.units)),
             holder.token
         );
     }
@@ -121,7 +100,7 @@ pub(crate) fn show(queue: &Queue) {
             "  waiting {}: {:?}{}, lapses in {} unless it heartbeats",
             at + 1,
             waiter.id,
-            then(&units(kind, waiter.units)),
+            then(&kind.units(waiter.units)),
             seconds(waiter.lapses_in)
         );
     }
@@ -166,7 +145,7 @@ pub(crate) fn json_queue(queue: &Queue) -> String {
         .collect();
     let mut line = format!(
         "{{\"kind\":\"{}\",\"name\":{},\"held\":{},\"used\":{}",
-        word(queue.kind),
+        queue.kind.word(),
         json_string(&queue.name),
         !queue.holders.is_empty(),
         queue.used
@@ -200,7 +179,7 @@ pub(crate) fn reset(
                 format!(
                     "{} {name:?} may have several holders: name one with --id, or reset \
                      them all with --force",
-                    word(kind)
+                    kind.word()
                 ),
             ))
         }
@@ -229,6 +208,6 @@ pub(crate) fn reset(
         (None, 0) => "was not held; nothing to release".to_string(),
         (None, n) => format!("released {n} holds (the first waiters take them)"),
     };
-    out!("{} {name:?}: {what}", word(kind));
+    out!("{} {name:?}: {what}", kind.word());
     Ok(0)
 }
