@@ -15,7 +15,7 @@ use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask, QueueState};
 use crate::transport::send::send_repeatable;
 use crate::transport::Transport;
-use crate::Error;
+use crate::{CancelToken, Error};
 
 /// A queue primitive's handle, as its acquisitions see it.
 pub(crate) struct Acquirer<R: Runtime> {
@@ -27,12 +27,10 @@ pub(crate) struct Acquirer<R: Runtime> {
     made: AtomicU64,
 }
 
-/// One acquisition held: given back by [`Lease::release`] or when dropped.
+/// One acquisition held, of any primitive: given back by [`Lease::release`] or when dropped.
 pub(crate) struct Lease<R: Runtime> {
     inner: Arc<Inner<R>>,
     epoch: u64,
-    ask: Ask,
-    keys: QueueKeys,
     /// Whether dropping it gives it back: not once it has been released.
     armed: bool,
 }
@@ -64,18 +62,7 @@ impl<R: Runtime> Acquirer<R> {
             &self.keys,
             &ask,
         ));
-        let keys = self.keys.clone();
-        let acquire = move |cancel| async move {
-            let epoch = inner.take(wait, &cancel).await?;
-            Ok(epoch.map(|epoch| Lease {
-                inner,
-                epoch,
-                ask,
-                keys,
-                armed: true,
-            }))
-        };
-        R::apart(&self.settings.name, &self.settings.cancel, acquire).await
+        Lease::take(inner, wait, &self.settings.cancel).await
     }
 
     /// The holders and waiters as the server sees them now.
@@ -115,6 +102,25 @@ fn next_ask(
 }
 
 impl<R: Runtime> Lease<R> {
+    /// Takes what `inner` is a handle on as `wait` allows, apart from the caller (see
+    /// [`Runtime::apart`]): `None` when the wait ended first.
+    pub(crate) async fn take(
+        inner: Arc<Inner<R>>,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Option<Lease<R>>, Error> {
+        let name = inner.name().to_string();
+        let acquire = move |cancel| async move {
+            let epoch = inner.take(wait, &cancel).await?;
+            Ok(epoch.map(|epoch| Lease {
+                inner,
+                epoch,
+                armed: true,
+            }))
+        };
+        R::apart(&name, cancel, acquire).await
+    }
+
     pub(crate) fn lost(&self) -> bool {
         self.inner.lost_since(self.epoch)
     }
@@ -140,10 +146,15 @@ impl<R: Runtime> Lease<R> {
     /// Keeps `units` of what it holds and gives back the rest (a write lock downgraded to a
     /// read lock). False if it no longer held anything.
     pub(crate) async fn shrink(&self, units: u64) -> Result<bool, Error> {
+        let Some((keys, ask)) = self.inner.place() else {
+            return Err(Error::unexpected(
+                &"a shrink of a lock off the queue engine",
+            ));
+        };
         let deadline = Instant::now() + self.inner.settings.io_timeout;
-        let request = queue::shrink(&self.keys, &self.ask, units);
+        let request = queue::shrink(keys, ask, units);
         let mut answered = send_repeatable(&*self.inner.transport, &request, deadline).await?;
-        queue::parse_held(&self.keys, &answered.replies.swap_remove(0))
+        queue::parse_held(keys, &answered.replies.swap_remove(0))
     }
 }
 

@@ -149,9 +149,10 @@ pub(crate) struct Inner<R: Runtime> {
     pub(crate) keys: Keys,
     /// What holding the lease sends: the lock's own requests.
     leasing: Box<dyn Leasing>,
-    /// For a primitive on the queue engine, its line and what it asks for there: its acquire
-    /// path is [`acquire_in_line`](Inner::acquire_in_line), not the lock's.
-    line: Option<(QueueKeys, Ask)>,
+    /// For a primitive on the queue engine, its place: the line's keys and what it asks for
+    /// there. Its acquire path is then [`acquire_in_line`](Inner::acquire_in_line), not the
+    /// lock's.
+    place: Option<(QueueKeys, Ask)>,
     pub(crate) transport: Arc<R::Transport>,
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
@@ -247,8 +248,8 @@ impl<R: Runtime> Inner<R> {
     ) -> Self {
         let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
         let leasing = Box::new(QueueLeasing::new(queue, ask));
-        let line = Some((queue.clone(), ask.clone()));
-        Inner::with_leasing(settings, transport, keys, leasing, line)
+        let place = Some((queue.clone(), ask.clone()));
+        Inner::with_leasing(settings, transport, keys, leasing, place)
     }
 
     fn with_leasing(
@@ -256,12 +257,12 @@ impl<R: Runtime> Inner<R> {
         transport: Arc<R::Transport>,
         keys: Keys,
         leasing: Box<dyn Leasing>,
-        line: Option<(QueueKeys, Ask)>,
+        place: Option<(QueueKeys, Ask)>,
     ) -> Self {
         let blocking = transport.blocking();
         Inner {
             leasing,
-            line,
+            place,
             keys,
             drift: settings
                 .expire()
@@ -283,6 +284,11 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
+    /// Its place on the queue engine (see `place`); `None` for a plain lock.
+    pub(crate) fn place(&self) -> Option<&(QueueKeys, Ask)> {
+        self.place.as_ref()
+    }
+
     /// Takes the lock (or a hold on the queue engine) as `wait` allows: the acquisition's
     /// epoch, or `None` when the wait ended first. The acquire path of every primitive.
     pub(crate) async fn take(
@@ -290,7 +296,7 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
-        match &self.line {
+        match &self.place {
             Some((queue, ask)) => self.acquire_in_line(queue, ask, wait, cancel).await,
             None => self.acquire(wait, cancel).await,
         }
