@@ -12,7 +12,7 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::backend::transport_of;
 use crate::protocol::keys;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::transport::{send_repeatable, Transport};
 use crate::{Backend, Error, Lock, LockBuilder, LockGuard};

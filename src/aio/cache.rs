@@ -10,7 +10,7 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use super::{Lock, LockGuard};
 use crate::cache::{self, Keys, Lookup};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::settings::{millis, DEFAULT_IO_TIMEOUT};
 use crate::transport::aio::AsyncTransport;
 use crate::transport::send::send_repeatable;

@@ -12,8 +12,9 @@ use super::renew::Renewal;
 use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
+use crate::protocol::lock;
 use crate::protocol::queue::Ask;
-use crate::protocol::requests::{self, Request};
+use crate::protocol::request::Request;
 use crate::queue::Waited;
 use crate::transport::admin::{closed_by_end, Blocked};
 use crate::transport::send::{now, send_repeatable, FIRST_PAUSE};
@@ -106,7 +107,7 @@ fn wait_once<'t>(
         None => slot.insert(waiter_conn(inner, wait, cancel)?),
     };
     let block = until.saturating_duration_since(Instant::now());
-    let request = requests::wait_then_try(
+    let request = lock::wait_then_try(
         &inner.keys,
         &inner.settings.id,
         inner.settings.expire_ms,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Inner, Runtime};
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
-use crate::protocol::requests::Extended;
+use crate::protocol::lock::Extended;
 use crate::settings::millis;
 use crate::transport::send::AnyTransport;
 use crate::{CancelToken, Error};

@@ -9,7 +9,7 @@ use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
 use crate::protocol::queue::Ask;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::queue;
 use crate::transport::aio::AsyncTransport;
 use crate::transport::ConnId;

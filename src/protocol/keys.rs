@@ -82,6 +82,15 @@ pub(crate) fn signal_of(lock_key: &[u8]) -> Option<Vec<u8>> {
     Some([SIGNAL_PREFIX.as_bytes(), name].concat())
 }
 
+/// The fencing counter that belongs to a lock key found by `SCAN`. A key that is not a lock
+/// key gets the prefix in front of it whole: its fence key is then one no lock has.
+pub(crate) fn fence_of(lock_key: &[u8]) -> Vec<u8> {
+    let name = lock_key
+        .strip_prefix(LOCK_PREFIX.as_bytes())
+        .unwrap_or(lock_key);
+    [FENCE_PREFIX.as_bytes(), name].concat()
+}
+
 /// The lock name of a lock key found by `SCAN`: what follows `lock:`, without the braces
 /// `Keys::new` puts around a name that has no hash tag of its own when `tagged` (a cluster:
 /// `lock:{jobs}` is lock `jobs`).

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::keys::QueueKeys;
-use super::requests::Request;
+use super::request::Request;
 use super::scripts::{
     Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_RESET_ALL, QUEUE_SHRINK,
     QUEUE_STATE,

@@ -17,7 +17,7 @@ use super::{due, pop_request, token, tried, Backoff, By, Line, Waited};
 use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::send_repeatable;

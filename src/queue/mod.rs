@@ -23,7 +23,7 @@ use crate::cancel::CancelToken;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Queued, Step};
 use crate::protocol::redirect;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::settings::grace;
 use crate::transport::admin::{closed_by_end, Blocked};
 use crate::transport::send::{longer, FIRST_PAUSE};
