@@ -471,3 +471,45 @@ mod queue_tests {
         }
     }
 }
+
+// ---- The dogpile cache's keys ----
+
+/// Appended to the value key to name its freshness marker.
+const FRESH_SUFFIX: &str = ":fresh";
+
+/// The Redis keys of one cache entry.
+#[derive(Clone)]
+pub(crate) struct CacheKeys {
+    /// The entry's name as the caller gave it, for the lock name and log lines.
+    pub(crate) name: String,
+    pub(super) value: String,
+    pub(super) fresh: String,
+    /// Their hash slot: on a cluster the freshness marker shares the value's.
+    pub(super) slot: u16,
+}
+
+impl CacheKeys {
+    /// The keys of entry `key` in a cache whose value keys start with `prefix`; `tagged` when
+    /// the marker must share the value's hash slot (a cluster).
+    pub(crate) fn new(prefix: &str, key: &str, tagged: bool) -> CacheKeys {
+        let value = format!("{prefix}{key}");
+        let fresh = if tagged {
+            format!("{}{FRESH_SUFFIX}", same_slot(&value))
+        } else {
+            format!("{value}{FRESH_SUFFIX}")
+        };
+        CacheKeys {
+            name: key.to_string(),
+            slot: slot(value.as_bytes()),
+            fresh,
+            value,
+        }
+    }
+
+    /// The computing worker's lock: the bare entry name, without the prefix, as
+    /// python-redis-lock's Django cache names it in `locked_get_or_set`, so Python and Rust
+    /// workers filling the same key take turns.
+    pub(crate) fn lock_name(&self) -> String {
+        format!("get_or_set:{}", self.name)
+    }
+}

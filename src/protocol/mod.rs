@@ -2,6 +2,7 @@
 //! knows about its lock over time. The drivers and connection backends build on this.
 
 pub(crate) mod admin;
+pub(crate) mod cache;
 pub(crate) mod eviction;
 pub(crate) mod hello;
 pub(crate) mod keys;
