@@ -1,4 +1,3 @@
-#![allow(dead_code)] // Used by the handles (Semaphore, fair Lock, RwLock): next.
 //! The fair queue engine's requests and replies, and a waiter's way through the queue: no I/O,
 //! time passed in.
 //!
@@ -89,11 +88,8 @@ impl Ask {
         self.capacity
     }
 
-    pub(crate) fn units(&self) -> u64 {
-        self.units
-    }
-
     /// When this waiter must ask again at the latest to stay in the queue.
+    #[cfg(test)]
     pub(crate) fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.lapse_ms / 2)
     }
