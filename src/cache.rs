@@ -8,12 +8,16 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{FromRedisValue, ToRedisArgs, Value};
+use redis::{FromRedisValue, ToRedisArgs};
 
 use crate::backend::transport_of;
 use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT};
-use crate::protocol::keys;
-use crate::protocol::requests::Request;
+use crate::protocol::cache::{
+    fresh_request, get_request, last_reply, lookup_request, parse_lookup, revalidate_ms,
+    set_request, store_request, stored, Lookup,
+};
+use crate::protocol::keys::CacheKeys;
+use crate::protocol::request::Request;
 use crate::transport::{send_repeatable, Transport};
 use crate::{Backend, Error, Lock, LockBuilder, LockGuard};
 
@@ -21,8 +25,6 @@ use crate::{Backend, Error, Lock, LockBuilder, LockGuard};
 /// [`Cache::lock_expire`] says otherwise. The renewal thread keeps it alive while the worker
 /// runs; this only bounds how long a crashed worker blocks the key.
 const DEFAULT_LOCK_EXPIRE: Duration = Duration::from_secs(30);
-/// Appended to the value key to name its freshness marker.
-const FRESH_SUFFIX: &str = ":fresh";
 
 /// A cache on Redis that computes a missing value once, however many callers ask for it at the
 /// same moment.
@@ -64,24 +66,6 @@ pub struct Cache {
     transport: Arc<dyn Transport>,
     prefix: String,
     lock_expire: Duration,
-}
-
-/// What one `MGET` of the value and its freshness marker found.
-pub(crate) enum Lookup<T> {
-    Fresh(T),
-    Stale(T),
-    Missing,
-}
-
-/// The Redis keys of one entry.
-#[derive(Clone)]
-pub(crate) struct Keys {
-    /// The entry's name as the caller gave it, for the lock name and log lines.
-    pub(crate) name: String,
-    value: String,
-    fresh: String,
-    /// Their hash slot: on a cluster the freshness marker shares the value's.
-    slot: u16,
 }
 
 impl Cache {
@@ -276,50 +260,40 @@ impl Cache {
         &self.transport
     }
 
-    pub(crate) fn keys(&self, key: &str) -> Result<Keys, Error> {
+    pub(crate) fn keys(&self, key: &str) -> Result<CacheKeys, Error> {
         if key.is_empty() {
             return Err(Error::invalid("the cache key is empty"));
         }
-        let value = format!("{}{key}", self.prefix);
-        let fresh = if self.transport.hash_tags() {
-            format!("{}{FRESH_SUFFIX}", keys::same_slot(&value))
-        } else {
-            format!("{value}{FRESH_SUFFIX}")
-        };
-        Ok(Keys {
-            name: key.to_string(),
-            slot: keys::slot(value.as_bytes()),
-            fresh,
-            value,
-        })
+        Ok(CacheKeys::new(
+            &self.prefix,
+            key,
+            self.transport.hash_tags(),
+        ))
     }
 
-    fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
+    fn lock(&self, keys: &CacheKeys) -> Result<Lock, Error> {
         self.lock_builder::<Lock>(keys).build()
     }
 
     /// The computing worker's lock on entry `keys`, of either API.
-    pub(crate) fn lock_builder<K>(&self, keys: &Keys) -> LockBuilder<K> {
-        LockBuilder::on(
-            Arc::clone(&self.transport),
-            format!("get_or_set:{}", keys.name),
-        )
-        .expire(self.lock_expire)
-        .auto_renewal(true)
+    pub(crate) fn lock_builder<K>(&self, keys: &CacheKeys) -> LockBuilder<K> {
+        LockBuilder::on(Arc::clone(&self.transport), keys.lock_name())
+            .expire(self.lock_expire)
+            .auto_renewal(true)
     }
 
-    fn get<T: FromRedisValue>(&self, keys: &Keys) -> Result<Option<T>, Error> {
+    fn get<T: FromRedisValue>(&self, keys: &CacheKeys) -> Result<Option<T>, Error> {
         self.query(&get_request(keys))
     }
 
-    fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
+    fn lookup<T: FromRedisValue>(&self, keys: &CacheKeys) -> Result<Lookup<T>, Error> {
         parse_lookup(self.query(&lookup_request(keys))?)
     }
 
     /// Stores the value and its freshness marker ([`store_request`]).
     fn store_fresh<T: ToRedisArgs>(
         &self,
-        keys: &Keys,
+        keys: &CacheKeys,
         value: &T,
         fresh_ms: u64,
         keep_ms: u64,
@@ -336,8 +310,13 @@ impl Cache {
 
     /// Starts the refresh of a stale value unless someone else is already at it. Never waits
     /// for the lock, and never fails: the caller has a value to return either way.
-    fn refresh_in_background<T, E, F>(&self, keys: Keys, fresh_ms: u64, keep_ms: u64, compute: F)
-    where
+    fn refresh_in_background<T, E, F>(
+        &self,
+        keys: CacheKeys,
+        fresh_ms: u64,
+        keep_ms: u64,
+        compute: F,
+    ) where
         T: ToRedisArgs,
         E: fmt::Display,
         F: FnOnce() -> Result<T, E> + Send + 'static,
@@ -364,7 +343,7 @@ impl Cache {
     }
 
     /// The background half of a refresh; every failure ends here as a log line.
-    fn refresh<T, E, F>(&self, keys: &Keys, fresh_ms: u64, keep_ms: u64, compute: F)
+    fn refresh<T, E, F>(&self, keys: &CacheKeys, fresh_ms: u64, keep_ms: u64, compute: F)
     where
         T: ToRedisArgs,
         E: fmt::Display,
@@ -411,129 +390,23 @@ impl fmt::Debug for Cache {
 
 /// Releases a computing worker's lock. A failure is logged, not returned: the caller already
 /// has a good value, and the lock expires by itself.
-fn release(guard: LockGuard<'_>, keys: &Keys) {
+fn release(guard: LockGuard<'_>, keys: &CacheKeys) {
     released(guard.unlock(), keys);
 }
 
 /// The guard of a background refresh, when this caller's try of the entry's lock took it; a
 /// failure is logged: the caller has a value to return either way.
-pub(crate) fn refresher<G>(taken: Result<Option<G>, Error>, keys: &Keys) -> Option<G> {
+pub(crate) fn refresher<G>(taken: Result<Option<G>, Error>, keys: &CacheKeys) -> Option<G> {
     taken.unwrap_or_else(|e| {
         log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
         None
     })
 }
 
-pub(crate) fn released(result: Result<(), Error>, keys: &Keys) {
+pub(crate) fn released(result: Result<(), Error>, keys: &CacheKeys) {
     if let Err(e) = result {
         log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
     }
-}
-
-/// `SET key value` with a value of zero or several arguments would be a syntax error or,
-/// worse, a different command.
-fn single_arg<T: ToRedisArgs>(value: &T) -> Result<(), Error> {
-    match value.num_of_args() {
-        1 => Ok(()),
-        n => Err(Error::invalid(format!(
-            "a cached value must be one Redis argument, not {n}"
-        ))),
-    }
-}
-
-/// `fresh_for` and `keep_for` of [`Cache::get_or_revalidate`], in milliseconds, checked.
-pub(crate) fn revalidate_ms(fresh_for: Duration, keep_for: Duration) -> Result<(u64, u64), Error> {
-    let fresh_ms = millis("fresh_for", fresh_for)?;
-    let keep_ms = millis("keep_for", keep_for)?;
-    if keep_ms < fresh_ms {
-        return Err(Error::invalid(format!(
-            "keep_for ({keep_for:?}) is shorter than fresh_for ({fresh_for:?})"
-        )));
-    }
-    Ok((fresh_ms, keep_ms))
-}
-
-/// The request of a plain read of the value.
-pub(crate) fn get_request(keys: &Keys) -> Request {
-    let mut get = redis::cmd("GET");
-    get.arg(&keys.value);
-    Request::repeatable(vec![get]).on_slot(keys.slot)
-}
-
-/// The request that reads the value and its freshness marker together.
-pub(crate) fn lookup_request(keys: &Keys) -> Request {
-    let mut mget = redis::cmd("MGET");
-    mget.arg(&keys.value).arg(&keys.fresh);
-    Request::repeatable(vec![mget]).on_slot(keys.slot)
-}
-
-/// What [`lookup_request`] found.
-pub(crate) fn parse_lookup<T>(
-    (value, fresh): (Option<T>, Option<Value>),
-) -> Result<Lookup<T>, Error> {
-    Ok(match (value, fresh) {
-        (Some(value), Some(_)) => Lookup::Fresh(value),
-        (Some(value), None) => Lookup::Stale(value),
-        (None, _) => Lookup::Missing,
-    })
-}
-
-/// The request of whether the value is still fresh.
-pub(crate) fn fresh_request(keys: &Keys) -> Request {
-    let mut exists = redis::cmd("EXISTS");
-    exists.arg(&keys.fresh);
-    Request::repeatable(vec![exists]).on_slot(keys.slot)
-}
-
-/// The request that stores `value` for `ttl_ms` ([`Cache::get_or_set`]).
-pub(crate) fn set_request<T: ToRedisArgs>(
-    keys: &Keys,
-    value: &T,
-    ttl_ms: u64,
-) -> Result<Request, Error> {
-    single_arg(value)?;
-    let mut set = redis::cmd("SET");
-    set.arg(&keys.value).arg(value).arg("PX").arg(ttl_ms);
-    Ok(Request::repeatable(vec![set]).on_slot(keys.slot))
-}
-
-/// The request that writes the value and its freshness marker together, so that no reader
-/// sees a new marker next to an old value.
-pub(crate) fn store_request<T: ToRedisArgs>(
-    keys: &Keys,
-    value: &T,
-    fresh_ms: u64,
-    keep_ms: u64,
-) -> Result<Request, Error> {
-    single_arg(value)?;
-    let mut set_value = redis::cmd("SET");
-    set_value.arg(&keys.value).arg(value).arg("PX").arg(keep_ms);
-    let mut set_fresh = redis::cmd("SET");
-    set_fresh.arg(&keys.fresh).arg(1).arg("PX").arg(fresh_ms);
-    let cmds = vec![
-        redis::cmd("MULTI"),
-        set_value,
-        set_fresh,
-        redis::cmd("EXEC"),
-    ];
-    Ok(Request::repeatable(cmds).on_slot(keys.slot))
-}
-
-/// Whether [`store_request`] wrote both keys.
-pub(crate) fn stored(written: Vec<Value>) -> Result<(), Error> {
-    match written.as_slice() {
-        [Value::Okay, Value::Okay] => Ok(()),
-        _ => Err(Error::unexpected(&written)),
-    }
-}
-
-/// The last of `replies` as `T`.
-pub(crate) fn last_reply<T: FromRedisValue>(mut replies: Vec<Value>) -> Result<T, Error> {
-    let last = replies.pop().unwrap_or(Value::Nil);
-    if let Value::ServerError(e) = last {
-        return Err(Error::Redis(e.into()));
-    }
-    T::from_redis_value(last).map_err(|e| Error::UnexpectedReply(e.to_string()))
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> &str {

@@ -16,9 +16,10 @@ use redis::Value;
 
 use crate::backend::{transport_of, Backend};
 use crate::config::settings::{millis, DEFAULT_SIGNAL_EXPIRE};
+use crate::protocol::admin::{self, Holding};
 use crate::protocol::keys::{self, Keys};
+use crate::protocol::lock::{self, Pttl, Reset};
 use crate::protocol::quorum::majority;
-use crate::protocol::requests::{self, Holding, Pttl, Reset};
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 
@@ -206,8 +207,8 @@ fn read(
     deadline: &dyn Fn() -> Instant,
     seen: &mut Seen,
 ) -> Result<(), Error> {
-    let replies = send_repeatable(keys_to, &requests::holders(&batch), deadline())?.replies;
-    let found = requests::parse_holders(&replies, batch.len())?;
+    let replies = send_repeatable(keys_to, &admin::holders(&batch), deadline())?.replies;
+    let found = admin::parse_holders(&replies, batch.len())?;
     for (key, held) in batch.into_iter().zip(found) {
         if let Some(held) = held {
             seen.entry(key).or_default().insert(primary, held);
@@ -289,9 +290,9 @@ pub fn clear_corrupt(
     let keys = Keys::new(name, transport.hash_tags());
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     // No owner was read (there is none to read): an empty id, which no lock holds.
-    let request = requests::reset(&keys, b"", signal_expire_ms, true);
+    let request = lock::reset(&keys, b"", signal_expire_ms, true);
     let replies = send_repeatable(&*transport, &request, deadline())?.replies;
-    let reset = requests::parse_reset(&keys, replies.first().unwrap_or(&Value::Nil))?;
+    let reset = lock::parse_reset(&keys, replies.first().unwrap_or(&Value::Nil))?;
     if reset == Reset::NotALockDeleted {
         log::info!("{:?} was not a lock; deleted it", keys.lock);
     }
@@ -320,9 +321,9 @@ pub(crate) fn each_batch(
         primaries += 1;
         let mut cursor: u64 = 0;
         loop {
-            let scan = requests::scan(cursor, pattern, SCAN_BATCH);
+            let scan = admin::scan(cursor, pattern, SCAN_BATCH);
             let (next, found) =
-                requests::parse_scan(send_repeatable(primary, &scan, deadline())?.first())?;
+                admin::parse_scan(send_repeatable(primary, &scan, deadline())?.first())?;
             let mut by_slot: BTreeMap<u16, BTreeSet<Vec<u8>>> = BTreeMap::new();
             for key in found {
                 let slot = if tags { keys::slot(&key) } else { 0 };

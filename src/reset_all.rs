@@ -7,9 +7,10 @@ use redis::Value;
 use crate::backend::{transport_of, Backend};
 use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
 use crate::inspect;
+use crate::protocol::admin;
 use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::queue;
-use crate::protocol::requests::{self, Request};
+use crate::protocol::request::Request;
 use crate::transport::{send_repeatable, Transport};
 use crate::Error;
 
@@ -74,7 +75,7 @@ fn reset_batch(
     found: Vec<Vec<u8>>,
     signal_expire_ms: u64,
 ) -> Result<usize, Error> {
-    let owners = requests::parse_owners(&one(transport, &requests::owners(&found))?, found.len())?;
+    let owners = admin::parse_owners(&one(transport, &admin::owners(&found))?, found.len())?;
     let held: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = found
         .into_iter()
         .zip(owners)
@@ -84,9 +85,9 @@ fn reset_batch(
     if held.is_empty() {
         return Ok(0);
     }
-    requests::parse_count(&one(
+    admin::parse_count(&one(
         transport,
-        &requests::reset_batch(&held, signal_expire_ms),
+        &admin::reset_batch(&held, signal_expire_ms),
     )?)
 }
 

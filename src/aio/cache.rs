@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use super::{Lock, LockGuard};
-use crate::cache::{self, Keys, Lookup};
+use crate::cache::{refresher, released};
 use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT};
-use crate::protocol::requests::Request;
+use crate::protocol::cache::{self, Lookup};
+use crate::protocol::keys::CacheKeys;
+use crate::protocol::request::Request;
 use crate::transport::aio::AsyncTransport;
 use crate::transport::send::send_repeatable;
 use crate::{Backend, Error};
@@ -201,11 +203,11 @@ impl Cache {
         }
     }
 
-    fn lock(&self, keys: &Keys) -> Result<Lock, Error> {
+    fn lock(&self, keys: &CacheKeys) -> Result<Lock, Error> {
         self.base.lock_builder::<Lock>(keys).build()
     }
 
-    async fn lookup<T: FromRedisValue>(&self, keys: &Keys) -> Result<Lookup<T>, Error> {
+    async fn lookup<T: FromRedisValue>(&self, keys: &CacheKeys) -> Result<Lookup<T>, Error> {
         cache::parse_lookup(self.query(&cache::lookup_request(keys)).await?)
     }
 
@@ -220,7 +222,7 @@ impl Cache {
     /// Never waits for the lock, and never fails: the caller has a value to return either way.
     async fn refresh_in_background<T, E, F, Fut>(
         &self,
-        keys: Keys,
+        keys: CacheKeys,
         fresh_ms: u64,
         keep_ms: u64,
         compute: F,
@@ -234,7 +236,7 @@ impl Cache {
             Ok(lock) => lock.try_lock().await,
             Err(e) => Err(e),
         };
-        let Some(guard) = cache::refresher(taken, &keys) else {
+        let Some(guard) = refresher(taken, &keys) else {
             return;
         };
         let cache = self.clone();
@@ -246,7 +248,7 @@ impl Cache {
     }
 
     /// The background half of a refresh; every failure ends here as a log line.
-    async fn refresh<T, E, F, Fut>(&self, keys: &Keys, fresh_ms: u64, keep_ms: u64, compute: F)
+    async fn refresh<T, E, F, Fut>(&self, keys: &CacheKeys, fresh_ms: u64, keep_ms: u64, compute: F)
     where
         T: ToRedisArgs + Send + 'static,
         E: fmt::Display + Send + 'static,
@@ -288,8 +290,8 @@ impl Cache {
 
 /// Releases a computing worker's lock; a failure is logged, not returned: the caller already
 /// has a good value, and the lock expires by itself.
-async fn release(guard: LockGuard, keys: &Keys) {
-    cache::released(guard.unlock().await, keys);
+async fn release(guard: LockGuard, keys: &CacheKeys) {
+    released(guard.unlock().await, keys);
 }
 
 impl fmt::Debug for Cache {

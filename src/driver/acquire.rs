@@ -14,8 +14,9 @@ use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
+use crate::protocol::lock::{self, Attempt, Extended, Observed, Pttl};
 use crate::protocol::redirect;
-use crate::protocol::requests::{self, Attempt, Extended, Observed, Pttl, Request};
+use crate::protocol::request::Request;
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
 use crate::{CancelToken, Error};
@@ -143,7 +144,7 @@ impl<R: Runtime> Inner<R> {
     /// which would leave the next waiter asleep until its own time. At worst a spurious wake:
     /// a waiter tries, finds the lock taken, and waits again.
     async fn pass_on(&self, wait: Wait) {
-        let request = requests::pass_on(&self.keys);
+        let request = lock::pass_on(&self.keys);
         if let Err(fault) = send(&*self.transport, &request, self.io_deadline(wait)).await {
             log::debug!("lock {:?}: passing a wake-up on: {fault:?}", self.name());
         }
@@ -151,7 +152,7 @@ impl<R: Runtime> Inner<R> {
 
     /// One try on a short connection; a lost reply is settled by reading the owner.
     pub(crate) async fn try_short(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
-        let request = requests::try_lock(
+        let request = lock::try_lock(
             &self.keys,
             &self.settings.id,
             self.settings.expire_ms,
@@ -216,7 +217,7 @@ impl<R: Runtime> Inner<R> {
         }
         // Turned away whole after the wait (the key moved, the primary is changing): the
         // next try goes by the short path, which finds where the key lives now.
-        if requests::try_redirected(&replies) {
+        if lock::try_redirected(&replies) {
             return Ok(Tried::Busy {
                 owner: None,
                 pttl: Pttl::Gone,
@@ -275,7 +276,7 @@ impl<R: Runtime> Inner<R> {
         attempt: Attempting,
         acks: Result<Option<u64>, Error>,
     ) -> Result<Tried, Error> {
-        Ok(match requests::parse_try(&self.keys, replies)? {
+        Ok(match lock::parse_try(&self.keys, replies)? {
             Attempt::Acquired { token } => Tried::Acquired {
                 valid_until: self.less_drift(attempt.valid_until(self.settings.expire())),
                 token,

@@ -12,7 +12,8 @@ use super::line::By;
 use super::renew::Renewal;
 use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::lease::Wait;
-use crate::protocol::requests::{self, Request};
+use crate::protocol::lock;
+use crate::protocol::request::Request;
 use crate::transport::admin::{self, closed_by_end};
 use crate::transport::send::{now, send_repeatable, FIRST_PAUSE};
 use crate::transport::timer;
@@ -162,7 +163,7 @@ fn wait_once<'t>(
         None => slot.insert(waiter_conn(inner, wait, cancel)?),
     };
     let blocking_for = until.saturating_duration_since(Instant::now());
-    let request = requests::wait_then_try(
+    let request = lock::wait_then_try(
         &inner.keys,
         &inner.settings.id,
         inner.settings.expire_ms,

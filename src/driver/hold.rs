@@ -7,7 +7,7 @@ use super::{Inner, Runtime};
 use crate::config::settings::millis;
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
-use crate::protocol::requests::Extended;
+use crate::protocol::lock::Extended;
 use crate::transport::send::AnyTransport;
 use crate::{CancelToken, Error};
 

@@ -6,8 +6,9 @@ use redis::Value;
 
 use crate::config::settings::Settings;
 use crate::protocol::keys::{Keys, QueueKeys};
+use crate::protocol::lock::{self, Extended, Observed, Pttl};
 use crate::protocol::queue::{self, Ask};
-use crate::protocol::requests::{self, Extended, Observed, Pttl, Request};
+use crate::protocol::request::Request;
 use crate::Error;
 
 /// The owner-checked requests of one holder's lease, and their replies' parsers.
@@ -60,35 +61,35 @@ impl LockLeasing {
 
 impl Leasing for LockLeasing {
     fn release(&self) -> Request {
-        requests::unlock(&self.keys, self.id.as_bytes(), self.signal_expire_ms)
+        lock::unlock(&self.keys, self.id.as_bytes(), self.signal_expire_ms)
     }
 
     fn released(&self, reply: &Value) -> Result<bool, Error> {
-        requests::parse_unlock(&self.keys, reply)
+        lock::parse_unlock(&self.keys, reply)
     }
 
     fn extend(&self, ms: u64) -> Request {
-        requests::extend(&self.keys, &self.id, ms)
+        lock::extend(&self.keys, &self.id, ms)
     }
 
     fn extended(&self, reply: &Value) -> Result<Extended, Error> {
-        requests::parse_extend(&self.keys, reply)
+        lock::parse_extend(&self.keys, reply)
     }
 
     fn read(&self) -> Request {
-        requests::observe(&self.keys, self.fencing)
+        lock::observe(&self.keys, self.fencing)
     }
 
     fn parse_read(&self, replies: &[Value]) -> Result<Observed, Error> {
-        requests::parse_observe(&self.keys, replies)
+        lock::parse_observe(&self.keys, replies)
     }
 
     fn reset(&self, owner: &[u8]) -> Request {
-        requests::reset(&self.keys, owner, self.signal_expire_ms, false)
+        lock::reset(&self.keys, owner, self.signal_expire_ms, false)
     }
 
     fn parse_reset(&self, reply: &Value) -> Result<(), Error> {
-        requests::parse_reset(&self.keys, reply).map(drop)
+        lock::parse_reset(&self.keys, reply).map(drop)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::config::settings::grace;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Next, QueueWait};
 use crate::protocol::redirect;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::transport::send::{longer, send_repeatable, FIRST_PAUSE};
 use crate::Error;
 

@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use super::{Inner, Runtime, State};
 use crate::observe;
 use crate::protocol::lease::{Belief, Unsure, Wait};
-use crate::protocol::requests::{Observed, Request};
+use crate::protocol::lock::Observed;
+use crate::protocol::request::Request;
 use crate::transport::send::{
     log_kill_refused_once, longer, send_repeatable, AnyTransport, FIRST_PAUSE,
 };

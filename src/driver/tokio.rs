@@ -11,7 +11,7 @@ use super::line::By;
 use super::waits::{give_back_unattended, Replied, Ticket, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::lease::Wait;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::{Admin, ConnId, Fault, Transport};

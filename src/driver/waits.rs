@@ -15,8 +15,9 @@ use tokio::sync::Notify;
 
 use crate::config::settings::Settings;
 use crate::protocol::keys::Keys;
+use crate::protocol::lock;
 use crate::protocol::redirect;
-use crate::protocol::requests::{self, Request};
+use crate::protocol::request::Request;
 use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
 use crate::transport::send::{longer, send_repeatable, AnyTransport, FIRST_PAUSE};
@@ -386,8 +387,8 @@ fn give_back(transport: &Arc<dyn AsyncTransport>, bench: &Bench, seat: &Seat, wa
         Ok(replies) => {
             let mut tried = replies.get(1..).unwrap_or_default().to_vec();
             let _ = waited.request.acks(&mut tried);
-            let taken = requests::parse_try(&bench.keys, &tried);
-            if !matches!(taken, Ok(requests::Attempt::Acquired { .. })) {
+            let taken = lock::parse_try(&bench.keys, &tried);
+            if !matches!(taken, Ok(lock::Attempt::Acquired { .. })) {
                 return;
             }
             None
@@ -406,7 +407,7 @@ fn give_back_on(
     seat: &Seat,
     lost_on: Option<ConnId>,
 ) {
-    let unlock = requests::unlock(
+    let unlock = lock::unlock(
         &bench.keys,
         seat.tries_as.id.as_bytes(),
         seat.tries_as.signal_expire_ms,
@@ -530,7 +531,7 @@ async fn wait_once(
     let (until, reply_by) = *seat.until.lock();
     let tries_as = &seat.tries_as;
     let block = until.saturating_duration_since(Instant::now());
-    let request = requests::wait_then_try(
+    let request = lock::wait_then_try(
         &bench.keys,
         &tries_as.id,
         tries_as.expire_ms,

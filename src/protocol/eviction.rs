@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::requests::Request;
+use super::request::Request;
 
 /// A server's `maxmemory-policy`, when it is one that can evict keys.
 #[derive(Clone, Debug, PartialEq, Eq)]

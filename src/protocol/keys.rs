@@ -84,6 +84,15 @@ pub(crate) fn signal_of(lock_key: &[u8]) -> Option<Vec<u8>> {
     Some([SIGNAL_PREFIX.as_bytes(), name].concat())
 }
 
+/// The fencing counter that belongs to a lock key found by `SCAN`. A key that is not a lock
+/// key gets the prefix in front of it whole: its fence key is then one no lock has.
+pub(crate) fn fence_of(lock_key: &[u8]) -> Vec<u8> {
+    let name = lock_key
+        .strip_prefix(LOCK_PREFIX.as_bytes())
+        .unwrap_or(lock_key);
+    [FENCE_PREFIX.as_bytes(), name].concat()
+}
+
 /// The lock name of a lock key found by `SCAN`: what follows `lock:`, without the braces
 /// `Keys::new` puts around a name that has no hash tag of its own when `tagged` (a cluster:
 /// `lock:{jobs}` is lock `jobs`).
@@ -422,5 +431,47 @@ mod queue_tests {
                 prop_assert_eq!(QueueKeys::of_key(key.as_bytes()), Some((kind, name.clone())));
             }
         }
+    }
+}
+
+// ---- The dogpile cache's keys ----
+
+/// Appended to the value key to name its freshness marker.
+const FRESH_SUFFIX: &str = ":fresh";
+
+/// The Redis keys of one cache entry.
+#[derive(Clone)]
+pub(crate) struct CacheKeys {
+    /// The entry's name as the caller gave it, for the lock name and log lines.
+    pub(crate) name: String,
+    pub(super) value: String,
+    pub(super) fresh: String,
+    /// Their hash slot: on a cluster the freshness marker shares the value's.
+    pub(super) slot: u16,
+}
+
+impl CacheKeys {
+    /// The keys of entry `key` in a cache whose value keys start with `prefix`; `tagged` when
+    /// the marker must share the value's hash slot (a cluster).
+    pub(crate) fn new(prefix: &str, key: &str, tagged: bool) -> CacheKeys {
+        let value = format!("{prefix}{key}");
+        let fresh = if tagged {
+            format!("{}{FRESH_SUFFIX}", same_slot(&value))
+        } else {
+            format!("{value}{FRESH_SUFFIX}")
+        };
+        CacheKeys {
+            name: key.to_string(),
+            slot: slot(value.as_bytes()),
+            fresh,
+            value,
+        }
+    }
+
+    /// The computing worker's lock: the bare entry name, without the prefix, as
+    /// python-redis-lock's Django cache names it in `locked_get_or_set`, so Python and Rust
+    /// workers filling the same key take turns.
+    pub(crate) fn lock_name(&self) -> String {
+        format!("get_or_set:{}", self.name)
     }
 }

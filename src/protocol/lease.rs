@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::requests::Pttl;
+use super::lock::Pttl;
 
 /// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
 /// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again

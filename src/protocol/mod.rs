@@ -1,15 +1,18 @@
 //! The protocol core, with no I/O: key names, requests and their replies, and what a handle
 //! knows about its lock over time. The drivers and connection backends build on this.
 
+pub(crate) mod admin;
+pub(crate) mod cache;
 pub(crate) mod eviction;
 pub(crate) mod hello;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod lock;
 pub(crate) mod primitive;
 pub(crate) mod queue;
 pub(crate) mod quorum;
 pub(crate) mod redirect;
-pub(crate) mod requests;
+pub(crate) mod request;
 pub(crate) mod scripts;
 
 /// Values the protocol's unit tests build replies from.

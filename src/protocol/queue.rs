@@ -1,4 +1,3 @@
-#![allow(dead_code)] // Used by the handles (Semaphore, fair Lock, RwLock): next.
 //! The fair queue engine's requests and replies, and a waiter's way through the queue: no I/O,
 //! time passed in.
 //!
@@ -16,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::keys::QueueKeys;
-use super::requests::Request;
+use super::request::Request;
 use super::scripts::{
     Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_RESET_ALL, QUEUE_SHRINK,
     QUEUE_STATE,
@@ -86,11 +85,8 @@ impl Ask {
         self.capacity
     }
 
-    pub(crate) fn units(&self) -> u64 {
-        self.units
-    }
-
     /// When this waiter must ask again at the latest to stay in the queue.
+    #[cfg(test)]
     pub(crate) fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.lapse_ms / 2)
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::keys::Keys;
-use super::requests::{self, Attempt, Pttl};
+use super::lock::{self, Attempt, Pttl};
 
 /// What each server said to a request, by server.
 pub(crate) type Said = [Option<Vec<Value>>];
@@ -63,7 +63,7 @@ pub(crate) fn try_vote(
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, Option<Duration>)> = HashMap::new();
     for replies in said.iter().flatten() {
-        match requests::parse_try(keys, replies) {
+        match lock::parse_try(keys, replies) {
             Ok(Attempt::Acquired { .. }) => {
                 yes += 1;
                 taken.get_or_insert_with(|| replies.clone());
@@ -130,7 +130,7 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
     let mut answered = 0;
     let mut owners: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
     for replies in said.iter().flatten() {
-        let Ok(observed) = requests::parse_observe(keys, replies) else {
+        let Ok(observed) = lock::parse_observe(keys, replies) else {
             continue;
         };
         answered += 1;
@@ -174,7 +174,7 @@ pub(crate) fn read_vote(keys: &Keys, said: &Said) -> Option<Vec<Value>> {
 pub(crate) fn unlock_vote(keys: &Keys, said: &Said) -> Option<Value> {
     let (mut released, mut not_ours) = (0, 0);
     for replies in said.iter().flatten() {
-        match requests::parse_unlock(keys, replies.first().unwrap_or(&Value::Nil)) {
+        match lock::parse_unlock(keys, replies.first().unwrap_or(&Value::Nil)) {
             Ok(true) => released += 1,
             Ok(false) => not_ours += 1,
             Err(_) => {}
@@ -210,10 +210,10 @@ pub(crate) enum ExtendVote {
 pub(crate) fn extend_vote(keys: &Keys, said: &Said, elapsed: Duration, ms: u64) -> ExtendVote {
     let (mut yes, mut no_expiry, mut answered) = (0, 0, 0);
     for replies in said.iter().flatten() {
-        match requests::parse_extend(keys, replies.first().unwrap_or(&Value::Nil)) {
-            Ok(requests::Extended::Yes) => yes += 1,
-            Ok(requests::Extended::NoExpiry) => no_expiry += 1,
-            Ok(requests::Extended::NotOurs) => {}
+        match lock::parse_extend(keys, replies.first().unwrap_or(&Value::Nil)) {
+            Ok(lock::Extended::Yes) => yes += 1,
+            Ok(lock::Extended::NoExpiry) => no_expiry += 1,
+            Ok(lock::Extended::NotOurs) => {}
             Err(_) => continue,
         }
         answered += 1;
@@ -383,7 +383,7 @@ mod tests {
         };
         let said = [exec("a", 900), exec("a", 800), exec("b", 100)];
         let replies = read_vote(&keys(), &said).unwrap();
-        let observed = requests::parse_observe(&keys(), &replies).unwrap();
+        let observed = lock::parse_observe(&keys(), &replies).unwrap();
         assert_eq!(observed.owner.as_deref(), Some(&b"a"[..]));
         assert_eq!(observed.pttl, Pttl::Left(Duration::from_millis(800)));
         let minority = [exec("a", 900), None, None];
@@ -410,7 +410,7 @@ mod tests {
         );
         let said = [exec(Some("a")), exec(None), exec(None), exec(None), None];
         let replies = read_vote(&keys(), &said).unwrap();
-        let observed = requests::parse_observe(&keys(), &replies).unwrap();
+        let observed = lock::parse_observe(&keys(), &replies).unwrap();
         assert_eq!(observed.owner, None, "1 + 1 silent cannot");
     }
 

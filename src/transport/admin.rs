@@ -10,7 +10,7 @@ use redis::{RedisError, ServerError, Value};
 use super::send::Answered;
 use super::{Admin, ConnId, Fault, Transport};
 use crate::cancel::Interrupt;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 
 /// The connection id in a reply to `CLIENT ID`: none when the server will not tell it, for
 /// want of the right (an ACL) or because it does not know the command (`rename-command`, a

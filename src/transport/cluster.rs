@@ -14,7 +14,7 @@ use redis::{ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResu
 use super::nodes::{addr_of, split_addr, Nodes};
 use super::routed::{Routed, Topology};
 use super::{send_repeatable, Transport};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::Error;
 
 /// How many hash slots a cluster has.

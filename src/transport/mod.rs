@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use redis::{RedisError, Value};
 
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 pub(crate) use crate::protocol::ConnId;
 use send::{now, Answered};
 

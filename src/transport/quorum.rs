@@ -13,8 +13,9 @@ use super::server::Server;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::config::settings::Settings;
 use crate::protocol::keys::Keys;
+use crate::protocol::lock;
 use crate::protocol::quorum::{self, ExtendVote, TryVote};
-use crate::protocol::requests::{self, Kind, Request};
+use crate::protocol::request::{Kind, Request};
 use crate::Error;
 
 /// The longest a split vote's contenders wait before trying again (at random, from 1 ms).
@@ -85,7 +86,7 @@ impl Quorum {
         answered: &Answers,
         on: impl Fn(usize) -> bool,
     ) {
-        let request = requests::give_back(keys, id, signal);
+        let request = lock::give_back(keys, id, signal);
         let ok = |i: usize| matches!(answered.get(i), Some(Ok(_)));
         let _ = self.fan_out(&request, Instant::now() + self.server_timeout, |i| {
             on(i) && ok(i)
@@ -169,7 +170,7 @@ impl Quorum {
         match quorum::extend_vote(keys, &said(&answers), started.elapsed(), ms) {
             ExtendVote::Yes => {
                 let missing = |i: usize| matches!(answers.get(i), Some(Ok(r)) if r.first() == Some(&Value::Int(1)));
-                let _ = self.fan_out(&requests::retake(keys, id, ms), deadline, missing);
+                let _ = self.fan_out(&lock::retake(keys, id, ms), deadline, missing);
                 Ok(vec![Value::Int(0)])
             }
             ExtendVote::NotOurs => {
@@ -195,7 +196,7 @@ impl Quorum {
             quorum::unlock_vote(keys, &said(&answers)).ok_or_else(|| self.unreached(&answers))?;
         if reply == Value::Int(0) {
             let not_ours = |i: usize| matches!(answers.get(i), Some(Ok(r)) if r.first() == Some(&Value::Int(1)));
-            let _ = self.fan_out(&requests::pass_on(keys), deadline, not_ours);
+            let _ = self.fan_out(&lock::pass_on(keys), deadline, not_ours);
         }
         Ok(vec![reply])
     }
@@ -424,7 +425,7 @@ impl Waiter for QuorumWaiter<'_> {
                 if let (Value::Array(_), Kind::Try { keys, .. }) = (&blpop, &rest.kind)
                     && let Some(server) = self.quorum.servers.get(self.node)
                 {
-                    let _ = server.call(&requests::pass_on(keys), try_deadline);
+                    let _ = server.call(&lock::pass_on(keys), try_deadline);
                 }
                 Err(fault)
             }

@@ -18,7 +18,7 @@ use super::nodes::Nodes;
 use super::server::Server;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::redirect::{self, Redirect};
-use crate::protocol::requests::{Kind, Request};
+use crate::protocol::request::{Kind, Request};
 use crate::Error;
 
 /// The first pause while the topology changes; it doubles up to [`PAUSE_MAX`].

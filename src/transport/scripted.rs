@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use redis::{RedisError, Value};
 
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 
 /// What the server does with one request.
 pub(crate) enum Answer {

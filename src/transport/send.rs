@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::{Admin, ConnId, Fault, Transport};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 
 /// Either transport, as futures: what the driver, written once for both APIs, sends through.
 /// A blocking [`Transport`]'s futures are ready when first polled.

@@ -21,7 +21,7 @@ use super::nodes::Nodes;
 use super::routed::{Routed, Topology};
 use super::send::{longer, FIRST_PAUSE};
 use super::send_repeatable;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 
 /// The longest a look at one sentinel or node may take: one that is down should cost little
 /// before the next is asked.

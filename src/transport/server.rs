@@ -15,7 +15,7 @@ use super::conn::Conn;
 use super::eviction::Eviction;
 use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
 use crate::protocol::eviction;
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::Error;
 
 /// Idle connections kept per pool; more are closed when they come back.

@@ -18,7 +18,7 @@ use redis::Value;
 
 use super::send::AnyTransport;
 use super::{Admin, ConnId, Fault, Transport};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 
 /// Why an async call could not be made: the async API's timers and tasks are tokio's.
 pub(crate) const NO_RUNTIME: &str = "the async API runs on a tokio runtime, and none is running";

@@ -10,7 +10,7 @@ use redis::{AsyncConnectionConfig, RedisError, Value};
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
 use crate::protocol::hello::{hello_cmd, Hello};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::transport::admin::{admin_outcome, client_id, end_wait_cmd, kill_cmd};
 use crate::transport::conn;
 use crate::transport::send::{send_repeatable, AnyTransport};

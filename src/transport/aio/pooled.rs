@@ -12,7 +12,7 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::oneshot;
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
-use crate::protocol::requests::Request;
+use crate::protocol::request::Request;
 use crate::transport::{Admin, ConnId, Fault, Transport};
 
 /// A blocking transport, run on the blocking pool.
