@@ -1032,7 +1032,6 @@
 pub mod aio;
 mod backend;
 mod blocking;
-mod cache;
 mod cancel;
 mod config;
 mod driver;
@@ -1049,7 +1048,6 @@ pub use backend::quorum::Quorum;
 pub use backend::sentinel::Sentinel;
 pub use backend::Backend;
 pub use blocking::*;
-pub use cache::Cache;
 pub use cancel::CancelToken;
 pub use config::builder::LockBuilder;
 pub use driver::Holder;

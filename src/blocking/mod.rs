@@ -2,10 +2,12 @@
 //! its round trips. The same files as [`crate::aio`], each the same shell on the blocking
 //! runtime.
 
+mod cache;
 pub(crate) mod lock;
 mod rwlock;
 mod semaphore;
 
+pub use cache::Cache;
 pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

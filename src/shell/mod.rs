@@ -7,6 +7,7 @@
 //! What differs between the APIs is passed in: the runtime, whether a call is `async`, how a
 //! call is run (`now(..)` or `.await`), and how its doc examples start and wait.
 
+pub(crate) mod cache;
 pub(crate) mod lock;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
