@@ -9,13 +9,13 @@ LAYERS = [
     ("transport", ["transport", "timer"]),
     ("driver", ["driver", "renew", "queue"]),
     ("handles", ["lib", "backend", "builder", "lock", "guard", "cache", "inspect", "acquisition", "semaphore", "rwlock",
-                 "reset_all", "quorum", "sentinel", "aio"]),
+                 "quorum", "sentinel", "aio"]),
 ]
 # What the crate root re-exports, by the module that defines it.
 ROOT_NAMES = {"Error": "error", "CancelToken": "cancel", "Holder": "lock", "Lock": "lock",
               "LockBuilder": "builder", "Backend": "backend", "Cache": "cache",
               "LockGuard": "guard", "ArcLockGuard": "guard", "with_lock": "guard",
-              "Quorum": "quorum", "Sentinel": "sentinel", "reset_all": "reset_all",
+              "Quorum": "quorum", "Sentinel": "sentinel", "reset_all": "inspect/reset_all",
               "id": "id", "Semaphore": "semaphore", "SemaphorePermit": "semaphore", "ArcSemaphorePermit": "semaphore", "RwLock": "rwlock", "RwLockReadGuard": "rwlock", "RwLockWriteGuard": "rwlock"}
 
 src = sys.argv[1] if len(sys.argv) > 1 else "src"
