@@ -25,8 +25,7 @@ LAYERS = [
     ("base", ["error", "observe", "config", "cancel", "protocol"]),
     ("transport", ["transport"]),
     ("driver", ["driver"]),
-    ("handles", ["lib", "backend", "config/builder", "shell", "blocking", "cache", "inspect",
-                 "reset_all", "aio"]),
+    ("handles", ["lib", "backend", "config/builder", "shell", "blocking", "inspect", "aio"]),
 ]
 
 

@@ -606,7 +606,7 @@
 //! | `holder`, `locked`, `owner_id`, `LockGuard::when_lost` | nothing to leave: they only read |
 //! | `with_lock`, `Lock::with_lock` | waiting: as `lock`; holding: the work is dropped and the lock released as by a dropped guard |
 //! | `Cache::get_or_set`, `Cache::get_or_revalidate` | waiting for the entry's lock: as `lock`; computing: the computation is dropped and the lock released as by a dropped guard (a value being written may or may not be stored); a background refresh already started runs on |
-//! | `reset_all` | it runs to its end on tokio's blocking pool |
+//! | `reset_all` | it runs to its end on a task of its own |
 //!
 //! **Guards.** [`aio::LockGuard`] owns what it needs, so it can move into `tokio::spawn`.
 //! `unlock().await` releases and returns the error. Dropped without `unlock`, the guard sends
@@ -1039,7 +1039,6 @@ mod error;
 pub mod inspect;
 pub mod observe;
 mod protocol;
-mod reset_all;
 mod shell;
 mod transport;
 
@@ -1052,7 +1051,7 @@ pub use cancel::CancelToken;
 pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
-pub use reset_all::reset_all;
+pub use inspect::reset_all::reset_all;
 
 /// The `redis` crate this library is built against.
 ///

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
-use crate::driver::cache::Served;
+use crate::shell::cache::Served;
 use crate::Error;
 
 crate::shell::for_api!(cache, aio);

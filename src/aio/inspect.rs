@@ -1,13 +1,15 @@
-//! [`crate::inspect`]'s views of the locks for async callers.
+//! [`crate::inspect`]'s views of the locks for async callers: the same reads, awaited on the
+//! async transport.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::transport_of;
 use crate::inspect::{Held, Primitive, Queue};
+use crate::transport::aio::AsyncTransport;
 use crate::{Backend, Error};
 
-/// Every held lock, sorted by name: the blocking [`crate::inspect::holders`], run on tokio's
-/// blocking pool (an operator's view, whose `SCAN` over every primary is written once).
+/// Every held lock, sorted by name: [`crate::inspect::holders`], as a future.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -24,12 +26,10 @@ pub async fn holders(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Held>, Error> {
-    let transport = transport_of(backend)?;
-    blocking(move || crate::inspect::holders_on(&*transport, io_timeout)).await
+    crate::inspect::holders_on(&*transport(backend)?, io_timeout).await
 }
 
-/// Lock `name`'s holder, if it is held: the blocking [`crate::inspect::holder`], run on
-/// tokio's blocking pool.
+/// Lock `name`'s holder, if it is held: [`crate::inspect::holder`], as a future.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -50,13 +50,11 @@ pub async fn holder(
     name: &str,
     io_timeout: Duration,
 ) -> Result<Option<Held>, Error> {
-    let transport = transport_of(backend)?;
-    let name = name.to_owned();
-    blocking(move || crate::inspect::holder_on(&*transport, &name, io_timeout)).await
+    crate::inspect::holder_on(&*transport(backend)?, name, io_timeout).await
 }
 
-/// Every semaphore, fair lock and read-write lock with a holder or a waiter: the blocking
-/// [`crate::inspect::queues`], run on tokio's blocking pool.
+/// Every semaphore, fair lock and read-write lock with a holder or a waiter:
+/// [`crate::inspect::queues`], as a future.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -73,12 +71,11 @@ pub async fn queues(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Queue>, Error> {
-    let transport = transport_of(backend)?;
-    blocking(move || crate::inspect::queues::queues_on(&*transport, io_timeout)).await
+    crate::inspect::queues::queues_on(&*transport(backend)?, io_timeout).await
 }
 
-/// The holders and the line of the `kind` primitive `name`: the blocking
-/// [`crate::inspect::queue`], run on tokio's blocking pool.
+/// The holders and the line of the `kind` primitive `name`: [`crate::inspect::queue`], as a
+/// future.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -100,20 +97,35 @@ pub async fn queue(
     name: &str,
     io_timeout: Duration,
 ) -> Result<Queue, Error> {
-    let transport = transport_of(backend)?;
-    let name = name.to_owned();
-    blocking(move || crate::inspect::queues::queue_on(&*transport, kind, &name, io_timeout)).await
+    crate::inspect::queues::queue_on(&*transport(backend)?, kind, name, io_timeout).await
 }
 
-/// Runs `read` on the caller's runtime's blocking pool.
-async fn blocking<T: Send + 'static>(
-    read: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    super::runtime()?
-        .spawn_blocking(read)
-        .await
-        .unwrap_or_else(|e| {
-            log::error!("an inspection failed on its thread: {e}");
-            Err(Error::invalid("the inspection's thread failed"))
-        })
+/// The async transport to `backend`'s servers, whose futures the caller's runtime runs.
+pub(super) fn transport(
+    backend: &(impl Backend + ?Sized),
+) -> Result<Arc<dyn AsyncTransport>, Error> {
+    let transport = transport_of(backend)?;
+    super::runtime()?;
+    Ok(transport.to_async())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::time::Duration;
+
+    use crate::inspect::Primitive;
+
+    /// The futures can move to another thread (`tokio::spawn`), as a task's must.
+    #[test]
+    fn the_futures_can_be_sent() {
+        fn sendable<F: Future + Send>(_: F) {}
+        let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+        let io_timeout = Duration::from_secs(1);
+        sendable(super::holders(&client, io_timeout));
+        sendable(super::holder(&client, "a", io_timeout));
+        sendable(super::queues(&client, io_timeout));
+        sendable(super::queue(&client, Primitive::Semaphore, "a", io_timeout));
+        sendable(crate::aio::reset_all(&client));
+    }
 }

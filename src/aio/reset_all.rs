@@ -1,12 +1,10 @@
 //! `reset_all` for async callers.
 
-use crate::backend::transport_of;
 use crate::{Backend, Error};
 
 /// Deletes every lock and ends every hold and line of the queue primitives, waking their
-/// waiters; returns how many holds it ended. The
-/// blocking [`crate::reset_all`], run on tokio's blocking pool: an operator's tool, whose
-/// `SCAN` over the keyspace is written once.
+/// waiters; returns how many holds it ended: [`crate::reset_all`], as a future, run on a task
+/// of its own, so that it runs to its end even if this future is dropped.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -17,13 +15,10 @@ use crate::{Backend, Error};
 /// # }
 /// ```
 pub async fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
-    let transport = transport_of(backend)?;
-    let runtime = super::runtime()?;
-    runtime
-        .spawn_blocking(move || crate::reset_all::on(&*transport))
-        .await
-        .unwrap_or_else(|e| {
-            log::error!("reset_all failed on its thread: {e}");
-            Err(Error::invalid("reset_all's thread failed"))
-        })
+    let transport = super::inspect::transport(backend)?;
+    let reset = async move { crate::inspect::reset_all::on(&*transport).await };
+    super::runtime()?.spawn(reset).await.unwrap_or_else(|e| {
+        log::error!("reset_all failed on its task: {e}");
+        Err(Error::invalid("reset_all's task failed"))
+    })
 }

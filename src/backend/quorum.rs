@@ -151,8 +151,8 @@ impl sealed::Sealed for Quorum {
         let servers = self
             .clients
             .iter()
-            .map(|client| Server::shared(client).map(|s| &**s))
-            .collect::<Result<Vec<&'static Server>, Error>>()?;
+            .map(Server::shared)
+            .collect::<Result<Vec<&'static Arc<Server>>, Error>>()?;
         let transport: Arc<dyn Transport> =
             Arc::new(QuorumTransport::new(servers, self.server_timeout));
         known.insert(key, Arc::downgrade(&transport));

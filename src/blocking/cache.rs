@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
-use crate::driver::cache::Served;
+use crate::shell::cache::Served;
 use crate::transport::send::now;
 use crate::Error;
 

@@ -403,13 +403,10 @@ impl<R: Runtime> Inner<R> {
                 self.eviction_asked.store(true, Ordering::Relaxed);
             }
         }
-        let mut evicting = None;
-        self.transport
-            .blocking()
-            .each_primary(deadline, &mut |server, _| {
-                evicting = evicting.take().or_else(|| server.eviction()?.evicting());
-                Ok(())
-            })?;
+        let blocking = self.transport.blocking();
+        let primaries = blocking.primaries(deadline)?;
+        let evicting =
+            (primaries.iter()).find_map(|primary| primary.server(blocking).eviction()?.evicting());
         match evicting {
             Some((server, policy)) => Err(Error::Unsupported(format!(
                 "{}; refused, as refuse_evicting(true) asks",

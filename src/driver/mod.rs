@@ -12,7 +12,6 @@ mod acquire;
 mod acquire_line;
 pub(crate) mod acquirer;
 pub(crate) mod blocking;
-pub(crate) mod cache;
 mod hold;
 mod leasing;
 pub(crate) mod line;

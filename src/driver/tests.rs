@@ -136,7 +136,9 @@ fn a_release_lost_twice_is_outcome_unknown() {
         Err(Error::OutcomeUnknown { operation, .. }) => assert_eq!(operation, "release"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(transport.sent(), [TRY, "EVALSHA", "EVALSHA"]);
+    // The release sent its unlock twice; the background settle it started may have sent more
+    // since.
+    assert_eq!(transport.sent()[..3], [TRY, "EVALSHA", "EVALSHA"]);
 }
 
 #[test]

@@ -2,15 +2,15 @@
 //! read-write locks): who holds, and who waits in what order. Also the `SCAN` over every
 //! primary's queue keys that [`reset_all`](crate::reset_all) shares.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::{deadlines, each_batch};
+use super::{Batches, Deadlines};
 use crate::backend::{transport_of, Backend};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue;
-use crate::transport::{send_repeatable, Transport};
+use crate::transport::send::{now, send_repeatable, AnyTransport};
 use crate::Error;
 
 pub use crate::protocol::primitive::WRITER_UNITS;
@@ -85,23 +85,24 @@ pub fn queues(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Queue>, Error> {
-    queues_on(&*transport_of(backend)?, io_timeout)
+    now(queues_on(&*transport_of(backend)?, io_timeout))
 }
 
 /// [`queues`] on `transport`.
-pub(crate) fn queues_on(
-    transport: &dyn Transport,
+pub(crate) async fn queues_on<T: AnyTransport + ?Sized>(
+    transport: &T,
     io_timeout: Duration,
 ) -> Result<Vec<Queue>, Error> {
-    let deadline = deadlines(io_timeout)?;
+    let deadline = Deadlines::new(io_timeout)?;
     let mut found = BTreeMap::new();
-    each_queue(transport, &deadline, &mut |keys_to, kind, name| {
-        let queue = read(keys_to, kind, name, deadline())?;
+    let mut primitives = Primitives::new(transport, deadline);
+    while let Some((kind, name, primary)) = primitives.next().await? {
+        let keys_to = primitives.keys_to(primary);
+        let queue = read(keys_to, kind, &name, deadline.next()).await?;
         if !queue.holders.is_empty() || !queue.waiters.is_empty() {
             found.insert((kind, queue.name.clone()), queue);
         }
-        Ok(())
-    })?;
+    }
     Ok(found.into_values().collect())
 }
 
@@ -126,12 +127,12 @@ pub fn queue(
     name: &str,
     io_timeout: Duration,
 ) -> Result<Queue, Error> {
-    queue_on(&*transport_of(backend)?, kind, name, io_timeout)
+    now(queue_on(&*transport_of(backend)?, kind, name, io_timeout))
 }
 
 /// [`queue`] on `transport`.
-pub(crate) fn queue_on(
-    transport: &(dyn Transport + 'static),
+pub(crate) async fn queue_on<T: AnyTransport + ?Sized>(
+    transport: &T,
     kind: Primitive,
     name: &str,
     io_timeout: Duration,
@@ -139,19 +140,19 @@ pub(crate) fn queue_on(
     if name.is_empty() {
         return Err(Error::invalid("the name is empty"));
     }
-    let deadline = deadlines(io_timeout)?;
-    read(transport, kind, name, deadline())
+    let deadline = Deadlines::new(io_timeout)?;
+    read(transport, kind, name, deadline.next()).await
 }
 
 /// Reads the state of the `kind` primitive `name` through `keys_to`.
-fn read(
-    keys_to: &(dyn Transport + 'static),
+async fn read<T: AnyTransport + ?Sized>(
+    keys_to: &T,
     kind: Primitive,
     name: &str,
     deadline: Instant,
 ) -> Result<Queue, Error> {
     let keys = QueueKeys::new(kind, name);
-    let reply = send_repeatable(keys_to, &queue::state(&keys), deadline)?;
+    let reply = send_repeatable(keys_to, &queue::state(&keys), deadline).await?;
     let state = queue::parse_state(&keys, reply.first())?;
     let text = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
     Ok(Queue {
@@ -180,39 +181,64 @@ fn read(
     })
 }
 
-/// What [`each_queue`] runs on each primitive: where to send requests about it, its kind and
-/// its name.
-pub(crate) type Visit<'a> =
-    dyn FnMut(&(dyn Transport + 'static), Primitive, &str) -> Result<(), Error> + 'a;
+/// Every queue-engine primitive that has keys other than its fencing counter and signal
+/// lists, on every primary, kind after kind.
+pub(super) struct Primitives<'a, T: ?Sized> {
+    transport: &'a T,
+    deadline: Deadlines,
+    /// The kinds still to scan for.
+    kinds: std::array::IntoIter<Primitive, 3>,
+    /// The scan for the kind under way (at first, over no primaries).
+    batches: Batches<'a, T>,
+    /// The primitives of its last batch, still to hand out.
+    ready: VecDeque<(Primitive, String, usize)>,
+    /// Those handed out, by the number of the primary they were found on.
+    seen: BTreeSet<(usize, Primitive, String)>,
+}
 
-/// Runs `visit` once on every queue-engine primitive that has keys other than its fencing
-/// counter and signal lists, on every primary.
-pub(crate) fn each_queue(
-    transport: &dyn Transport,
-    deadline: &dyn Fn() -> Instant,
-    visit: &mut Visit<'_>,
-) -> Result<(), Error> {
-    let mut seen = BTreeSet::new();
-    for kind in Primitive::ALL {
-        each_batch(
+impl<'a, T: AnyTransport + ?Sized> Primitives<'a, T> {
+    /// Every primitive on every primary of `transport`, each `SCAN` step by its own deadline.
+    pub(super) fn new(transport: &'a T, deadline: Deadlines) -> Self {
+        Primitives {
             transport,
-            &kind.pattern(),
             deadline,
-            &mut |keys_to, batch, primary| {
+            kinds: Primitive::ALL.into_iter(),
+            batches: Batches::over(transport, Vec::new(), String::new(), deadline),
+            ready: VecDeque::new(),
+            seen: BTreeSet::new(),
+        }
+    }
+
+    /// The next primitive: its kind, its name and the number of the primary it was found on.
+    pub(super) async fn next(&mut self) -> Result<Option<(Primitive, String, usize)>, Error> {
+        loop {
+            if let Some(found) = self.ready.pop_front() {
+                return Ok(Some(found));
+            }
+            if let Some((batch, primary)) = self.batches.next().await? {
                 for key in batch {
                     // A primitive's several keys come in the same batch or a later one.
                     match QueueKeys::of_key(&key) {
-                        Some((kind, name)) if seen.insert((primary, kind, name.clone())) => {
-                            visit(keys_to, kind, &name)?
+                        Some((kind, name)) if self.seen.insert((primary, kind, name.clone())) => {
+                            self.ready.push_back((kind, name, primary))
                         }
                         _ => {}
                     }
                 }
-                Ok(())
-            },
-        )?;
+                continue;
+            }
+            let Some(kind) = self.kinds.next() else {
+                return Ok(None);
+            };
+            self.batches = Batches::new(self.transport, kind.pattern(), self.deadline).await?;
+        }
     }
-    Ok(())
+
+    /// Where to send requests about the primitive [`next`](Self::next) found on primary
+    /// number `primary`.
+    pub(super) fn keys_to(&self, primary: usize) -> &T {
+        self.batches.keys_to(primary)
+    }
 }
 
 /// Ends the hold of `holder` (every holder's with `None`) on the `kind` primitive `name`,
@@ -254,10 +280,11 @@ pub fn reset_queue(
         return Err(Error::invalid("the holder id is empty"));
     }
     let capacity = kind.capacity(permits)?;
-    let deadline = deadlines(io_timeout)?;
+    let deadline = Deadlines::new(io_timeout)?;
     let keys = QueueKeys::new(kind, name);
     let request = queue::reset(&keys, holder, capacity);
-    let reply = send_repeatable(&*transport_of(backend)?, &request, deadline())?;
+    let transport = transport_of(backend)?;
+    let reply = now(send_repeatable(&*transport, &request, deadline.next()))?;
     let removed = queue::parse_reset(&keys, reply.first())?;
     log::info!("{:?} {name:?}: reset {removed} holders", kind);
     Ok(removed)

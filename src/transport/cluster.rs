@@ -123,7 +123,7 @@ fn ask_slots(
 ) -> Result<Vec<Option<Arc<str>>>, RedisError> {
     let (_, server) = nodes.at(addr)?;
     let request = Request::single(redis::cmd("CLUSTER").arg("SLOTS").to_owned(), true);
-    let answered = send_repeatable(server, &request, deadline)?;
+    let answered = send_repeatable(&**server, &request, deadline)?;
     let (asked_host, _) = split_addr(addr)?;
     parse_slots(answered.first(), asked_host).map_err(|reason| {
         RedisError::from((

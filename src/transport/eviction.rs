@@ -2,9 +2,11 @@
 //! warning when the server can evict a lock's keys.
 
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use redis::Value;
 
+use super::send::AnyTransport;
 use crate::observe;
 use crate::protocol::eviction::{self, Evicts};
 
@@ -47,4 +49,19 @@ impl Eviction {
             observe::evicting_server(&self.server, &policy);
         }
     }
+}
+
+/// The address and eviction policy of `server` (one server, through either transport) when it
+/// can evict a lock's keys, read once per server (by `deadline`); `None` when it cannot, does
+/// not say, or is not one server.
+pub(crate) async fn evicting<T: AnyTransport + ?Sized>(
+    server: &T,
+    deadline: Instant,
+) -> Option<(String, String)> {
+    let eviction = server.blocking().eviction()?;
+    if eviction.unread() {
+        // Its probe reads the policy.
+        let _ = server.exchange(&eviction::request(), deadline).await;
+    }
+    eviction.evicting()
 }

@@ -22,7 +22,6 @@ pub(crate) mod sentinel;
 pub(crate) mod server;
 pub(crate) mod timer;
 
-#[cfg(feature = "tokio")]
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,10 +63,53 @@ pub(crate) enum Admin {
     Refused,
 }
 
-/// What `each_primary` runs on a primary: given the primary to scan, and where to send
-/// requests about the keys found there.
-pub(crate) type Visit<'a> = dyn FnMut(&(dyn Transport + 'static), &(dyn Transport + 'static)) -> Result<(), crate::Error>
-    + 'a;
+/// One primary of a transport, as [`Transport::primaries`] lists them, for what must reach
+/// every one (`SCAN`, `reset_all`, the eviction policies): `S` is the primary's own transport.
+pub(crate) enum Primary<S> {
+    /// The transport itself: one server.
+    Itself,
+    /// One of several servers, each with its own copy of the keys (a quorum's): requests about
+    /// the keys found on it go to it.
+    Own(S),
+    /// One of several primaries, each serving its slots (a cluster's, or the primary a
+    /// Sentinel names): requests about the keys found on it go through the transport, which
+    /// routes each by its slot, wherever it lives by then.
+    #[cfg_attr(not(any(feature = "cluster", feature = "sentinel")), allow(dead_code))]
+    Routed(S),
+}
+
+impl<S> Primary<S> {
+    /// The same primary, its transport made another kind of transport by `to`.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn map<U>(self, to: impl FnOnce(S) -> U) -> Primary<U> {
+        match self {
+            Primary::Itself => Primary::Itself,
+            Primary::Own(server) => Primary::Own(to(server)),
+            Primary::Routed(server) => Primary::Routed(to(server)),
+        }
+    }
+}
+
+impl<T: ?Sized> Primary<Arc<T>> {
+    /// The primary of `whole` (the transport that listed it), to scan and to ask about itself.
+    pub(crate) fn server<'a>(&'a self, whole: &'a T) -> &'a T {
+        match self {
+            Primary::Itself => whole,
+            Primary::Own(server) | Primary::Routed(server) => server,
+        }
+    }
+
+    /// Where requests about the keys found on the primary go.
+    pub(crate) fn keys_to<'a>(&'a self, whole: &'a T) -> &'a T {
+        match self {
+            Primary::Itself | Primary::Routed(_) => whole,
+            Primary::Own(server) => server,
+        }
+    }
+}
+
+/// A blocking transport's primaries.
+pub(crate) type Primaries = Vec<Primary<Arc<dyn Transport>>>;
 
 /// Where a lock's requests go.
 pub(crate) trait Transport: Send + Sync {
@@ -124,18 +166,11 @@ pub(crate) trait Transport: Send + Sync {
         io_timeout
     }
 
-    /// Runs `visit` on each primary, for what must reach every one (`reset_all`): with the
-    /// primary to scan, and where to send requests about the keys found there.
-    fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error>;
+    /// Its primaries, by `deadline` (a cluster whose topology is not known yet learns it).
+    fn primaries(&self, deadline: Instant) -> Result<Primaries, crate::Error>;
 
     /// One server's record of its eviction policy, for its async side to fill in.
     fn eviction(&self) -> Option<&eviction::Eviction> {
-        None
-    }
-
-    /// This server's address and eviction policy when it can evict a lock's keys, read once
-    /// per server (by `deadline`); `None` when it cannot, or does not say.
-    fn evicting(&self, _deadline: Instant) -> Option<(String, String)> {
         None
     }
 

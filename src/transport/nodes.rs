@@ -4,6 +4,8 @@
 //!
 //! [`ConnId`]: super::ConnId
 
+use std::sync::Arc;
+
 use parking_lot::RwLock;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError};
 
@@ -12,7 +14,7 @@ use super::server::Server;
 pub(crate) struct Nodes {
     /// How to reach any of them: credentials, database, TLS; only the address differs.
     template: ConnectionInfo,
-    known: RwLock<Vec<(String, &'static Server)>>,
+    known: RwLock<Vec<(String, &'static Arc<Server>)>>,
 }
 
 impl Nodes {
@@ -24,13 +26,13 @@ impl Nodes {
     }
 
     /// The number and server of `addr` (`host:port`), added the first time it is named.
-    pub(crate) fn at(&self, addr: &str) -> Result<(usize, &'static Server), RedisError> {
+    pub(crate) fn at(&self, addr: &str) -> Result<(usize, &'static Arc<Server>), RedisError> {
         if let Some(found) = self.find(addr) {
             return Ok(found);
         }
         let (host, port) = split_addr(addr)?;
         let client = redis::Client::open(with_addr(&self.template, host, port))?;
-        let server: &'static Server = Server::shared(&client).map_err(|e| match e {
+        let server: &'static Arc<Server> = Server::shared(&client).map_err(|e| match e {
             crate::Error::Redis(e) => e,
             other => RedisError::from((ErrorKind::Client, "bad node", other.to_string())),
         })?;
@@ -42,7 +44,7 @@ impl Nodes {
         Ok((known.len() - 1, server))
     }
 
-    fn find(&self, addr: &str) -> Option<(usize, &'static Server)> {
+    fn find(&self, addr: &str) -> Option<(usize, &'static Arc<Server>)> {
         let known = self.known.read();
         let at = known.iter().position(|(a, _)| a == addr)?;
         Some((at, known[at].1))
@@ -54,7 +56,7 @@ impl Nodes {
     }
 
     /// Server number `node`.
-    pub(crate) fn get(&self, node: usize) -> Option<&'static Server> {
+    pub(crate) fn get(&self, node: usize) -> Option<&'static Arc<Server>> {
         self.known.read().get(node).map(|(_, s)| *s)
     }
 }

@@ -5,12 +5,13 @@
 //! tries on all.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, RedisError, Value};
 
 use super::server::Server;
-use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
 use crate::config::settings::Settings;
 use crate::protocol::keys::Keys;
 use crate::protocol::lock;
@@ -24,7 +25,7 @@ const JITTER_MAX_MS: u64 = 10;
 const READ_GRACE: Duration = Duration::from_millis(1);
 
 pub(crate) struct Quorum {
-    servers: Vec<&'static Server>,
+    servers: Vec<&'static Arc<Server>>,
     /// How long one server may take to answer, from when the request went to it.
     server_timeout: Duration,
 }
@@ -33,7 +34,7 @@ pub(crate) struct Quorum {
 type Answers = Vec<Result<Vec<Value>, Fault>>;
 
 impl Quorum {
-    pub(crate) fn new(servers: Vec<&'static Server>, server_timeout: Duration) -> Quorum {
+    pub(crate) fn new(servers: Vec<&'static Arc<Server>>, server_timeout: Duration) -> Quorum {
         Quorum {
             servers,
             server_timeout,
@@ -302,11 +303,9 @@ impl Transport for Quorum {
         io_timeout.min(self.server_timeout)
     }
 
-    fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
-        for server in &self.servers {
-            visit(*server, *server)?;
-        }
-        Ok(())
+    fn primaries(&self, _deadline: Instant) -> Result<Primaries, Error> {
+        let own = |server: &&'static Arc<Server>| Primary::Own(Arc::clone(*server) as _);
+        Ok(self.servers.iter().map(own).collect())
     }
 }
 

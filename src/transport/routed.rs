@@ -9,6 +9,7 @@
 //! server replaced meanwhile (a Sentinel failover), unless it is repeatable: whether it ran
 //! before the new primary took over, and so is there too, is not known.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -16,7 +17,7 @@ use redis::{ConnectionInfo, ErrorKind, RedisError, Value};
 
 use super::nodes::Nodes;
 use super::server::Server;
-use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
 use crate::protocol::redirect::{self, Redirect};
 use crate::protocol::request::{Kind, Request};
 use crate::Error;
@@ -165,7 +166,7 @@ impl<T: Topology> Routed<T> {
         &self,
         slot: Option<u16>,
         deadline: Instant,
-    ) -> Result<(usize, &'static Server), RedisError> {
+    ) -> Result<(usize, &'static Arc<Server>), RedisError> {
         let addr = match self.topology.primary_for(slot) {
             Some(addr) => addr,
             None => {
@@ -189,7 +190,7 @@ impl<T: Topology> Routed<T> {
         slot: Option<u16>,
         mut ask: Option<String>,
         deadline: Instant,
-        mut attempt: impl FnMut(usize, &'static Server, bool) -> Outcome<R>,
+        mut attempt: impl FnMut(usize, &'static Arc<Server>, bool) -> Outcome<R>,
     ) -> Result<R, Fault> {
         let mut hops = 0;
         let mut pause = PAUSE_FIRST;
@@ -309,16 +310,15 @@ impl<T: Topology> Transport for Routed<T> {
         self.topology.hash_tags()
     }
 
-    fn each_primary(&self, deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
+    fn primaries(&self, deadline: Instant) -> Result<Primaries, Error> {
         if self.topology.primaries().is_empty() {
             self.relearn(Instant::now(), deadline)?;
         }
-        for addr in self.topology.primaries() {
+        let routed = |addr: String| {
             let (_, server) = self.nodes.at(&addr)?;
-            // The keys found go by their slot, wherever it lives by then.
-            visit(server, self)?;
-        }
-        Ok(())
+            Ok(Primary::Routed(Arc::clone(server) as _))
+        };
+        self.topology.primaries().into_iter().map(routed).collect()
     }
 }
 

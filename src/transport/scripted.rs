@@ -8,7 +8,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use redis::{RedisError, Value};
 
-use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
 use crate::protocol::request::Request;
 
 /// What the server does with one request.
@@ -144,8 +144,8 @@ impl Transport for Scripted {
         Ok(Admin::Done)
     }
 
-    fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), crate::Error> {
-        visit(self, self)
+    fn primaries(&self, _deadline: Instant) -> Result<Primaries, crate::Error> {
+        Ok(vec![Primary::Itself])
     }
 
     #[cfg(feature = "tokio")]

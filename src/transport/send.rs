@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{Admin, ConnId, Fault, Transport};
+use super::{Admin, ConnId, Fault, Primary, Transport};
 use crate::protocol::request::Request;
+use crate::Error;
 
 /// Either transport, as futures: what the driver, written once for both APIs, sends through.
 /// A blocking [`Transport`]'s futures are ready when first polled.
@@ -35,6 +36,13 @@ pub(crate) trait AnyTransport: Send + Sync {
     /// The blocking transport to the same servers, which says what they are (hash tags, the
     /// settings they refuse, their clocks' drift).
     fn blocking(&self) -> &dyn Transport;
+
+    /// [`Transport::primaries`], each a transport of this kind, listed by `deadline`: for what
+    /// must reach every primary (the operator's views, `reset_all`).
+    fn list_primaries(
+        &self,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Vec<Primary<Arc<Self>>>, Error>> + Send;
 }
 
 impl AnyTransport for dyn Transport {
@@ -56,6 +64,13 @@ impl AnyTransport for dyn Transport {
 
     fn blocking(&self) -> &dyn Transport {
         self
+    }
+
+    fn list_primaries(
+        &self,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Vec<Primary<Arc<Self>>>, Error>> + Send {
+        ready(self.primaries(deadline))
     }
 }
 

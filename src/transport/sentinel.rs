@@ -274,7 +274,7 @@ impl Drop for Heard<'_> {
 fn is_primary(nodes: &Nodes, addr: &str, deadline: Instant) -> Result<bool, RedisError> {
     let (_, server) = nodes.at(addr)?;
     let request = Request::single(redis::cmd("ROLE"), true);
-    let answered = send_repeatable(server, &request, deadline.min(Instant::now() + ASK_FOR))?;
+    let answered = send_repeatable(&**server, &request, deadline.min(Instant::now() + ASK_FOR))?;
     Ok(match answered.first() {
         Value::Array(role) => {
             matches!(role.first(), Some(Value::BulkString(r)) if r.as_slice() == b"master")

@@ -13,7 +13,7 @@ use redis::{ErrorKind, RedisError, Value};
 use super::admin::{admin_outcome, end_wait_cmd, kill_cmd};
 use super::conn::Conn;
 use super::eviction::Eviction;
-use super::{Admin, ConnId, Fault, Transport, Visit, Waiter};
+use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
 use crate::protocol::eviction;
 use crate::protocol::request::Request;
 use crate::Error;
@@ -216,20 +216,12 @@ impl Transport for Server {
         self.admin(kill_cmd(conn), deadline)
     }
 
-    fn each_primary(&self, _deadline: Instant, visit: &mut Visit<'_>) -> Result<(), Error> {
-        visit(self, self)
+    fn primaries(&self, _deadline: Instant) -> Result<Primaries, Error> {
+        Ok(vec![Primary::Itself])
     }
 
     fn eviction(&self) -> Option<&Eviction> {
         Some(&self.eviction)
-    }
-
-    fn evicting(&self, deadline: Instant) -> Option<(String, String)> {
-        if self.eviction.unread() {
-            // Its probe reads the policy.
-            let _ = self.call(&eviction::request(), deadline);
-        }
-        self.eviction.evicting()
     }
 }
 

@@ -1,5 +1,5 @@
 //! `inspect`: who holds which lock, with its TTL and fencing token, read from real servers;
-//! blocking and async, on one server and on a cluster.
+//! blocking and async, on one server, a quorum and a cluster.
 
 use std::time::Duration;
 
@@ -86,6 +86,41 @@ fn holder_on_a_quorum_reads_what_a_majority_holds() {
         inspect::holder(&quorum, "minority", IO_TIMEOUT).unwrap(),
         None
     );
+}
+
+/// The async views and `reset_all` visit each of a quorum's servers over its own async
+/// connection: one runtime thread does it all.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_holders_holder_and_reset_all_on_a_quorum_reach_every_server() {
+    use redis_blpop_lock::aio;
+
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = crate::quorum::quorum(&servers);
+    for server in &servers[..2] {
+        let _: () = server.conn().set("lock:q", "holder").unwrap();
+    }
+    let _: () = servers[2].conn().set("lock:q", "other").unwrap();
+    let _: () = servers[0].conn().set("lock:minority", "stray").unwrap();
+    let held = aio::inspect::holders(&quorum, IO_TIMEOUT).await.unwrap();
+    let named: Vec<_> = held
+        .iter()
+        .map(|h| (h.name.as_str(), h.id.as_str()))
+        .collect();
+    assert_eq!(named, [("q", "holder")]);
+    let one = aio::inspect::holder(&quorum, "q", IO_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(one.as_ref(), held.first());
+    // A lock counts once for each server that held it.
+    assert_eq!(aio::reset_all(&quorum).await.unwrap(), 4);
+    assert_eq!(
+        aio::inspect::holders(&quorum, IO_TIMEOUT).await.unwrap(),
+        []
+    );
+    for server in &servers {
+        assert!(!server.conn().exists::<_, bool>("lock:minority").unwrap());
+    }
 }
 
 #[cfg(feature = "tokio")]

@@ -9,7 +9,7 @@ pub(crate) mod finish;
 pub(crate) mod native;
 pub(crate) mod pooled;
 
-use std::future::Future;
+use std::future::{ready, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,8 +17,9 @@ use std::time::Instant;
 use redis::Value;
 
 use super::send::AnyTransport;
-use super::{Admin, ConnId, Fault, Transport};
+use super::{Admin, ConnId, Fault, Primaries, Primary, Transport};
 use crate::protocol::request::Request;
+use crate::Error;
 
 /// Why an async call could not be made: the async API's timers and tasks are tokio's.
 pub(crate) const NO_RUNTIME: &str = "the async API runs on a tokio runtime, and none is running";
@@ -55,6 +56,11 @@ pub(crate) trait AsyncTransport: Send + Sync + 'static {
     /// Takes back a waiter whose waits are over and went well, to lend again.
     fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
         drop(waiter);
+    }
+
+    /// [`Transport::primaries`], as a future.
+    fn primaries(&self, deadline: Instant) -> BoxFuture<'_, Result<Primaries, Error>> {
+        Box::pin(ready(self.blocking().primaries(deadline)))
     }
 }
 
@@ -98,5 +104,14 @@ impl AnyTransport for dyn AsyncTransport + '_ {
 
     fn blocking(&self) -> &dyn Transport {
         &**AsyncTransport::blocking(self)
+    }
+
+    async fn list_primaries(&self, deadline: Instant) -> Result<Vec<Primary<Arc<Self>>>, Error> {
+        let listed = AsyncTransport::primaries(self, deadline).await?;
+        let to_async = |server: Arc<dyn Transport>| -> Arc<Self> { server.to_async() };
+        Ok(listed
+            .into_iter()
+            .map(|primary| primary.map(to_async))
+            .collect())
     }
 }

@@ -14,7 +14,8 @@ use crate::protocol::request::Request;
 use crate::transport::admin::{admin_outcome, client_id, end_wait_cmd, kill_cmd};
 use crate::transport::conn;
 use crate::transport::send::{send_repeatable, AnyTransport};
-use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::transport::{Admin, ConnId, Fault, Primary, Transport};
+use crate::Error;
 
 /// The async side of a [`Server`](crate::transport::server::Server), one per server in the
 /// process.
@@ -222,6 +223,14 @@ impl AnyTransport for Native {
 
     fn blocking(&self) -> &dyn Transport {
         &*self.blocking
+    }
+
+    fn list_primaries(
+        &self,
+        _deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<Vec<Primary<Arc<Self>>>, Error>> + Send {
+        // One server: its own only primary.
+        std::future::ready(Ok(vec![Primary::Itself]))
     }
 }
 

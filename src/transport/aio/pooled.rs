@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 
 use super::{AsyncTransport, AsyncWaiter, BoxFuture};
 use crate::protocol::request::Request;
-use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::transport::{Admin, ConnId, Fault, Primaries, Transport};
+use crate::Error;
 
 /// A blocking transport, run on the blocking pool.
 pub(crate) struct Pooled {
@@ -82,6 +83,14 @@ impl AsyncTransport for Pooled {
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
         Box::pin(self.on_pool(move |blocking| blocking.kill(conn, deadline)))
+    }
+
+    fn primaries(&self, deadline: Instant) -> BoxFuture<'_, Result<Primaries, Error>> {
+        // A cluster whose topology is not known yet learns it, blocking.
+        Box::pin(async move {
+            let listed = self.on_pool(move |blocking| Ok(blocking.primaries(deadline)));
+            listed.await.map_err(Fault::into_error)?
+        })
     }
 
     fn waiter(

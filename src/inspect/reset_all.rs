@@ -4,14 +4,15 @@ use std::time::Instant;
 
 use redis::Value;
 
+use super::queues::Primitives;
+use super::{Batches, Deadlines};
 use crate::backend::{transport_of, Backend};
 use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT, DEFAULT_SIGNAL_EXPIRE};
-use crate::inspect;
 use crate::protocol::admin;
 use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::queue;
 use crate::protocol::request::Request;
-use crate::transport::{send_repeatable, Transport};
+use crate::transport::send::{now, send_repeatable, AnyTransport};
 use crate::Error;
 
 /// Deletes every lock (every string key `lock:*`) and wakes a waiter on each, and ends every
@@ -39,43 +40,40 @@ use crate::Error;
 /// # }
 /// ```
 pub fn reset_all(backend: &(impl Backend + ?Sized)) -> Result<usize, Error> {
-    on(&*transport_of(backend)?)
+    now(on(&*transport_of(backend)?))
 }
 
 /// [`reset_all`] on `transport`.
-pub(crate) fn on(transport: &dyn Transport) -> Result<usize, Error> {
+pub(crate) async fn on<T: AnyTransport + ?Sized>(transport: &T) -> Result<usize, Error> {
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     let mut reset = 0;
-    let deadline = || Instant::now() + DEFAULT_IO_TIMEOUT;
-    inspect::each_batch(
-        transport,
-        keys::LOCK_PATTERN,
-        &deadline,
-        &mut |keys_to, batch, _| {
-            reset += reset_batch(keys_to, batch, signal_expire_ms)?;
-            Ok(())
-        },
-    )?;
+    let deadline = Deadlines(DEFAULT_IO_TIMEOUT);
+    let mut batches = Batches::new(transport, keys::LOCK_PATTERN.into(), deadline).await?;
+    while let Some((batch, primary)) = batches.next().await? {
+        reset += reset_batch(batches.keys_to(primary), batch, signal_expire_ms).await?;
+    }
     let locks = reset;
-    inspect::each_queue(transport, &deadline, &mut |keys_to, kind, name| {
-        let keys = QueueKeys::new(kind, name);
-        let reply = one(keys_to, &queue::reset_all(&keys, signal_expire_ms))?;
+    let mut primitives = Primitives::new(transport, deadline);
+    while let Some((kind, name, primary)) = primitives.next().await? {
+        let keys = QueueKeys::new(kind, &name);
+        let request = queue::reset_all(&keys, signal_expire_ms);
+        let reply = one(primitives.keys_to(primary), &request).await?;
         reset += usize::try_from(queue::parse_reset(&keys, &reply)?)
             .map_err(|_| Error::unexpected(&reply))?;
-        Ok(())
-    })?;
+    }
     log::info!("reset {locks} locks and {} queue holders", reset - locks);
     Ok(reset)
 }
 
 /// Resets the locks among `found` (keys of one hash slot) that are held, each only if the
 /// owner read still holds it.
-fn reset_batch(
-    transport: &(dyn Transport + 'static),
+async fn reset_batch<T: AnyTransport + ?Sized>(
+    transport: &T,
     found: Vec<Vec<u8>>,
     signal_expire_ms: u64,
 ) -> Result<usize, Error> {
-    let owners = admin::parse_owners(&one(transport, &admin::owners(&found))?, found.len())?;
+    let owners = one(transport, &admin::owners(&found)).await?;
+    let owners = admin::parse_owners(&owners, found.len())?;
     let held: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = found
         .into_iter()
         .zip(owners)
@@ -85,16 +83,15 @@ fn reset_batch(
     if held.is_empty() {
         return Ok(0);
     }
-    admin::parse_count(&one(
-        transport,
-        &admin::reset_batch(&held, signal_expire_ms),
-    )?)
+    let request = admin::reset_batch(&held, signal_expire_ms);
+    admin::parse_count(&one(transport, &request).await?)
 }
 
 /// The one reply of a read or an owner-checked reset.
-fn one(transport: &(dyn Transport + 'static), request: &Request) -> Result<Value, Error> {
+async fn one<T: AnyTransport + ?Sized>(transport: &T, request: &Request) -> Result<Value, Error> {
     let deadline = Instant::now() + DEFAULT_IO_TIMEOUT;
-    Ok(send_repeatable(transport, request, deadline)?
+    Ok(send_repeatable(transport, request, deadline)
+        .await?
         .first()
         .clone())
 }

@@ -1,15 +1,23 @@
 //! An operator's view of every lock, and the clearing of a key that is not a lock: what
-//! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. Also the
-//! `SCAN` over every primary's lock keys that [`reset_all`](crate::reset_all) shares. The
-//! semaphores, fair locks and read-write locks: [`queues`] and [`queue`].
+//! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. The
+//! semaphores, fair locks and read-write locks: [`queues`] and [`queue`]. The same views for
+//! async callers: `aio::inspect` (feature `tokio`).
+
+// Written once for both APIs, with `reset_all`: each view is an `async fn` over either
+// transport (`AnyTransport`), which the blocking functions here run with `now` (a blocking
+// transport's futures are ready when first polled) and `aio::inspect` awaits. What must reach
+// every primary walks the list `AnyTransport::list_primaries` gives: a transport of the
+// caller's kind to each primary, so an async caller scans a cluster's primaries, or a quorum's
+// servers, without blocking a thread of its runtime.
 
 pub(crate) mod queues;
+pub(crate) mod reset_all;
 
 pub use crate::protocol::primitive::Primitive;
-pub(crate) use queues::each_queue;
 pub use queues::{queue, queues, reset_queue, Queue, QueueHolder, QueueWaiter, WRITER_UNITS};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -20,7 +28,9 @@ use crate::protocol::admin::{self, Holding};
 use crate::protocol::keys::{self, Keys};
 use crate::protocol::lock::{self, Pttl, Reset};
 use crate::protocol::quorum::majority;
-use crate::transport::{send_repeatable, Transport};
+use crate::transport::eviction;
+use crate::transport::send::{now, send_repeatable, AnyTransport};
+use crate::transport::Primary;
 use crate::Error;
 
 /// How many keys one `SCAN` step asks for, and so the most one request reads or resets.
@@ -69,26 +79,25 @@ pub fn holders(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Held>, Error> {
-    holders_on(&*transport_of(backend)?, io_timeout)
+    now(holders_on(&*transport_of(backend)?, io_timeout))
 }
 
 /// [`holders`] on `transport`.
-pub(crate) fn holders_on(
-    transport: &dyn Transport,
+pub(crate) async fn holders_on<T: AnyTransport + ?Sized>(
+    transport: &T,
     io_timeout: Duration,
 ) -> Result<Vec<Held>, Error> {
-    let deadline = deadlines(io_timeout)?;
-    let tags = transport.hash_tags();
+    let deadline = Deadlines::new(io_timeout)?;
+    let tags = transport.blocking().hash_tags();
     // Per lock key, what each primary that has it holds (a key `SCAN` returns twice counts
     // once).
     let mut seen = Seen::new();
-    let primaries = each_batch(
-        transport,
-        keys::LOCK_PATTERN,
-        &deadline,
-        &mut |keys_to, batch, primary| read(keys_to, batch, primary, &deadline, &mut seen),
-    )?;
-    Ok(agreed_by(seen, tags, primaries))
+    let mut batches = Batches::new(transport, keys::LOCK_PATTERN.into(), deadline).await?;
+    while let Some((batch, primary)) = batches.next().await? {
+        let keys_to = batches.keys_to(primary);
+        read(keys_to, batch, primary, deadline, &mut seen).await?;
+    }
+    Ok(agreed_by(seen, tags, batches.primaries()))
 }
 
 /// Lock `name`'s holder, if it is held: what [`holders`] lists for it, read without a
@@ -112,34 +121,34 @@ pub fn holder(
     name: &str,
     io_timeout: Duration,
 ) -> Result<Option<Held>, Error> {
-    holder_on(&*transport_of(backend)?, name, io_timeout)
+    now(holder_on(&*transport_of(backend)?, name, io_timeout))
 }
 
 /// [`holder`] on `transport`.
-pub(crate) fn holder_on(
-    transport: &(dyn Transport + 'static),
+pub(crate) async fn holder_on<T: AnyTransport + ?Sized>(
+    transport: &T,
     name: &str,
     io_timeout: Duration,
 ) -> Result<Option<Held>, Error> {
     if name.is_empty() {
         return Err(Error::invalid("the lock name is empty"));
     }
-    let deadline = deadlines(io_timeout)?;
-    let tags = transport.hash_tags();
+    let deadline = Deadlines::new(io_timeout)?;
+    let tags = transport.blocking().hash_tags();
     let key = Keys::new(name, tags).lock.into_bytes();
     let mut seen = Seen::new();
     // A cluster routes the key to the primary that serves it; elsewhere each primary
     // (a quorum's servers, or the one server) has its own copy to read.
     let primaries = if tags {
-        read(transport, vec![key], 0, &deadline, &mut seen)?;
+        read(transport, vec![key], 0, deadline, &mut seen).await?;
         1
     } else {
-        let mut primaries = 0;
-        transport.each_primary(deadline(), &mut |_, keys_to| {
-            primaries += 1;
-            read(keys_to, vec![key.clone()], primaries, &deadline, &mut seen)
-        })?;
-        primaries
+        let primaries = transport.list_primaries(deadline.next()).await?;
+        for (number, primary) in primaries.iter().enumerate() {
+            let keys_to = primary.keys_to(transport);
+            read(keys_to, vec![key.clone()], number, deadline, &mut seen).await?;
+        }
+        primaries.len()
     };
     Ok(agreed_by(seen, tags, primaries).pop())
 }
@@ -184,14 +193,22 @@ pub fn evicting(
     backend: &(impl Backend + ?Sized),
     io_timeout: Duration,
 ) -> Result<Vec<Evicting>, Error> {
-    let deadline = deadlines(io_timeout)?;
+    let deadline = Deadlines::new(io_timeout)?;
+    now(evicting_on(&*transport_of(backend)?, deadline))
+}
+
+/// [`evicting`] on `transport`.
+async fn evicting_on<T: AnyTransport + ?Sized>(
+    transport: &T,
+    deadline: Deadlines,
+) -> Result<Vec<Evicting>, Error> {
     let mut found = Vec::new();
-    transport_of(backend)?.each_primary(deadline(), &mut |primary, _| {
-        if let Some((server, policy)) = primary.evicting(deadline()) {
+    for primary in transport.list_primaries(deadline.next()).await? {
+        let server = primary.server(transport);
+        if let Some((server, policy)) = eviction::evicting(server, deadline.next()).await {
             found.push(Evicting { server, policy });
         }
-        Ok(())
-    })?;
+    }
     Ok(found)
 }
 
@@ -200,14 +217,17 @@ type Seen = BTreeMap<Vec<u8>, BTreeMap<usize, Holding>>;
 
 /// Reads the holdings of `batch` (keys sharing a slot) through `keys_to` into `seen`, as
 /// primary number `primary` sees them.
-fn read(
-    keys_to: &(dyn Transport + 'static),
+async fn read<T: AnyTransport + ?Sized>(
+    keys_to: &T,
     batch: Vec<Vec<u8>>,
     primary: usize,
-    deadline: &dyn Fn() -> Instant,
+    deadline: Deadlines,
     seen: &mut Seen,
 ) -> Result<(), Error> {
-    let replies = send_repeatable(keys_to, &admin::holders(&batch), deadline())?.replies;
+    let request = admin::holders(&batch);
+    let replies = send_repeatable(keys_to, &request, deadline.next())
+        .await?
+        .replies;
     let found = admin::parse_holders(&replies, batch.len())?;
     for (key, held) in batch.into_iter().zip(found) {
         if let Some(held) = held {
@@ -285,13 +305,13 @@ pub fn clear_corrupt(
     if name.is_empty() {
         return Err(Error::invalid("the lock name is empty"));
     }
-    let deadline = deadlines(io_timeout)?;
+    let deadline = Deadlines::new(io_timeout)?;
     let transport = transport_of(backend)?;
     let keys = Keys::new(name, transport.hash_tags());
     let signal_expire_ms = millis("signal_expire", DEFAULT_SIGNAL_EXPIRE)?;
     // No owner was read (there is none to read): an empty id, which no lock holds.
     let request = lock::reset(&keys, b"", signal_expire_ms, true);
-    let replies = send_repeatable(&*transport, &request, deadline())?.replies;
+    let replies = now(send_repeatable(&*transport, &request, deadline.next()))?.replies;
     let reset = lock::parse_reset(&keys, replies.first().unwrap_or(&Value::Nil))?;
     if reset == Reset::NotALockDeleted {
         log::info!("{:?} was not a lock; deleted it", keys.lock);
@@ -299,54 +319,109 @@ pub fn clear_corrupt(
     Ok(reset == Reset::NotALockDeleted)
 }
 
-/// What [`each_batch`] runs on a batch: given where to send requests about its keys, the
-/// keys, and the number of the primary they were found on.
-pub(crate) type Batch<'a> =
-    dyn FnMut(&(dyn Transport + 'static), Vec<Vec<u8>>, usize) -> Result<(), Error> + 'a;
+/// The keys that match a pattern on every primary, found with `SCAN` a batch at a time, each
+/// batch split so that the keys of one call share a hash slot (a cluster's commands need
+/// that).
+struct Batches<'a, T: ?Sized> {
+    transport: &'a T,
+    primaries: Vec<Primary<Arc<T>>>,
+    pattern: String,
+    tags: bool,
+    deadline: Deadlines,
+    /// The number of the primary being scanned.
+    at: usize,
+    /// Its `SCAN` cursor; `None` once its scan is over.
+    cursor: Option<u64>,
+    /// The batches of its last `SCAN` step, by hash slot, still to hand out.
+    ready: VecDeque<Vec<Vec<u8>>>,
+}
 
-/// Runs `visit` on every key that matches `pattern` on every primary, one `SCAN` batch at a time,
-/// split so that the keys of one call share a hash slot (a cluster's commands need that);
-/// with where to send requests about them, and the primary's number. Returns how many
-/// primaries were scanned.
-pub(crate) fn each_batch(
-    transport: &dyn Transport,
-    pattern: &str,
-    deadline: &dyn Fn() -> Instant,
-    visit: &mut Batch<'_>,
-) -> Result<usize, Error> {
-    let tags = transport.hash_tags();
-    let mut primaries = 0;
-    transport.each_primary(deadline(), &mut |primary, keys_to| {
-        let number = primaries;
-        primaries += 1;
-        let mut cursor: u64 = 0;
+impl<'a, T: AnyTransport + ?Sized> Batches<'a, T> {
+    /// The keys that match `pattern` on every primary of `transport`, each `SCAN` step by
+    /// its own deadline.
+    async fn new(transport: &'a T, pattern: String, deadline: Deadlines) -> Result<Self, Error> {
+        let primaries = transport.list_primaries(deadline.next()).await?;
+        Ok(Batches::over(transport, primaries, pattern, deadline))
+    }
+
+    /// The keys that match `pattern` on `primaries`, of `transport`.
+    fn over(
+        transport: &'a T,
+        primaries: Vec<Primary<Arc<T>>>,
+        pattern: String,
+        deadline: Deadlines,
+    ) -> Self {
+        Batches {
+            transport,
+            primaries,
+            pattern,
+            tags: transport.blocking().hash_tags(),
+            deadline,
+            at: 0,
+            cursor: Some(0),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// The next batch, with the number of the primary it was found on.
+    async fn next(&mut self) -> Result<Option<(Vec<Vec<u8>>, usize)>, Error> {
         loop {
-            let scan = admin::scan(cursor, pattern, SCAN_BATCH);
-            let (next, found) =
-                admin::parse_scan(send_repeatable(primary, &scan, deadline())?.first())?;
+            if let Some(batch) = self.ready.pop_front() {
+                return Ok(Some((batch, self.at)));
+            }
+            let Some(cursor) = self.cursor else {
+                self.at += 1;
+                self.cursor = Some(0);
+                continue;
+            };
+            let Some(primary) = self.primaries.get(self.at) else {
+                return Ok(None);
+            };
+            let scan = admin::scan(cursor, &self.pattern, SCAN_BATCH);
+            let server = primary.server(self.transport);
+            let (next, found) = admin::parse_scan(
+                send_repeatable(server, &scan, self.deadline.next())
+                    .await?
+                    .first(),
+            )?;
             let mut by_slot: BTreeMap<u16, BTreeSet<Vec<u8>>> = BTreeMap::new();
             for key in found {
-                let slot = if tags { keys::slot(&key) } else { 0 };
+                let slot = if self.tags { keys::slot(&key) } else { 0 };
                 by_slot.entry(slot).or_default().insert(key);
             }
-            for batch in by_slot.into_values() {
-                visit(keys_to, batch.into_iter().collect(), number)?;
-            }
-            cursor = next;
-            if cursor == 0 {
-                return Ok(());
-            }
+            (self.ready).extend(by_slot.into_values().map(|b| b.into_iter().collect()));
+            self.cursor = (next != 0).then_some(next);
         }
-    })?;
-    Ok(primaries)
+    }
+
+    /// Where to send requests about the keys found on primary number `primary`.
+    fn keys_to(&self, primary: usize) -> &T {
+        self.primaries[primary].keys_to(self.transport)
+    }
+
+    /// How many primaries there are.
+    fn primaries(&self) -> usize {
+        self.primaries.len()
+    }
 }
 
 /// The deadline of each round trip, from when it starts.
-fn deadlines(io_timeout: Duration) -> Result<impl Fn() -> Instant, Error> {
-    if io_timeout < Duration::from_millis(1) {
-        return Err(Error::invalid("io_timeout must be at least 1 ms"));
+#[derive(Clone, Copy)]
+struct Deadlines(Duration);
+
+impl Deadlines {
+    /// Each round trip with `io_timeout`.
+    fn new(io_timeout: Duration) -> Result<Deadlines, Error> {
+        if io_timeout < Duration::from_millis(1) {
+            return Err(Error::invalid("io_timeout must be at least 1 ms"));
+        }
+        Ok(Deadlines(io_timeout))
     }
-    Ok(move || Instant::now() + io_timeout)
+
+    /// The deadline of a round trip that starts now.
+    fn next(self) -> Instant {
+        Instant::now() + self.0
+    }
 }
 
 #[cfg(test)]
