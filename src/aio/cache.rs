@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
-use crate::shell::cache::Served;
 use crate::Error;
 
 crate::shell::for_api!(cache, aio);
@@ -86,13 +85,13 @@ impl Cache {
         let served = self
             .core
             .get_or_revalidate(key, fresh_for, keep_for, compute);
-        let (value, refresh) = match served.await? {
-            Served::Fresh(value) => return Ok(value),
-            Served::Stale(value, refresh) => (value, refresh),
-        };
-        let core = self.core.clone();
-        // The refresh and its lock go with the task: released when it ends, however it ends.
-        tokio::spawn(async move { core.refresh(refresh).await });
+        let (value, refresh) = served.await?.split();
+        if let Some(refresh) = refresh {
+            let core = self.core.clone();
+            // The refresh and its lock go with the task: released when it ends, however it
+            // ends.
+            tokio::spawn(async move { core.refresh(refresh).await });
+        }
         Ok(value)
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
-use crate::shell::cache::Served;
 use crate::transport::send::now;
 use crate::Error;
 
@@ -106,22 +105,21 @@ impl Cache {
         F: FnOnce() -> Result<T, E> + Send + 'static,
     {
         let compute = move || ready(compute());
-        let (value, refresh) = match now(self
+        let served = now(self
             .core
-            .get_or_revalidate(key, fresh_for, keep_for, compute))?
-        {
-            Served::Fresh(value) => return Ok(value),
-            Served::Stale(value, refresh) => (value, refresh),
-        };
-        let core = self.core.clone();
-        // The refresh's future is made on its thread, so its value need not be `Send`. A
-        // fixed name: keys may hold bytes a thread name cannot (NUL).
-        let spawned = thread::Builder::new()
-            .name("redis-lock-refresh".to_string())
-            .spawn(move || now(core.refresh(refresh)));
-        // When the thread could not start, the refresh and its lock are dropped: released.
-        if let Err(e) = spawned {
-            log::error!("cache {key:?}: could not start a refresh thread: {e}");
+            .get_or_revalidate(key, fresh_for, keep_for, compute))?;
+        let (value, refresh) = served.split();
+        if let Some(refresh) = refresh {
+            let core = self.core.clone();
+            // The refresh's future is made on its thread, so its value need not be `Send`.
+            // A fixed name: keys may hold bytes a thread name cannot (NUL).
+            let spawned = thread::Builder::new()
+                .name("redis-lock-refresh".to_string())
+                .spawn(move || now(core.refresh(refresh)));
+            // When the thread could not start, the refresh and its lock are dropped: released.
+            if let Err(e) = spawned {
+                log::error!("cache {key:?}: could not start a refresh thread: {e}");
+            }
         }
         Ok(value)
     }

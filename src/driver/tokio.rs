@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::line::By;
-use super::waits::{give_back_unattended, Replied, Ticket, Waits, Woken};
+use super::waits::{end, give_back_unattended, Replied, Ticket, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::lease::Wait;
 use crate::protocol::request::Request;
 use crate::transport::admin::closed_by_end;
 use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
-use crate::transport::{Admin, ConnId, Fault, Transport};
+use crate::transport::{ConnId, Fault, Transport};
 use crate::{CancelToken, Error};
 
 /// The runtime the async API spawns its tasks on: the caller's.
@@ -270,24 +270,6 @@ async fn pop(
     match replies {
         Err(Fault::Lost { error, .. }) if ended && closed_by_end(id, &error) => Ok(None),
         replies => Ok(Some(replies?.into_iter().next().unwrap_or(Value::Nil))),
-    }
-}
-
-/// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`. Without the
-/// right to (an ACL) it ends at the server's own timer, a little later. On a cancel
-/// (`at_once`), a `BLPOP` not blocked yet (the `UNBLOCK` overtook it) is cut off by closing
-/// the connection instead.
-async fn end(
-    transport: &Arc<dyn AsyncTransport>,
-    id: Option<ConnId>,
-    deadline: Instant,
-    at_once: bool,
-) {
-    let Some(id) = id else { return };
-    if let Ok(Admin::Nothing) = transport.unblock(id, deadline).await
-        && at_once
-    {
-        let _ = transport.kill(id, deadline).await;
     }
 }
 

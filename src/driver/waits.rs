@@ -637,10 +637,10 @@ fn not_sent(request: Request, fault: Fault) -> Replied {
 }
 
 /// Ends the `BLPOP` of connection `id` as if it had timed out, by `deadline`; the try behind
-/// it then runs. Without the right to (an ACL) it ends at the server's own timer, a little
+/// it (if any: a queue waiter's `BLPOP` has none) then runs. Without the right to (an ACL) it ends at the server's own timer, a little
 /// later. For a task that left (`at_once`), a `BLPOP` not blocked yet (the `UNBLOCK` overtook
 /// it on its way) is cut off by closing the connection instead: its try then never runs.
-async fn end(
+pub(super) async fn end(
     transport: &Arc<dyn AsyncTransport>,
     id: Option<ConnId>,
     deadline: Instant,

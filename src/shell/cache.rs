@@ -63,6 +63,16 @@ pub(crate) enum Served<T, R: Runtime, F> {
     Stale(T, Refresh<R, F>),
 }
 
+impl<T, R: Runtime, F> Served<T, R, F> {
+    /// The value to serve, and the refresh to start in the background, if any.
+    pub(crate) fn split(self) -> (T, Option<Refresh<R, F>>) {
+        match self {
+            Served::Fresh(value) => (value, None),
+            Served::Stale(value, refresh) => (value, Some(refresh)),
+        }
+    }
+}
+
 /// A stale entry's refresh: the entry's lock, held, and what recomputes the value.
 pub(crate) struct Refresh<R: Runtime, F> {
     keys: CacheKeys,
