@@ -25,66 +25,58 @@ impl<R: Runtime> Inner<R> {
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
         let settings = &self.settings;
-        let waiting = self.wait_in_line(queue, ask, wait, cancel);
-        observe::acquiring(&settings.label, &settings.name, &settings.id, waiting).await
-    }
-
-    async fn wait_in_line(
-        self: &Arc<Self>,
-        queue: &QueueKeys,
-        ask: &Ask,
-        wait: Wait,
-        cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
-        loop {
-            if cancel.is_cancelled() {
-                return Err(self.error(|name| Error::Cancelled { name }));
-            }
-            // A handle that holds already (a fair lock's) must not be granted twice.
-            if let Some(epoch) = self.before_acquire(wait, cancel).await? {
-                return Ok(Some(epoch));
-            }
-            let line = self.line(queue);
-            let end = match wait {
-                Wait::Never => line.try_once(ask).await?,
-                Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await?,
-                Wait::Forever => line.wait(ask, None, cancel).await?,
-            };
-            let LineEnd::Granted { token, valid_until } = end else {
-                return Ok(None);
-            };
-            let mut valid_until = self.less_drift(valid_until);
-            // A grant asked to reach replicas is confirmed by an extend carrying the `WAIT`:
-            // the script that granted it had none.
-            let replicated = self.settings.replicas.is_some();
-            if let Some(ms) = self
-                .settings
-                .expire_ms
-                .filter(|_| replicated || self.must_claim(valid_until))
-            {
-                match self.confirm(wait, ms).await {
-                    Ok(Some(confirmed)) => {
-                        valid_until = confirmed.valid_until;
-                        if let Err(e) = self.replicated("acquire", Ok(confirmed.acks)) {
-                            // Not on enough replicas: a failover could grant it again.
+        let waiting = async {
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(self.error(|name| Error::Cancelled { name }));
+                }
+                // A handle that holds already (a fair lock's) must not be granted twice.
+                if let Some(epoch) = self.before_acquire(wait, cancel).await? {
+                    return Ok(Some(epoch));
+                }
+                let line = self.line(queue);
+                let end = match wait {
+                    Wait::Never => line.try_once(ask).await?,
+                    Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await?,
+                    Wait::Forever => line.wait(ask, None, cancel).await?,
+                };
+                let LineEnd::Granted { token, valid_until } = end else {
+                    return Ok(None);
+                };
+                let mut valid_until = self.less_drift(valid_until);
+                // A grant asked to reach replicas is confirmed by an extend carrying the `WAIT`:
+                // the script that granted it had none.
+                let replicated = self.settings.replicas.is_some();
+                if let Some(ms) = self
+                    .settings
+                    .expire_ms
+                    .filter(|_| replicated || self.must_claim(valid_until))
+                {
+                    match self.confirm(wait, ms).await {
+                        Ok(Some(confirmed)) => {
+                            valid_until = confirmed.valid_until;
+                            if let Err(e) = self.replicated("acquire", Ok(confirmed.acks)) {
+                                // Not on enough replicas: a failover could grant it again.
+                                self.unlock_quietly().await;
+                                return Err(e);
+                            }
+                        }
+                        // Its lease ran out between the grant and now (the waiter was stopped): it
+                        // holds nothing, and asks anew.
+                        Ok(None) => continue,
+                        Err(e) => {
                             self.unlock_quietly().await;
                             return Err(e);
                         }
                     }
-                    // Its lease ran out between the grant and now (the waiter was stopped): it
-                    // holds nothing, and asks anew.
-                    Ok(None) => continue,
-                    Err(e) => {
-                        self.unlock_quietly().await;
-                        return Err(e);
-                    }
                 }
+                if wait != Wait::Never {
+                    observe::handoff(&self.settings.label);
+                }
+                return self.acquired(valid_until, Some(token)).map(Some);
             }
-            if wait != Wait::Never {
-                observe::handoff(&self.settings.label);
-            }
-            return self.acquired(valid_until, Some(token)).map(Some);
-        }
+        };
+        observe::acquiring(&settings.label, &settings.name, &settings.id, waiting).await
     }
 
     /// Whether a grant believed valid until `valid_until` is extended before it is handed

@@ -260,7 +260,18 @@ fn block(
         },
         None => None,
     };
-    let replies = exchange(transport, conn, request, until, first_by, rest_by);
+    let replies = (|| {
+        conn.send(request, rest_by)?;
+        let alarm = conn.id().map(|id| timer::set(until, transport, id));
+        let first = conn.recv(first_by);
+        drop(alarm);
+        let mut replies = Vec::with_capacity(request.cmds.len());
+        replies.push(first?);
+        for _ in 1..request.cmds.len() {
+            replies.push(conn.recv(rest_by)?);
+        }
+        Ok(replies)
+    })();
     drop(registration);
     match replies {
         Err(Fault::Lost { error, .. })
@@ -270,24 +281,4 @@ fn block(
         }
         replies => replies.map(Blocked::Replied),
     }
-}
-
-fn exchange(
-    transport: &Arc<dyn Transport>,
-    conn: &mut dyn Waiter,
-    request: &Request,
-    until: Instant,
-    first_by: Instant,
-    rest_by: Instant,
-) -> Result<Vec<Value>, Fault> {
-    conn.send(request, rest_by)?;
-    let alarm = conn.id().map(|id| timer::set(until, transport, id));
-    let first = conn.recv(first_by);
-    drop(alarm);
-    let mut replies = Vec::with_capacity(request.cmds.len());
-    replies.push(first?);
-    for _ in 1..request.cmds.len() {
-        replies.push(conn.recv(rest_by)?);
-    }
-    Ok(replies)
 }
