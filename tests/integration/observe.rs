@@ -13,7 +13,7 @@ use metrics_util::CompositeKey;
 use redis::Commands;
 use redis_blpop_lock::{observe, CancelToken, Error, Lock};
 
-use crate::support::{eventually, example_binary, ms, secs, Proxy, RedisServer};
+use crate::support::{eventually, ms, secs, Proxy, RedisServer};
 
 /// Everything the process-wide recorder has recorded: its snapshots drain it, so each read
 /// keeps what it took for the next.
@@ -532,35 +532,6 @@ fn a_failed_renewal_is_a_warning_event() {
         server.resume();
         lock.release().await.unwrap();
     });
-}
-
-/// `examples/metrics.rs` runs and prints the cost line and a Prometheus scrape with the
-/// metrics its run must have made (no timing is asserted: speed lives in the example itself).
-#[test]
-fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
-    let server = RedisServer::start();
-    let output = std::process::Command::new(example_binary("metrics"))
-        .args(["--seconds", "1"])
-        .env("REDIS_URL", server.url())
-        .output()
-        .expect("run the metrics example");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("uncontended cycle: p50"), "{stdout}");
-    for line in [
-        r#"redis_lock_acquisitions_total{lock="cost",outcome="acquired"}"#,
-        r#"redis_lock_acquisitions_total{lock="report",outcome="acquired"}"#,
-        r#"redis_lock_acquisitions_total{lock="report",outcome="timed_out"}"#,
-        r#"redis_lock_handoffs_total{lock="report"}"#,
-        r#"redis_lock_hold_seconds{lock="report",quantile="0.5"}"#,
-        r#"redis_lock_wait_seconds{lock="report",outcome="acquired",quantile="0.99"}"#,
-    ] {
-        assert!(stdout.contains(line), "no {line} in:\n{stdout}");
-    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The benchmark example runs and prints the JSON it promises (no timing is asserted here:
-//! speed lives in the benchmark itself).
+//! The benchmark and metrics examples run and print what they promise (no timing is asserted
+//! here: speed lives in the examples themselves).
 
 use std::process::Command;
 
@@ -426,4 +426,34 @@ fn the_bench_refuses_a_bad_argument() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--cell"));
+}
+
+/// `examples/metrics.rs` runs and prints the cost line and a Prometheus scrape with the
+/// metrics its run must have made (no timing is asserted: speed lives in the example itself).
+#[cfg(feature = "metrics")]
+#[test]
+fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
+    let server = RedisServer::start();
+    let output = std::process::Command::new(example_binary("metrics"))
+        .args(["--seconds", "1"])
+        .env("REDIS_URL", server.url())
+        .output()
+        .expect("run the metrics example");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("uncontended cycle: p50"), "{stdout}");
+    for line in [
+        r#"redis_lock_acquisitions_total{lock="cost",outcome="acquired"}"#,
+        r#"redis_lock_acquisitions_total{lock="report",outcome="acquired"}"#,
+        r#"redis_lock_acquisitions_total{lock="report",outcome="timed_out"}"#,
+        r#"redis_lock_handoffs_total{lock="report"}"#,
+        r#"redis_lock_hold_seconds{lock="report",quantile="0.5"}"#,
+        r#"redis_lock_wait_seconds{lock="report",outcome="acquired",quantile="0.99"}"#,
+    ] {
+        assert!(stdout.contains(line), "no {line} in:\n{stdout}");
+    }
 }
