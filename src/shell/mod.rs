@@ -25,6 +25,7 @@ macro_rules! run_blocking {
 }
 
 /// Runs a driver future on the async API.
+#[cfg(feature = "tokio")]
 macro_rules! run_aio {
     ($e:expr) => {
         $e.await
@@ -62,4 +63,6 @@ macro_rules! for_api {
     };
 }
 
-pub(crate) use {for_api, run_aio, run_blocking};
+#[cfg(feature = "tokio")]
+pub(crate) use run_aio;
+pub(crate) use {for_api, run_blocking};
