@@ -21,7 +21,7 @@ crate::shell::for_api!(lock::lock_builder, aio);
 /// A distributed lock on one Redis key, `lock:<name>`, for async code: the same lock as
 /// [`crate::Lock`] (the two wake each other), with the same methods as futures.
 ///
-/// Built the same way, from the same [`LockBuilder`]. Waiting tasks in one process share one
+/// Built the same way, from the same [`LockBuilder`](crate::LockBuilder). Waiting tasks in one process share one
 /// `BLPOP` per name and queue for it in arrival order; every future is safe to drop at any
 /// `.await` (see the crate docs' *Async* section for what each one does when dropped).
 ///

@@ -34,354 +34,372 @@ macro_rules! lock {
         guard = [$($guard:tt)*],
         guards = [$($g:ty => $take:literal, $make:literal);* $(;)?],
     ) => {
+        mod lock_api {
+            use super::*;
+            use std::time::{Duration, Instant};
 
-        impl Lock {
-            /// The lock's name (the key is `lock:<name>`).
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            /// assert_eq!(lock.name(), "jobs");
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn name(&self) -> &str {
-                &self.inner.settings.name
-            }
+            use $crate::{Error, Holder};
+            use $crate::protocol::lease::Wait;
+            use $crate::shell::$run;
 
-            /// This handle's owner id: what Redis holds while this handle owns the lock.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\").id(\"worker-7\").build()?;")]
-            /// assert_eq!(lock.id(), "worker-7");
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn id(&self) -> &str {
-                &self.inner.settings.id
-            }
+            impl Lock {
+                /// The lock's name (the key is `lock:<name>`).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                /// assert_eq!(lock.name(), "jobs");
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn name(&self) -> &str {
+                    &self.inner.settings.name
+                }
 
-            /// Waits until the lock is ours. Waiting happens in `BLPOP`, woken by a release
-            /// and ended by the client at the holder's expiry, so a crashed holder's lock is
-            /// taken within milliseconds of its expiry. Each round trip is bounded by the
-            /// handle's I/O timeout. An async acquire dropped before it returns leaves the
-            /// lock as it found it.
-            ///
-            /// Fails with [`Error::AlreadyAcquired`] if this owner id already holds the lock,
-            /// and with [`Error::Cancelled`] when the handle's
-            /// [`CancelToken`](crate::CancelToken) is cancelled.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("lock.acquire()", $aw, "?;")]
-            #[doc = concat!("lock.release()", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn acquire(&self) -> Result<(), $crate::Error> {
-                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::Forever)).map(drop)
-            }
+                /// This handle's owner id: what Redis holds while this handle owns the lock.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\").id(\"worker-7\").build()?;")]
+                /// assert_eq!(lock.id(), "worker-7");
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn id(&self) -> &str {
+                    &self.inner.settings.id
+                }
 
-            /// Takes the lock if it is free, never waiting for it. `Ok(false)` when someone
-            /// else holds it.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("if !lock.try_acquire()", $aw, "? {")]
-            #[doc = concat!("    println!(\"busy, held by {:?}\", lock.holder()", $aw, "?);")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            #[must_use = "the lock may not have been taken"]
-            pub $($asyncness)? fn try_acquire(&self) -> Result<bool, $crate::Error> {
-                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::Never))
-            }
+                /// Waits until the lock is ours. Waiting happens in `BLPOP`, woken by a release
+                /// and ended by the client at the holder's expiry, so a crashed holder's lock is
+                /// taken within milliseconds of its expiry. Each round trip is bounded by the
+                /// handle's I/O timeout. An async acquire dropped before it returns leaves the
+                /// lock as it found it.
+                ///
+                /// Fails with [`Error::AlreadyAcquired`] if this owner id already holds the lock,
+                /// and with [`Error::Cancelled`] when the handle's
+                /// [`CancelToken`](crate::CancelToken) is cancelled.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("lock.acquire()", $aw, "?;")]
+                #[doc = concat!("lock.release()", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn acquire(&self) -> Result<(), Error> {
+                    $run!(self.held(Wait::Forever)).map(drop)
+                }
 
-            /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in
-            /// time. A zero timeout is a single try; any size is allowed, including longer
-            /// than the expiry. The call returns by `timeout` plus at most the round trip
-            /// under way (see [`LockBuilder::io_timeout`]).
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("if lock.acquire_timeout(std::time::Duration::from_secs(5))", $aw, "? {")]
-            #[doc = concat!("    lock.release()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            #[must_use = "the lock may not have been taken"]
-            pub $($asyncness)? fn acquire_timeout(&self, timeout: std::time::Duration) -> Result<bool, $crate::Error> {
-                $crate::shell::$run!(self.held($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
-            }
+                /// Takes the lock if it is free, never waiting for it. `Ok(false)` when someone
+                /// else holds it.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("if !lock.try_acquire()", $aw, "? {")]
+                #[doc = concat!("    println!(\"busy, held by {:?}\", lock.holder()", $aw, "?);")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                #[must_use = "the lock may not have been taken"]
+                pub $($asyncness)? fn try_acquire(&self) -> Result<bool, Error> {
+                    $run!(self.held(Wait::Never))
+                }
 
-            /// Releases the lock and wakes one waiter. An async release runs to its end even
-            /// if its future is dropped.
-            ///
-            /// Fails with [`Error::NotAcquired`], changing nothing, when the lock is not held
-            /// under this handle's id. Never says so about a lock its own unlock released:
-            /// when a reply was lost and the retry finds the lock gone, that is success. When
-            /// Redis could not be reached in time it is [`Error::OutcomeUnknown`], and the next
-            /// acquire asks Redis.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("let released = lock.release()", $aw, ";")]
-            /// assert!(matches!(released, Err(redis_blpop_lock::Error::NotAcquired { .. })));
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn release(&self) -> Result<(), $crate::Error> {
-                $crate::shell::$run!(self.release_held())
-            }
+                /// Waits up to `timeout` for the lock; `Ok(false)` if it did not come free in
+                /// time. A zero timeout is a single try; any size is allowed, including longer
+                /// than the expiry. The call returns by `timeout` plus at most the round trip
+                /// under way (see [`LockBuilder::io_timeout`](crate::LockBuilder::io_timeout)).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("if lock.acquire_timeout(std::time::Duration::from_secs(5))", $aw, "? {")]
+                #[doc = concat!("    lock.release()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                #[must_use = "the lock may not have been taken"]
+                pub $($asyncness)? fn acquire_timeout(
+                    &self,
+                    timeout: Duration,
+                ) -> Result<bool, Error> {
+                    $run!(self.held(Wait::timeout(Instant::now(), timeout)))
+                }
 
-            /// Gives the lock a new expiry: `expire`, or the handle's configured one when
-            /// `None`.
-            ///
-            /// Fails with [`Error::NotAcquired`] when the lock is not held under this id,
-            /// [`Error::NotExpirable`] when it was taken without an expiry, and
-            /// [`Error::InvalidArgument`] when neither `expire` nor a configured expiry is
-            /// there.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\")")]
-            ///     .expire(Duration::from_secs(10))
-            ///     .build()?;
-            #[doc = concat!("lock.acquire()", $aw, "?;")]
-            #[doc = concat!("lock.extend(Some(Duration::from_secs(60)))", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn extend(&self, expire: Option<std::time::Duration>) -> Result<(), $crate::Error> {
-                $crate::shell::$run!(self.inner.extend(expire))
-            }
+                /// Releases the lock and wakes one waiter. An async release runs to its end even
+                /// if its future is dropped.
+                ///
+                /// Fails with [`Error::NotAcquired`], changing nothing, when the lock is not held
+                /// under this handle's id. Never says so about a lock its own unlock released:
+                /// when a reply was lost and the retry finds the lock gone, that is success. When
+                /// Redis could not be reached in time it is [`Error::OutcomeUnknown`], and the next
+                /// acquire asks Redis.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("let released = lock.release()", $aw, ";")]
+                /// assert!(matches!(released, Err(redis_blpop_lock::Error::NotAcquired { .. })));
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn release(&self) -> Result<(), Error> {
+                    $run!(self.release_held())
+                }
 
-            /// Frees the lock whoever holds it and wakes one waiter: an operator's tool for a
-            /// lock left by a holder that will never release it. Returns whether the lock was
-            /// held.
-            ///
-            /// It reads the owner, then deletes the lock only if that owner still holds it, so
-            /// it can never delete a lock taken after it looked. A key at `lock:<name>` that
-            /// is not a string is not a lock: it is left alone and reported as
-            /// [`Error::Corrupt`].
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"stuck-job\")?;")]
-            #[doc = concat!("if lock.reset()", $aw, "? {")]
-            ///     println!("freed a stuck lock");
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            #[must_use = "says whether there was a lock to reset"]
-            pub $($asyncness)? fn reset(&self) -> Result<bool, $crate::Error> {
-                $crate::shell::$run!(self.inner.reset())
-            }
+                /// Gives the lock a new expiry: `expire`, or the handle's configured one when
+                /// `None`.
+                ///
+                /// Fails with [`Error::NotAcquired`] when the lock is not held under this id,
+                /// [`Error::NotExpirable`] when it was taken without an expiry, and
+                /// [`Error::InvalidArgument`] when neither `expire` nor a configured expiry is
+                /// there.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\")")]
+                ///     .expire(Duration::from_secs(10))
+                ///     .build()?;
+                #[doc = concat!("lock.acquire()", $aw, "?;")]
+                #[doc = concat!("lock.extend(Some(Duration::from_secs(60)))", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
+                    $run!(self.inner.extend(expire))
+                }
 
-            /// Who holds the lock and for how much longer, read in one round trip; `None`
-            /// when it is free.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("match lock.holder()", $aw, "? {")]
-            ///     Some(holder) => println!("held by {} for {:?}", holder.id, holder.ttl),
-            ///     None => println!("free"),
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn holder(&self) -> Result<Option<$crate::Holder>, $crate::Error> {
-                $crate::shell::$run!(self.inner.holder())
-            }
+                /// Frees the lock whoever holds it and wakes one waiter: an operator's tool for a
+                /// lock left by a holder that will never release it. Returns whether the lock was
+                /// held.
+                ///
+                /// It reads the owner, then deletes the lock only if that owner still holds it, so
+                /// it can never delete a lock taken after it looked. A key at `lock:<name>` that
+                /// is not a string is not a lock: it is left alone and reported as
+                /// [`Error::Corrupt`].
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"stuck-job\")?;")]
+                #[doc = concat!("if lock.reset()", $aw, "? {")]
+                ///     println!("freed a stuck lock");
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                #[must_use = "says whether there was a lock to reset"]
+                pub $($asyncness)? fn reset(&self) -> Result<bool, Error> {
+                    $run!(self.inner.reset())
+                }
 
-            /// Whether anyone holds the lock (one round trip).
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("println!(\"held: {}\", lock.locked()", $aw, "?);")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn locked(&self) -> Result<bool, $crate::Error> {
-                Ok($crate::shell::$run!(self.inner.holder())?.is_some())
-            }
+                /// Who holds the lock and for how much longer, read in one round trip; `None`
+                /// when it is free.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("match lock.holder()", $aw, "? {")]
+                ///     Some(holder) => println!("held by {} for {:?}", holder.id, holder.ttl),
+                ///     None => println!("free"),
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn holder(&self) -> Result<Option<Holder>, Error> {
+                    $run!(self.inner.holder())
+                }
 
-            /// The id of the lock's current owner, or `None` when it is free (one round
-            /// trip); see [`holder`](Self::holder) for the remaining expiry too.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
-            #[doc = concat!("lock.acquire()", $aw, "?;")]
-            #[doc = concat!("assert_eq!(lock.owner_id()", $aw, "?.as_deref(), Some(lock.id()));")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn owner_id(&self) -> Result<Option<String>, $crate::Error> {
-                Ok($crate::shell::$run!(self.inner.holder())?.map(|h| h.id))
-            }
+                /// Whether anyone holds the lock (one round trip).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("println!(\"held: {}\", lock.locked()", $aw, "?);")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn locked(&self) -> Result<bool, Error> {
+                    Ok($run!(self.inner.holder())?.is_some())
+                }
 
-            /// Whether the lock this handle acquired has been lost since: its expiry passed
-            /// without a renewal getting through, or a renewal or [`extend`](Self::extend)
-            /// found another id in the key. No round trip: it is what this handle knows. Stays
-            /// true until the lock is released or acquired again; false when the handle holds
-            /// nothing.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\")")]
-            ///     .expire(Duration::from_secs(10))
-            ///     .auto_renewal(true)
-            ///     .build()?;
-            #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
-            /// if guard.lost() {
-            ///     // stop writing: someone else may hold the lock now
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn lost(&self) -> bool {
-                self.inner.lost()
-            }
+                /// The id of the lock's current owner, or `None` when it is free (one round
+                /// trip); see [`holder`](Self::holder) for the remaining expiry too.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"jobs\")?;")]
+                #[doc = concat!("lock.acquire()", $aw, "?;")]
+                #[doc = concat!("assert_eq!(lock.owner_id()", $aw, "?.as_deref(), Some(lock.id()));")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn owner_id(&self) -> Result<Option<String>, Error> {
+                    Ok($run!(self.inner.holder())?.map(|h| h.id))
+                }
 
-            /// The fencing token of the current acquisition, when the lock was built with
-            /// [`fencing(true)`](crate::LockBuilder::fencing) and is held.
-            ///
-            /// Tokens grow with every acquisition of the name, so a storage system that
-            /// remembers the highest token it has seen can refuse a write from a holder that
-            /// lost the lock (paused past its expiry) after someone else took it:
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"ledger\")")]
-            ///     .expire(std::time::Duration::from_secs(10))
-            ///     .fencing(true)
-            ///     .build()?;
-            #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
-            /// if let Some(token) = guard.fencing_token() {
-            ///     // The store keeps the highest token it has accepted and rejects lower ones,
-            ///     // e.g. in SQL: UPDATE ledger SET ..., fence = $token WHERE id = $id AND fence < $token
-            ///     println!("writing with token {token}");
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn fencing_token(&self) -> Option<u64> {
-                self.inner.fencing_token()
-            }
+                /// Whether the lock this handle acquired has been lost since: its expiry passed
+                /// without a renewal getting through, or a renewal or [`extend`](Self::extend)
+                /// found another id in the key. No round trip: it is what this handle knows. Stays
+                /// true until the lock is released or acquired again; false when the handle holds
+                /// nothing.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"jobs\")")]
+                ///     .expire(Duration::from_secs(10))
+                ///     .auto_renewal(true)
+                ///     .build()?;
+                #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
+                /// if guard.lost() {
+                ///     // stop writing: someone else may hold the lock now
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn lost(&self) -> bool {
+                    self.inner.lost()
+                }
 
-            /// Waits until the lock is ours and returns a guard that releases it when dropped.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
-            #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
-            /// // ... sell the ticket ...
-            #[doc = concat!("guard.unlock()", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn lock(&self) -> Result<$($guard)*, $crate::Error> {
-                match $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Forever))? {
-                    Some(guard) => Ok(guard),
-                    // A wait without end only ends with the lock or an error.
-                    None => Err(self.inner.error(|name| $crate::Error::Cancelled { name })),
+                /// The fencing token of the current acquisition, when the lock was built with
+                /// [`fencing(true)`](crate::LockBuilder::fencing) and is held.
+                ///
+                /// Tokens grow with every acquisition of the name, so a storage system that
+                /// remembers the highest token it has seen can refuse a write from a holder that
+                /// lost the lock (paused past its expiry) after someone else took it:
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"ledger\")")]
+                ///     .expire(std::time::Duration::from_secs(10))
+                ///     .fencing(true)
+                ///     .build()?;
+                #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
+                /// if let Some(token) = guard.fencing_token() {
+                ///     // The store keeps the highest token it has accepted and rejects lower
+                ///     // ones, e.g. in SQL:
+                ///     // UPDATE ledger SET ..., fence = $token WHERE id = $id AND fence < $token
+                ///     println!("writing with token {token}");
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn fencing_token(&self) -> Option<u64> {
+                    self.inner.fencing_token()
+                }
+
+                /// Waits until the lock is ours and returns a guard that releases it when dropped.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
+                #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
+                /// // ... sell the ticket ...
+                #[doc = concat!("guard.unlock()", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn lock(&self) -> Result<$($guard)*, Error> {
+                    match $run!(self.guard(Wait::Forever))? {
+                        Some(guard) => Ok(guard),
+                        // A wait without end only ends with the lock or an error.
+                        None => Err(self.inner.error(|name| Error::Cancelled { name })),
+                    }
+                }
+
+                /// The guard if the lock is free now, `None` if someone else holds it; never
+                /// waits.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
+                #[doc = concat!("match lock.try_lock()", $aw, "? {")]
+                #[doc = concat!("    Some(guard) => guard.unlock()", $aw, "?,")]
+                ///     None => println!("busy"),
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_lock(&self) -> Result<Option<$($guard)*>, Error> {
+                    $run!(self.guard(Wait::Never))
+                }
+
+                /// The guard if the lock comes free within `timeout`, else `None`.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
+                #[doc = concat!("if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(2))", $aw, "? {")]
+                #[doc = concat!("    guard.unlock()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_lock_for(
+                    &self,
+                    timeout: Duration,
+                ) -> Result<Option<$($guard)*>, Error> {
+                    $run!(self.guard(Wait::timeout(Instant::now(), timeout)))
+                }
+
+                /// The guard if the lock comes free by `deadline`, else `None`.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::{Duration, Instant};
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
+                /// let deadline = Instant::now() + Duration::from_secs(2);
+                #[doc = concat!("if let Some(guard) = lock.try_lock_until(deadline)", $aw, "? {")]
+                #[doc = concat!("    guard.unlock()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_lock_until(
+                    &self,
+                    deadline: Instant,
+                ) -> Result<Option<$($guard)*>, Error> {
+                    $run!(self.guard(Wait::Until(deadline)))
                 }
             }
 
-            /// The guard if the lock is free now, `None` if someone else holds it; never
-            /// waits.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
-            #[doc = concat!("match lock.try_lock()", $aw, "? {")]
-            #[doc = concat!("    Some(guard) => guard.unlock()", $aw, "?,")]
-            ///     None => println!("busy"),
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_lock(&self) -> Result<Option<$($guard)*>, $crate::Error> {
-                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Never))
-            }
+            $crate::shell::lock::lock!(@guards
+                asyncness = [$($asyncness)?], run = $run, head = $head, aw = $aw,
+                [$($g => $take, $make);*]
+            );
 
-            /// The guard if the lock comes free within `timeout`, else `None`.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
-            #[doc = concat!("if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(2))", $aw, "? {")]
-            #[doc = concat!("    guard.unlock()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_lock_for(&self, timeout: std::time::Duration) -> Result<Option<$($guard)*>, $crate::Error> {
-                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
-            }
-
-            /// The guard if the lock comes free by `deadline`, else `None`.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::{Duration, Instant};
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"tickets\")?;")]
-            /// let deadline = Instant::now() + Duration::from_secs(2);
-            #[doc = concat!("if let Some(guard) = lock.try_lock_until(deadline)", $aw, "? {")]
-            #[doc = concat!("    guard.unlock()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_lock_until(&self, deadline: std::time::Instant) -> Result<Option<$($guard)*>, $crate::Error> {
-                $crate::shell::$run!(self.guard($crate::protocol::lease::Wait::Until(deadline)))
-            }
-        }
-
-        $crate::shell::lock::lock!(@guards
-            asyncness = [$($asyncness)?], run = $run, head = $head, aw = $aw,
-            [$($g => $take, $make);*]
-        );
-
-        impl std::fmt::Debug for Lock {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                // The id stays out: anyone who knows it can release the lock.
-                f.debug_struct(concat!($prefix, "Lock"))
-                    .field("name", &self.inner.settings.name)
-                    .field("expire_ms", &self.inner.settings.expire_ms)
-                    .field("auto_renewal", &self.inner.settings.auto_renewal)
-                    .field("fencing", &self.inner.settings.fencing)
-                    .finish_non_exhaustive()
+            impl std::fmt::Debug for Lock {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    // The id stays out: anyone who knows it can release the lock.
+                    f.debug_struct(concat!($prefix, "Lock"))
+                        .field("name", &self.inner.settings.name)
+                        .field("expire_ms", &self.inner.settings.expire_ms)
+                        .field("auto_renewal", &self.inner.settings.auto_renewal)
+                        .field("fencing", &self.inner.settings.fencing)
+                        .finish_non_exhaustive()
+                }
             }
         }
     };
@@ -401,104 +419,113 @@ macro_rules! lock_builder {
         aw = $aw:literal,
         prefix = $prefix:literal,
     ) => {
-        impl Lock {
-            /// A handle on the lock `name` on `backend` (one server, a cluster, a
-            /// Sentinel-managed primary: see [`Backend`]), with no expiry and a random owner
-            /// id. The blocking and the async handles of one name are the same lock, and wake
-            /// each other.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"cron:cleanup\")?;")]
-            #[doc = concat!("if lock.try_acquire()", $aw, "? {")]
-            ///     // ... only one process in the fleet gets here at a time ...
-            #[doc = concat!("    lock.release()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn new(
-                backend: &(impl $crate::Backend + ?Sized),
-                name: impl Into<String>,
-            ) -> Result<Lock, $crate::Error> {
-                Lock::builder(backend, name).build()
+        mod lock_builder_api {
+            use super::*;
+            use std::sync::Arc;
+
+            use $crate::{Backend, CancelToken, Error, LockBuilder};
+            use $crate::driver::Inner;
+
+            impl Lock {
+                /// A handle on the lock `name` on `backend` (one server, a cluster, a
+                /// Sentinel-managed primary: see [`Backend`]), with no expiry and a random owner
+                /// id. The blocking and the async handles of one name are the same lock, and wake
+                /// each other.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::new(&client, \"cron:cleanup\")?;")]
+                #[doc = concat!("if lock.try_acquire()", $aw, "? {")]
+                ///     // ... only one process in the fleet gets here at a time ...
+                #[doc = concat!("    lock.release()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn new(
+                    backend: &(impl Backend + ?Sized),
+                    name: impl Into<String>,
+                ) -> Result<Lock, Error> {
+                    Lock::builder(backend, name).build()
+                }
+
+                /// A builder for a handle on the lock `name` on `backend`; see
+                /// [`LockBuilder`](crate::LockBuilder).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"cron:cleanup\")")]
+                ///     .expire(std::time::Duration::from_secs(10))
+                ///     .build()?;
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn builder<B: Backend + ?Sized>(
+                    backend: &B,
+                    name: impl Into<String>,
+                ) -> LockBuilder<Lock> {
+                    LockBuilder::new(backend, name.into())
+                }
             }
 
-            /// A builder for a handle on the lock `name` on `backend`; see [`LockBuilder`].
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"cron:cleanup\")")]
-            ///     .expire(std::time::Duration::from_secs(10))
-            ///     .build()?;
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn builder<B: $crate::Backend + ?Sized>(
-                backend: &B,
-                name: impl Into<String>,
-            ) -> $crate::LockBuilder<Lock> {
-                $crate::LockBuilder::new(backend, name.into())
-            }
-        }
+            impl LockBuilder<Lock> {
+                /// A fair lock: waiters take it in the order they asked, across threads, tasks
+                /// and processes, and a newcomer never takes it ahead of them. It is the queue
+                /// engine's (see the crate docs' "Fair lock" section), on keys `fair-lock:{name}:*`
+                /// (`fair-lock:=name:*` for a name with a hash tag of its own), so it is not
+                /// python-redis-lock's and does not exclude a plain lock of the same name: every
+                /// handle of one name must agree. Its expiry defaults to 30 s, renewed, unless
+                /// [`expire`](Self::expire) says otherwise.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"tickets\").fair(true).build()?;")]
+                #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn fair(self, on: bool) -> Self {
+                    self.fair_or_not(on)
+                }
 
-        impl $crate::LockBuilder<Lock> {
-            /// A fair lock: waiters take it in the order they asked, across threads, tasks
-            /// and processes, and a newcomer never takes it ahead of them. It is the queue
-            /// engine's (see the crate docs' "Fair lock" section), on keys `fair-lock:{name}:*`
-            /// (`fair-lock:=name:*` for a name with a hash tag of its own), so it is not
-            /// python-redis-lock's and does not exclude a plain lock of the same name: every
-            /// handle of one name must agree. Its expiry defaults to 30 s, renewed, unless
-            /// [`expire`](Self::expire) says otherwise.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"tickets\").fair(true).build()?;")]
-            #[doc = concat!("let guard = lock.lock()", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn fair(self, on: bool) -> Self {
-                self.fair_or_not(on)
-            }
+                /// Lets `token` cancel this handle's waits from anywhere; see
+                /// [`CancelToken`](crate::CancelToken).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// let token = redis_blpop_lock::CancelToken::new();
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"job\")")]
+                ///     .cancel_token(token.clone())
+                ///     .build()?;
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn cancel_token(self, token: CancelToken) -> Self {
+                    self.cancelled_by(token)
+                }
 
-            /// Lets `token` cancel this handle's waits from anywhere; see
-            /// [`CancelToken`](crate::CancelToken).
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// let token = redis_blpop_lock::CancelToken::new();
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"job\")")]
-            ///     .cancel_token(token.clone())
-            ///     .build()?;
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn cancel_token(self, token: $crate::CancelToken) -> Self {
-                self.cancelled_by(token)
-            }
-
-            /// Checks the settings and makes the handle. No connection is opened yet.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"job\")")]
-            ///     .expire(Duration::from_secs(30))
-            ///     .build()?;
-            #[doc = concat!("assert!(", $path, "Lock::builder(&client, \"\").build().is_err());")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn build(self) -> Result<Lock, $crate::Error> {
-                let (settings, transport) = self.checked()?;
-                let inner = $crate::driver::Inner::<$rt>::of_lock(settings, transport)?;
-                Ok(Lock::from_inner(std::sync::Arc::new(inner)))
+                /// Checks the settings and makes the handle. No connection is opened yet.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let lock = ", $path, "Lock::builder(&client, \"job\")")]
+                ///     .expire(Duration::from_secs(30))
+                ///     .build()?;
+                #[doc = concat!("assert!(", $path, "Lock::builder(&client, \"\").build().is_err());")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn build(self) -> Result<Lock, Error> {
+                    let (settings, transport) = self.checked()?;
+                    let inner = Inner::<$rt>::of_lock(settings, transport)?;
+                    Ok(Lock::from_inner(Arc::new(inner)))
+                }
             }
         }
     };
@@ -557,8 +584,8 @@ macro_rules! guard_methods {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn extend(&self, expire: Option<std::time::Duration>) -> Result<(), $crate::Error> {
-                $crate::shell::$run!(self.inner().extend(expire))
+            pub $($asyncness)? fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
+                $run!(self.inner().extend(expire))
             }
         }
     };

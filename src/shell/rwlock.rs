@@ -75,345 +75,361 @@ macro_rules! rwlock {
         aw = $aw:literal,
         prefix = $prefix:literal,
     ) => {
+        mod rwlock_api {
+            use std::time::{Duration, Instant};
 
-        /// A read-write lock shared by every handle of the same name, on the fair queue
-        /// engine (see the crate docs' "Read-write lock" section for its keys and scripts):
-        /// many readers or one writer, served in the order they asked, so a waiting writer is
-        /// never starved by a stream of readers. The blocking and the async handles of one
-        /// name are the same lock.
-        ///
-        /// A reader holds one share of a million and a writer all of them, in one queue
-        /// served in order: readers that come while a writer waits queue behind it. Each hold
-        /// is a lease of its own (30 s by default, renewed while held), so a reader's renewal
-        /// renews only its own entry, and a crashed holder's hold comes back at its expiry. An
-        /// async wait dropped at an `.await` leaves the queue, giving back a hold that came
-        /// meanwhile; an async guard dropped unreleased is given back from a task (or, as the
-        /// runtime ends, from the dropping thread).
-        ///
-        /// ```no_run
-        #[doc = $head]
-        /// let client = redis::Client::open("redis://127.0.0.1/")?;
-        #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-        #[doc = concat!("let read = config.read()", $aw, "?;")]
-        /// // ... many read at once ...
-        #[doc = concat!("read.unlock()", $aw, "?;")]
-        #[doc = concat!("let write = config.write()", $aw, "?;")]
-        /// // ... one writes, nobody reads ...
-        #[doc = concat!("write.unlock()", $aw, "?;")]
-        /// # Ok(())
-        /// # }
-        /// ```
-        pub struct RwLock {
-            acquirer: $crate::driver::acquirer::Acquirer<$rt>,
-            readers: $crate::shell::rwlock::Readers,
-        }
+            use $crate::{Backend, CancelToken, Error, LockBuilder};
+            use $crate::driver::acquirer::{Acquirer, Lease};
+            use $crate::protocol::lease::Wait;
+            use $crate::protocol::primitive::{Primitive, WRITER_UNITS};
+            use $crate::shell::ended;
+            use $crate::shell::rwlock::{Reader, Readers, Reading};
+            use $crate::shell::$run;
 
-        /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
-        #[must_use = "the read lock is released as soon as the guard is dropped"]
-        pub struct RwLockReadGuard<'a> {
-            lease: $crate::driver::acquirer::Lease<$rt>,
-            _reading: $crate::shell::rwlock::Reading<'a>,
-        }
-
-        /// The write lock held: given back by [`unlock`](Self::unlock), or when dropped.
-        #[must_use = "the write lock is released as soon as the guard is dropped"]
-        pub struct RwLockWriteGuard<'a> {
-            lock: &'a RwLock,
-            lease: $crate::driver::acquirer::Lease<$rt>,
-        }
-
-        impl RwLock {
-            /// A handle on the read-write lock `name`, with the default settings. Refused on
-            /// a [`Quorum`](crate::Quorum) ([`Error::Unsupported`]).
+            /// A read-write lock shared by every handle of the same name, on the fair queue
+            /// engine (see the crate docs' "Read-write lock" section for its keys and scripts):
+            /// many readers or one writer, served in the order they asked, so a waiting writer is
+            /// never starved by a stream of readers. The blocking and the async handles of one
+            /// name are the same lock.
+            ///
+            /// A reader holds one share of a million and a writer all of them, in one queue
+            /// served in order: readers that come while a writer waits queue behind it. Each hold
+            /// is a lease of its own (30 s by default, renewed while held), so a reader's renewal
+            /// renews only its own entry, and a crashed holder's hold comes back at its expiry. An
+            /// async wait dropped at an `.await` leaves the queue, giving back a hold that came
+            /// meanwhile; an async guard dropped unreleased is given back from a task (or, as the
+            /// runtime ends, from the dropping thread).
             ///
             /// ```no_run
             #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn new(
-                backend: &(impl $crate::Backend + ?Sized),
-                name: impl Into<String>,
-            ) -> Result<RwLock, $crate::Error> {
-                RwLock::builder(backend, name).build()
-            }
-
-            /// A builder for a read-write lock handle: expiry, renewal, heartbeat, I/O
-            /// timeout, id, cancel token.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\")")]
-            ///     .expire(Duration::from_secs(10))
-            ///     .build()?;
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn builder<B: $crate::Backend + ?Sized>(
-                backend: &B,
-                name: impl Into<String>,
-            ) -> $crate::LockBuilder<RwLock> {
-                $crate::LockBuilder::new(backend, name.into()).on_queue_engine()
-            }
-
-            /// The lock's name (its keys are `rwlock:{<name>}:*`, or `rwlock:=<name>:*` for a
-            /// name with a hash tag of its own).
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            /// assert_eq!(config.name(), "config");
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn name(&self) -> &str {
-                &self.acquirer.settings.name
-            }
-
-            /// Waits until a read lock is ours: at once when only readers hold it and no
-            /// writer waits.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+            /// let client = redis::Client::open("redis://127.0.0.1/")?;
             #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
             #[doc = concat!("let read = config.read()", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn read(&self) -> Result<RwLockReadGuard<'_>, $crate::Error> {
-                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
-            }
-
-            /// A read lock if no writer holds the lock or waits for it.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("if let Some(read) = config.try_read()", $aw, "? {")]
-            #[doc = concat!("    read.unlock()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_read(&self) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Never))
-            }
-
-            /// Waits up to `timeout` for a read lock.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("let read = config.try_read_for(Duration::from_secs(1))", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_read_for(
-                &self,
-                timeout: std::time::Duration,
-            ) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
-            }
-
-            /// Waits until `deadline` at the latest for a read lock.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::{Duration, Instant};
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("let read = config.try_read_until(Instant::now() + Duration::from_secs(1))", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_read_until(
-                &self,
-                deadline: std::time::Instant,
-            ) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.reading($crate::protocol::lease::Wait::Until(deadline)))
-            }
-
-            /// Waits until the write lock is ours. Refused with [`Error::WouldDeadlock`] when
-            /// this thread (or task) holds a read lock of this handle: an upgrade would wait
-            /// for itself (release the read lock first). So are the timed forms, while
-            /// [`try_write`](Self::try_write) then finds the lock taken.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+            /// // ... many read at once ...
+            #[doc = concat!("read.unlock()", $aw, "?;")]
             #[doc = concat!("let write = config.write()", $aw, "?;")]
+            /// // ... one writes, nobody reads ...
+            #[doc = concat!("write.unlock()", $aw, "?;")]
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn write(&self) -> Result<RwLockWriteGuard<'_>, $crate::Error> {
-                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Forever))?.ok_or_else($crate::shell::ended)
+            pub struct RwLock {
+                acquirer: Acquirer<$rt>,
+                readers: Readers,
             }
 
-            /// The write lock if nobody holds the lock or waits for it.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("if let Some(write) = config.try_write()", $aw, "? {")]
-            #[doc = concat!("    write.unlock()", $aw, "?;")]
-            /// }
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_write(&self) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Never))
+            /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
+            #[must_use = "the read lock is released as soon as the guard is dropped"]
+            pub struct RwLockReadGuard<'a> {
+                lease: Lease<$rt>,
+                _reading: Reading<'a>,
             }
 
-            /// Waits up to `timeout` for the write lock.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::Duration;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("let write = config.try_write_for(Duration::from_secs(1))", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_write_for(
-                &self,
-                timeout: std::time::Duration,
-            ) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::timeout(std::time::Instant::now(), timeout)))
+            /// The write lock held: given back by [`unlock`](Self::unlock), or when dropped.
+            #[must_use = "the write lock is released as soon as the guard is dropped"]
+            pub struct RwLockWriteGuard<'a> {
+                lock: &'a RwLock,
+                lease: Lease<$rt>,
             }
 
-            /// Waits until `deadline` at the latest for the write lock.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// use std::time::{Duration, Instant};
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("let write = config.try_write_until(Instant::now() + Duration::from_secs(1))", $aw, "?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn try_write_until(
-                &self,
-                deadline: std::time::Instant,
-            ) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
-                $crate::shell::$run!(self.writing($crate::protocol::lease::Wait::Until(deadline)))
-            }
+            impl RwLock {
+                /// A handle on the read-write lock `name`, with the default settings. Refused on
+                /// a [`Quorum`](crate::Quorum) ([`Error::Unsupported`]).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn new(
+                    backend: &(impl Backend + ?Sized),
+                    name: impl Into<String>,
+                ) -> Result<RwLock, Error> {
+                    RwLock::builder(backend, name).build()
+                }
 
-            async fn reading(&self, wait: $crate::protocol::lease::Wait) -> Result<Option<RwLockReadGuard<'_>>, $crate::Error> {
-                let reader = $crate::shell::rwlock::Reader::current();
-                let lease = self.acquirer.take(1, wait).await?;
-                Ok(lease.map(|lease| self.read_guard(lease, reader)))
-            }
+                /// A builder for a read-write lock handle: expiry, renewal, heartbeat, I/O
+                /// timeout, id, cancel token.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\")")]
+                ///     .expire(Duration::from_secs(10))
+                ///     .build()?;
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn builder<B: Backend + ?Sized>(
+                    backend: &B,
+                    name: impl Into<String>,
+                ) -> LockBuilder<RwLock> {
+                    LockBuilder::new(backend, name.into()).on_queue_engine()
+                }
 
-            fn read_guard(&self, lease: $crate::driver::acquirer::Lease<$rt>, reader: $crate::shell::rwlock::Reader) -> RwLockReadGuard<'_> {
-                RwLockReadGuard {
-                    lease,
-                    _reading: self.readers.enter(reader),
+                /// The lock's name (its keys are `rwlock:{<name>}:*`, or `rwlock:=<name>:*` for a
+                /// name with a hash tag of its own).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                /// assert_eq!(config.name(), "config");
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn name(&self) -> &str {
+                    &self.acquirer.settings.name
+                }
+
+                /// Waits until a read lock is ours: at once when only readers hold it and no
+                /// writer waits.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let read = config.read()", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn read(&self) -> Result<RwLockReadGuard<'_>, Error> {
+                    $run!(self.reading(Wait::Forever))?.ok_or_else(ended)
+                }
+
+                /// A read lock if no writer holds the lock or waits for it.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("if let Some(read) = config.try_read()", $aw, "? {")]
+                #[doc = concat!("    read.unlock()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_read(
+                    &self,
+                ) -> Result<Option<RwLockReadGuard<'_>>, Error> {
+                    $run!(self.reading(Wait::Never))
+                }
+
+                /// Waits up to `timeout` for a read lock.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let read = config.try_read_for(Duration::from_secs(1))", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_read_for(
+                    &self,
+                    timeout: Duration,
+                ) -> Result<Option<RwLockReadGuard<'_>>, Error> {
+                    $run!(self.reading(Wait::timeout(Instant::now(), timeout)))
+                }
+
+                /// Waits until `deadline` at the latest for a read lock.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::{Duration, Instant};
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let read = config.try_read_until(Instant::now() + Duration::from_secs(1))", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_read_until(
+                    &self,
+                    deadline: Instant,
+                ) -> Result<Option<RwLockReadGuard<'_>>, Error> {
+                    $run!(self.reading(Wait::Until(deadline)))
+                }
+
+                /// Waits until the write lock is ours. Refused with [`Error::WouldDeadlock`] when
+                /// this thread (or task) holds a read lock of this handle: an upgrade would wait
+                /// for itself (release the read lock first). So are the timed forms, while
+                /// [`try_write`](Self::try_write) then finds the lock taken.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let write = config.write()", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn write(&self) -> Result<RwLockWriteGuard<'_>, Error> {
+                    $run!(self.writing(Wait::Forever))?.ok_or_else(ended)
+                }
+
+                /// The write lock if nobody holds the lock or waits for it.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("if let Some(write) = config.try_write()", $aw, "? {")]
+                #[doc = concat!("    write.unlock()", $aw, "?;")]
+                /// }
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_write(
+                    &self,
+                ) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
+                    $run!(self.writing(Wait::Never))
+                }
+
+                /// Waits up to `timeout` for the write lock.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::Duration;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let write = config.try_write_for(Duration::from_secs(1))", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_write_for(
+                    &self,
+                    timeout: Duration,
+                ) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
+                    $run!(self.writing(Wait::timeout(Instant::now(), timeout)))
+                }
+
+                /// Waits until `deadline` at the latest for the write lock.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// use std::time::{Duration, Instant};
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let write = config.try_write_until(Instant::now() + Duration::from_secs(1))", $aw, "?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn try_write_until(
+                    &self,
+                    deadline: Instant,
+                ) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
+                    $run!(self.writing(Wait::Until(deadline)))
+                }
+
+                async fn reading(&self, wait: Wait) -> Result<Option<RwLockReadGuard<'_>>, Error> {
+                    let reader = Reader::current();
+                    let lease = self.acquirer.take(1, wait).await?;
+                    Ok(lease.map(|lease| self.read_guard(lease, reader)))
+                }
+
+                fn read_guard(&self, lease: Lease<$rt>, reader: Reader) -> RwLockReadGuard<'_> {
+                    RwLockReadGuard {
+                        lease,
+                        _reading: self.readers.enter(reader),
+                    }
+                }
+
+                async fn writing(&self, wait: Wait) -> Result<Option<RwLockWriteGuard<'_>>, Error> {
+                    // A try cannot wait for itself: it only finds the lock taken.
+                    if wait != Wait::Never && self.readers.reading_here() {
+                        return Err(Error::WouldDeadlock {
+                            name: self.name().into(),
+                        });
+                    }
+                    let lease = self.acquirer.take(WRITER_UNITS, wait).await?;
+                    Ok(lease.map(|lease| RwLockWriteGuard { lock: self, lease }))
                 }
             }
 
-            async fn writing(&self, wait: $crate::protocol::lease::Wait) -> Result<Option<RwLockWriteGuard<'_>>, $crate::Error> {
-                // A try cannot wait for itself: it only finds the lock taken.
-                if wait != $crate::protocol::lease::Wait::Never && self.readers.reading_here() {
-                    return Err($crate::Error::WouldDeadlock {
-                        name: self.name().into(),
-                    });
+            impl LockBuilder<RwLock> {
+                /// Lets `token` cancel this handle's waits from anywhere; see
+                /// [`CancelToken`](crate::CancelToken). A cancelled waiter leaves the queue, and
+                /// its wait returns [`Error::Cancelled`].
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                /// let token = redis_blpop_lock::CancelToken::new();
+                #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\")")]
+                ///     .cancel_token(token.clone())
+                ///     .build()?;
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn cancel_token(self, token: CancelToken) -> Self {
+                    self.cancelled_by(token)
                 }
-                let lease = self.acquirer.take($crate::protocol::primitive::WRITER_UNITS, wait).await?;
-                Ok(lease.map(|lease| RwLockWriteGuard { lock: self, lease }))
-            }
-        }
 
-        impl $crate::LockBuilder<RwLock> {
-            /// Lets `token` cancel this handle's waits from anywhere; see
-            /// [`CancelToken`](crate::CancelToken). A cancelled waiter leaves the queue, and
-            /// its wait returns [`Error::Cancelled`].
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            /// let token = redis_blpop_lock::CancelToken::new();
-            #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\")")]
-            ///     .cancel_token(token.clone())
-            ///     .build()?;
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn cancel_token(self, token: $crate::CancelToken) -> Self {
-                self.cancelled_by(token)
-            }
-
-            /// Checks the settings and makes the handle. No connection is opened yet.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\").build()?;")]
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub fn build(self) -> Result<RwLock, $crate::Error> {
-                let (settings, transport, capacity) = self.checked_for($crate::protocol::primitive::Primitive::RwLock)?;
-                Ok(RwLock {
-                    acquirer: $crate::driver::acquirer::Acquirer::new($crate::protocol::primitive::Primitive::RwLock, settings, transport, capacity),
-                    readers: $crate::shell::rwlock::Readers::default(),
-                })
-            }
-        }
-
-        $crate::shell::rwlock::guard_methods!(
-            RwLockReadGuard<'_>, "read",
-            asyncness = [$($asyncness)?], run = $run, head = $head, path = $path, aw = $aw,
-        );
-        $crate::shell::rwlock::guard_methods!(
-            RwLockWriteGuard<'_>, "write",
-            asyncness = [$($asyncness)?], run = $run, head = $head, path = $path, aw = $aw,
-        );
-
-        impl<'a> RwLockWriteGuard<'a> {
-            /// Turns the write lock into a read lock without letting a writer in between; the
-            /// readers queued behind it come in at once.
-            ///
-            /// ```no_run
-            #[doc = $head]
-            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
-            #[doc = concat!("let write = config.write()", $aw, "?;")]
-            /// // ... write ...
-            #[doc = concat!("let read = write.downgrade()", $aw, "?;")]
-            /// // ... go on reading what was written ...
-            /// # Ok(())
-            /// # }
-            /// ```
-            pub $($asyncness)? fn downgrade(self) -> Result<RwLockReadGuard<'a>, $crate::Error> {
-                if !$crate::shell::$run!(self.lease.shrink(1))? {
-                    return Err($crate::Error::NotAcquired {
-                        name: self.lock.name().into(),
-                    });
+                /// Checks the settings and makes the handle. No connection is opened yet.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::builder(&client, \"config\").build()?;")]
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn build(self) -> Result<RwLock, Error> {
+                    let (settings, transport, capacity) = self.checked_for(Primitive::RwLock)?;
+                    Ok(RwLock {
+                        acquirer: Acquirer::new(Primitive::RwLock, settings, transport, capacity),
+                        readers: Readers::default(),
+                    })
                 }
-                Ok(self.lock.read_guard(self.lease, $crate::shell::rwlock::Reader::current()))
             }
-        }
 
-        impl std::fmt::Debug for RwLock {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(concat!($prefix, "RwLock"))
-                    .field("name", &self.name())
-                    .finish_non_exhaustive()
+            $crate::shell::rwlock::guard_methods!(
+                RwLockReadGuard<'_>, "read",
+                asyncness = [$($asyncness)?], run = $run, head = $head, path = $path, aw = $aw,
+            );
+            $crate::shell::rwlock::guard_methods!(
+                RwLockWriteGuard<'_>, "write",
+                asyncness = [$($asyncness)?], run = $run, head = $head, path = $path, aw = $aw,
+            );
+
+            impl<'a> RwLockWriteGuard<'a> {
+                /// Turns the write lock into a read lock without letting a writer in between; the
+                /// readers queued behind it come in at once.
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+                #[doc = concat!("let write = config.write()", $aw, "?;")]
+                /// // ... write ...
+                #[doc = concat!("let read = write.downgrade()", $aw, "?;")]
+                /// // ... go on reading what was written ...
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub $($asyncness)? fn downgrade(self) -> Result<RwLockReadGuard<'a>, Error> {
+                    if !$run!(self.lease.shrink(1))? {
+                        return Err(Error::NotAcquired {
+                            name: self.lock.name().into(),
+                        });
+                    }
+                    Ok(self.lock.read_guard(self.lease, Reader::current()))
+                }
+            }
+
+            impl std::fmt::Debug for RwLock {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.debug_struct(concat!($prefix, "RwLock"))
+                        .field("name", &self.name())
+                        .finish_non_exhaustive()
+                }
             }
         }
+        pub use rwlock_api::*;
     };
 }
 
@@ -468,8 +484,8 @@ macro_rules! guard_methods {
             /// # Ok(())
             /// # }
             /// ```
-            pub $($asyncness)? fn unlock(self) -> Result<(), $crate::Error> {
-                $crate::shell::$run!(self.lease.release())
+            pub $($asyncness)? fn unlock(self) -> Result<(), Error> {
+                $run!(self.lease.release())
             }
         }
     };
