@@ -4,8 +4,10 @@
 //! the driver's generic core (`driver::acquirer`), so the two APIs cannot drift: the same
 //! methods, in the same order, with the same docs.
 //!
-//! What differs between the APIs is passed in: the runtime, whether a call is `async`, how a
-//! call is run (`now(..)` or `.await`), and how its doc examples start and wait.
+//! What differs between the APIs is passed in ([`for_api`]): the runtime, whether a call is
+//! `async`, how a call is run (`now(..)` or `.await`), and how its doc examples start and
+//! wait. A shell's items expand in a module of their own (`semaphore_api`, ...) with their
+//! imports, re-exported by the API's file; what only one API has stays in that file.
 
 pub(crate) mod cache;
 pub(crate) mod lock;
