@@ -196,10 +196,10 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         // without `+info`, no word on the server's eviction policy: `eviction.rs`).
         .filter(|p| !p.starts_with("+client|") && *p != "+hello" && *p != "+info")
         .collect();
-    // Each right's check takes about a second: four servers take a quarter of them each.
+    // Each right's check takes up to a second: eight servers take an eighth of them each.
     let unclear: Vec<String> = std::thread::scope(|scope| {
         let checks: Vec<_> = rights
-            .chunks(rights.len().div_ceil(4))
+            .chunks(rights.len().div_ceil(8))
             .map(|rights| {
                 let parts = &parts;
                 scope.spawn(move || {
