@@ -68,15 +68,21 @@ fn holder_reads_one_lock_with_its_ttl_and_token_and_none_when_it_is_free() {
     assert_eq!(inspect::holder(&client, "never", IO_TIMEOUT).unwrap(), None);
 }
 
-#[test]
-fn holder_on_a_quorum_reads_what_a_majority_holds() {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let quorum = crate::quorum::quorum(&servers);
+/// A quorum of `servers` (three) where a majority hold `q` for "holder" and the third for
+/// "other", and one server alone holds `minority`.
+fn split_quorum(servers: &[RedisServer]) -> redis_blpop_lock::Quorum {
     for server in &servers[..2] {
         let _: () = server.conn().set("lock:q", "holder").unwrap();
     }
     let _: () = servers[2].conn().set("lock:q", "other").unwrap();
     let _: () = servers[0].conn().set("lock:minority", "stray").unwrap();
+    crate::quorum::quorum(servers)
+}
+
+#[test]
+fn holder_on_a_quorum_reads_what_a_majority_holds() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = split_quorum(&servers);
     let held = inspect::holder(&quorum, "q", IO_TIMEOUT).unwrap().unwrap();
     assert_eq!(
         (held.id.as_str(), held.ttl, held.token),
@@ -96,12 +102,7 @@ async fn async_holders_holder_and_reset_all_on_a_quorum_reach_every_server() {
     use redis_blpop_lock::aio;
 
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let quorum = crate::quorum::quorum(&servers);
-    for server in &servers[..2] {
-        let _: () = server.conn().set("lock:q", "holder").unwrap();
-    }
-    let _: () = servers[2].conn().set("lock:q", "other").unwrap();
-    let _: () = servers[0].conn().set("lock:minority", "stray").unwrap();
+    let quorum = split_quorum(&servers);
     let held = aio::inspect::holders(&quorum, IO_TIMEOUT).await.unwrap();
     let named: Vec<_> = held
         .iter()
