@@ -1,9 +1,13 @@
-//! The driver: a lock handle's engine, written once, as futures, for both APIs. Over the
-//! transport layer's sending (`crate::transport::send`) it keeps what the handle knows (the
-//! lease) and runs the three paths of a lock's life, one file each:
-//! - [`acquire`]: one try, then waits for a wake-up signal and tries again;
+//! The driver: a handle's engine, written once, as futures, for both APIs and every
+//! primitive. Over the transport layer's sending (`crate::transport::send`) it keeps what the
+//! handle knows (the lease) and runs the paths of a hold's life, one file each:
+//! - [`Inner::take`], the one acquire path: [`acquire`] for python-redis-lock's lock (one try,
+//!   then a wait for a wake-up signal and another try), [`acquire_line`] for the queue engine's
+//!   primitives (a place in [`line`], the wait in line, then the grant claimed);
 //! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
-//! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background.
+//! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background;
+//! - [`acquirer`]: a [`Lease`](acquirer::Lease) for each acquisition, and the handles that
+//!   make many.
 //!
 //! How it waits, pauses and runs work apart from the caller is its [`Runtime`]'s:
 //! [`blocking::Blocking`] (each future is ready when first polled) or [`tokio::Tokio`].
