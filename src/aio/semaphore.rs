@@ -21,7 +21,7 @@ impl SemaphorePermit<'_> {
     /// # }
     /// ```
     pub async fn when_lost(&self) {
-        self.lease.when_lost().await;
+        self.held.when_lost().await;
     }
 }
 
@@ -39,6 +39,6 @@ impl ArcSemaphorePermit {
     /// # }
     /// ```
     pub async fn when_lost(&self) {
-        self.lease.when_lost().await;
+        self.held.when_lost().await;
     }
 }

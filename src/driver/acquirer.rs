@@ -1,7 +1,8 @@
-//! What the handles of the queue engine's primitives share: a semaphore or read-write lock
-//! hands out any number of acquisitions at once (from many threads or tasks), so each is a
-//! [`Lease`] of its own, with an id of its own (the handle's id and a count), on the lock's
-//! hold machinery (renewal, release, `lost()`, fencing). Written once, for both runtimes.
+//! One acquisition held, of any primitive ([`Acquisition`]), and what the handles of the queue
+//! engine's primitives share ([`Acquirer`]): a semaphore or read-write lock hands out any
+//! number of acquisitions at once (from many threads or tasks), each with an id of its own
+//! (the handle's id and a count), on the lock's hold machinery (renewal, release, `lost()`,
+//! fencing). Written once, for both runtimes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,8 +28,9 @@ pub(crate) struct Acquirer<R: Runtime> {
     made: AtomicU64,
 }
 
-/// One acquisition held, of any primitive: given back by [`Lease::release`] or when dropped.
-pub(crate) struct Lease<R: Runtime> {
+/// One acquisition held, of any primitive: given back by [`Acquisition::release`] or when
+/// dropped.
+pub(crate) struct Acquisition<R: Runtime> {
     inner: Arc<Inner<R>>,
     epoch: u64,
     /// Whether dropping it gives it back: not once it has been released.
@@ -54,7 +56,11 @@ impl<R: Runtime> Acquirer<R> {
     /// Takes `units` as `wait` allows: `None` when the wait ended first. Stopped before its
     /// end (a dropped future), the wait leaves the line and gives back a grant that came
     /// meanwhile.
-    pub(crate) async fn take(&self, units: u64, wait: Wait) -> Result<Option<Lease<R>>, Error> {
+    pub(crate) async fn take(
+        &self,
+        units: u64,
+        wait: Wait,
+    ) -> Result<Option<Acquisition<R>>, Error> {
         let (settings, ask) = next_ask(&self.settings, &self.made, units, self.capacity)?;
         let inner = Arc::new(Inner::for_line(
             settings,
@@ -62,7 +68,7 @@ impl<R: Runtime> Acquirer<R> {
             &self.keys,
             &ask,
         ));
-        Lease::take(inner, wait, &self.settings.cancel).await
+        Acquisition::take(inner, wait, &self.settings.cancel).await
     }
 
     /// The holders and waiters as the server sees them now.
@@ -101,18 +107,18 @@ fn next_ask(
     Ok((settings, ask))
 }
 
-impl<R: Runtime> Lease<R> {
+impl<R: Runtime> Acquisition<R> {
     /// Takes what `inner` is a handle on as `wait` allows, apart from the caller (see
     /// [`Runtime::apart`]): `None` when the wait ended first.
     pub(crate) async fn take(
         inner: Arc<Inner<R>>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<Lease<R>>, Error> {
+    ) -> Result<Option<Acquisition<R>>, Error> {
         let name = inner.name().to_string();
         let acquire = move |cancel| async move {
             let epoch = inner.take(wait, &cancel).await?;
-            Ok(epoch.map(|epoch| Lease {
+            Ok(epoch.map(|epoch| Acquisition {
                 inner,
                 epoch,
                 armed: true,
@@ -160,7 +166,7 @@ impl<R: Runtime> Lease<R> {
 
 /// A lease dropped unreleased is given back (see [`Runtime::on_drop`]): a failure is logged,
 /// and the lease frees itself at its expiry.
-impl<R: Runtime> Drop for Lease<R> {
+impl<R: Runtime> Drop for Acquisition<R> {
     fn drop(&mut self) {
         if !self.armed {
             return;

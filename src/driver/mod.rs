@@ -6,7 +6,7 @@
 //!   primitives (a place in [`line`], the wait in line, then the grant claimed);
 //! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
 //! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background;
-//! - [`acquirer`]: a [`Lease`](acquirer::Lease) for each acquisition, and the handles that
+//! - [`acquirer`]: an [`Acquisition`](acquirer::Acquisition) for each one taken, and the handles that
 //!   make many.
 //!
 //! How it waits, pauses and runs work apart from the caller is its [`Runtime`]'s:

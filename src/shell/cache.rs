@@ -17,7 +17,7 @@ use redis::{FromRedisValue, ToRedisArgs};
 
 use super::ended;
 use crate::config::settings::{millis, DEFAULT_IO_TIMEOUT};
-use crate::driver::acquirer::Lease;
+use crate::driver::acquirer::Acquisition;
 use crate::driver::{Inner, Runtime};
 use crate::protocol::cache::{
     fresh_request, get_request, last_reply, lookup_request, parse_lookup, revalidate_ms,
@@ -79,7 +79,7 @@ pub(crate) struct Refresh<R: Runtime, F> {
     fresh_ms: u64,
     keep_ms: u64,
     compute: F,
-    lease: Lease<R>,
+    held: Acquisition<R>,
 }
 
 impl<R: Runtime> CacheCore<R> {
@@ -110,16 +110,16 @@ impl<R: Runtime> CacheCore<R> {
         if let Some(value) = self.query(&get_request(&keys)).await? {
             return Ok(value);
         }
-        let lease = self.lock(&keys, Wait::Forever).await?.ok_or_else(ended)?;
+        let held = self.lock(&keys, Wait::Forever).await?.ok_or_else(ended)?;
         // Whoever held the lock while we waited has most likely filled the key.
         if let Some(value) = self.query(&get_request(&keys)).await? {
-            release(lease, &keys).await;
+            release(held, &keys).await;
             return Ok(value);
         }
         let value = compute().await?;
         self.query::<()>(&set_request(&keys, &value, ttl_ms)?)
             .await?;
-        release(lease, &keys).await;
+        release(held, &keys).await;
         Ok(value)
     }
 
@@ -144,12 +144,12 @@ impl<R: Runtime> CacheCore<R> {
         match self.lookup(&keys).await? {
             Lookup::Fresh(value) => return Ok(Served::Fresh(value)),
             Lookup::Stale(value) => {
-                let refresh = self.refresher(&keys).await.map(|lease| Refresh {
+                let refresh = self.refresher(&keys).await.map(|held| Refresh {
                     keys,
                     fresh_ms,
                     keep_ms,
                     compute,
-                    lease,
+                    held,
                 });
                 return Ok(match refresh {
                     Some(refresh) => Served::Stale(value, refresh),
@@ -158,12 +158,12 @@ impl<R: Runtime> CacheCore<R> {
             }
             Lookup::Missing => {}
         }
-        let lease = self.lock(&keys, Wait::Forever).await?.ok_or_else(ended)?;
+        let held = self.lock(&keys, Wait::Forever).await?.ok_or_else(ended)?;
         match self.lookup(&keys).await? {
             // Even a stale value is returned rather than computed in the foreground: the next
             // call refreshes it in the background.
             Lookup::Fresh(value) | Lookup::Stale(value) => {
-                release(lease, &keys).await;
+                release(held, &keys).await;
                 Ok(Served::Fresh(value))
             }
             Lookup::Missing => {
@@ -172,7 +172,7 @@ impl<R: Runtime> CacheCore<R> {
                     self.query(&store_request(&keys, &value, fresh_ms, keep_ms)?)
                         .await?,
                 )?;
-                release(lease, &keys).await;
+                release(held, &keys).await;
                 Ok(Served::Fresh(value))
             }
         }
@@ -193,10 +193,10 @@ impl<R: Runtime> CacheCore<R> {
             fresh_ms,
             keep_ms,
             compute,
-            lease,
+            held,
         } = refresh;
         self.recompute(&keys, fresh_ms, keep_ms, compute).await;
-        release(lease, &keys).await;
+        release(held, &keys).await;
     }
 
     async fn recompute<T, E, Fut>(
@@ -251,7 +251,7 @@ impl<R: Runtime> CacheCore<R> {
     }
 
     /// The entry's lock, taken as `wait` allows, apart from the caller.
-    async fn lock(&self, keys: &CacheKeys, wait: Wait) -> Result<Option<Lease<R>>, Error> {
+    async fn lock(&self, keys: &CacheKeys, wait: Wait) -> Result<Option<Acquisition<R>>, Error> {
         let (settings, transport) =
             LockBuilder::<()>::on(Arc::clone(&self.blocking), keys.lock_name())
                 .expire(self.lock_expire)
@@ -259,14 +259,14 @@ impl<R: Runtime> CacheCore<R> {
                 .checked()?;
         let cancel = settings.cancel.clone();
         let inner = Arc::new(Inner::<R>::of_lock(settings, transport)?);
-        Lease::take(inner, wait, &cancel).await
+        Acquisition::take(inner, wait, &cancel).await
     }
 
     /// The entry's lock if it is free now, for a refresh; a failure is logged, and leaves
     /// the value stale until a later call tries again.
-    async fn refresher(&self, keys: &CacheKeys) -> Option<Lease<R>> {
+    async fn refresher(&self, keys: &CacheKeys) -> Option<Acquisition<R>> {
         match self.lock(keys, Wait::Never).await {
-            Ok(lease) => lease,
+            Ok(held) => held,
             Err(e) => {
                 log::error!("cache {:?}: could not start a refresh: {e}", keys.name);
                 None
@@ -287,8 +287,8 @@ impl<R: Runtime> CacheCore<R> {
 
 /// Releases an entry's lock; a failure is only logged: the value is good, and the lock
 /// expires by itself.
-async fn release<R: Runtime>(lease: Lease<R>, keys: &CacheKeys) {
-    if let Err(e) = lease.release().await {
+async fn release<R: Runtime>(held: Acquisition<R>, keys: &CacheKeys) {
+    if let Err(e) = held.release().await {
         log::error!("cache {:?}: releasing the lock failed: {e}", keys.name);
     }
 }

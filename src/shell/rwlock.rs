@@ -79,7 +79,7 @@ macro_rules! rwlock {
             use std::time::{Duration, Instant};
 
             use $crate::{Backend, CancelToken, Error, LockBuilder};
-            use $crate::driver::acquirer::{Acquirer, Lease};
+            use $crate::driver::acquirer::{Acquirer, Acquisition};
             use $crate::protocol::lease::Wait;
             use $crate::protocol::primitive::{Primitive, WRITER_UNITS};
             use $crate::shell::ended;
@@ -121,7 +121,7 @@ macro_rules! rwlock {
             /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
             #[must_use = "the read lock is released as soon as the guard is dropped"]
             pub struct RwLockReadGuard<'a> {
-                lease: Lease<$rt>,
+                held: Acquisition<$rt>,
                 _reading: Reading<'a>,
             }
 
@@ -129,7 +129,7 @@ macro_rules! rwlock {
             #[must_use = "the write lock is released as soon as the guard is dropped"]
             pub struct RwLockWriteGuard<'a> {
                 lock: &'a RwLock,
-                lease: Lease<$rt>,
+                held: Acquisition<$rt>,
             }
 
             impl RwLock {
@@ -327,13 +327,17 @@ macro_rules! rwlock {
 
                 async fn reading(&self, wait: Wait) -> Result<Option<RwLockReadGuard<'_>>, Error> {
                     let reader = Reader::current();
-                    let lease = self.acquirer.take(1, wait).await?;
-                    Ok(lease.map(|lease| self.read_guard(lease, reader)))
+                    let held = self.acquirer.take(1, wait).await?;
+                    Ok(held.map(|held| self.read_guard(held, reader)))
                 }
 
-                fn read_guard(&self, lease: Lease<$rt>, reader: Reader) -> RwLockReadGuard<'_> {
+                fn read_guard(
+                    &self,
+                    held: Acquisition<$rt>,
+                    reader: Reader,
+                ) -> RwLockReadGuard<'_> {
                     RwLockReadGuard {
-                        lease,
+                        held,
                         _reading: self.readers.enter(reader),
                     }
                 }
@@ -345,8 +349,8 @@ macro_rules! rwlock {
                             name: self.name().into(),
                         });
                     }
-                    let lease = self.acquirer.take(WRITER_UNITS, wait).await?;
-                    Ok(lease.map(|lease| RwLockWriteGuard { lock: self, lease }))
+                    let held = self.acquirer.take(WRITER_UNITS, wait).await?;
+                    Ok(held.map(|held| RwLockWriteGuard { lock: self, held }))
                 }
             }
 
@@ -412,12 +416,12 @@ macro_rules! rwlock {
                 /// # }
                 /// ```
                 pub $($asyncness)? fn downgrade(self) -> Result<RwLockReadGuard<'a>, Error> {
-                    if !$run!(self.lease.shrink(1))? {
+                    if !$run!(self.held.shrink(1))? {
                         return Err(Error::NotAcquired {
                             name: self.lock.name().into(),
                         });
                     }
-                    Ok(self.lock.read_guard(self.lease, Reader::current()))
+                    Ok(self.lock.read_guard(self.held, Reader::current()))
                 }
             }
 
@@ -456,7 +460,7 @@ macro_rules! guard_methods {
             /// # }
             /// ```
             pub fn lost(&self) -> bool {
-                self.lease.lost()
+                self.held.lost()
             }
 
             /// This hold's fencing token, larger for every grant of this lock.
@@ -470,7 +474,7 @@ macro_rules! guard_methods {
             /// # }
             /// ```
             pub fn fencing_token(&self) -> Option<u64> {
-                self.lease.fencing_token()
+                self.held.fencing_token()
             }
 
             /// Releases now and reports how that went, instead of logging it in drop. An
@@ -485,7 +489,7 @@ macro_rules! guard_methods {
             /// # }
             /// ```
             pub $($asyncness)? fn unlock(self) -> Result<(), Error> {
-                $run!(self.lease.release())
+                $run!(self.held.release())
             }
         }
     };

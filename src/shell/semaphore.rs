@@ -17,7 +17,7 @@ macro_rules! semaphore {
             use std::time::{Duration, Instant};
 
             use $crate::{Backend, CancelToken, Error, LockBuilder};
-            use $crate::driver::acquirer::{Acquirer, Lease};
+            use $crate::driver::acquirer::{Acquirer, Acquisition};
             use $crate::protocol::lease::Wait;
             use $crate::protocol::primitive::Primitive;
             use $crate::shell::ended;
@@ -56,7 +56,7 @@ macro_rules! semaphore {
             #[must_use = "the permit is given back as soon as it is dropped"]
             pub struct SemaphorePermit<'a> {
                 semaphore: &'a Semaphore,
-                pub(super) lease: Lease<$rt>,
+                pub(super) held: Acquisition<$rt>,
                 permits: u32,
             }
 
@@ -64,7 +64,7 @@ macro_rules! semaphore {
             #[must_use = "the permit is given back as soon as it is dropped"]
             pub struct ArcSemaphorePermit {
                 semaphore: Arc<Semaphore>,
-                pub(super) lease: Lease<$rt>,
+                pub(super) held: Acquisition<$rt>,
                 permits: u32,
             }
 
@@ -331,10 +331,10 @@ macro_rules! semaphore {
                     n: u32,
                     wait: Wait,
                 ) -> Result<Option<SemaphorePermit<'_>>, Error> {
-                    let lease = self.acquirer.take(u64::from(n), wait).await?;
-                    Ok(lease.map(|lease| SemaphorePermit {
+                    let held = self.acquirer.take(u64::from(n), wait).await?;
+                    Ok(held.map(|held| SemaphorePermit {
                         semaphore: self,
-                        lease,
+                        held,
                         permits: n,
                     }))
                 }
@@ -401,7 +401,7 @@ macro_rules! semaphore {
                 fn into_arc(self, semaphore: Arc<Semaphore>) -> ArcSemaphorePermit {
                     ArcSemaphorePermit {
                         semaphore,
-                        lease: self.lease,
+                        held: self.held,
                         permits: self.permits,
                     }
                 }
@@ -488,7 +488,7 @@ macro_rules! permit_methods {
             /// # }
             /// ```
             pub fn lost(&self) -> bool {
-                self.lease.lost()
+                self.held.lost()
             }
 
             /// The permit's fencing token: larger for every grant of this semaphore, so a
@@ -505,7 +505,7 @@ macro_rules! permit_methods {
             /// # }
             /// ```
             pub fn fencing_token(&self) -> Option<u64> {
-                self.lease.fencing_token()
+                self.held.fencing_token()
             }
 
             /// Gives the permit back now and reports how that went, instead of logging it in
@@ -520,7 +520,7 @@ macro_rules! permit_methods {
             /// # }
             /// ```
             pub $($asyncness)? fn release(self) -> Result<(), Error> {
-                $run!(self.lease.release())
+                $run!(self.held.release())
             }
         }
     };
