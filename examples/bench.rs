@@ -19,6 +19,8 @@
 //! cargo run --release --example bench -- --cell permit-crash,dead-waiter,fifo [--trials N]
 //!     [--expire-ms E]
 //! cargo run --release --example bench -- --impl ours,ours-fair [..]
+//! cargo run --release --example bench -- --cell engine-cost [--holders 0,100,1000,10000]
+//!     [--waiters 10000] [--seconds S] [--json]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -135,6 +137,22 @@
 //!
 //! ```text
 //! cargo run --release --example bench --features tokio -- --cell scale --hold-ms 0
+//! ```
+//!
+//! # `engine-cost` cells: a queue-engine script's server time
+//!
+//! For each `--holders` count H (default 0, 100, 1000, 10000): a semaphore of H + 1 permits
+//! whose H holders (1 permit each, an hour's lease) are written straight into its keys, and
+//! one handle looping `try_acquire` → `release` for `--seconds`. Then for each `--waiters`
+//! count W (default 10000): a semaphore of 1 permit, held, with W waiters written into its
+//! queue (live for an hour), and one handle looping `try_acquire` (refused: a try never
+//! passes a waiter). `CONFIG RESETSTAT` before, `INFO commandstats` after: `calls` and
+//! `script_us_per_call` are the server's count and time of the cell's `EVALSHA`s. The cycle
+//! percentiles and `rtt_p50_us` are the client's (a `PING` every 8th cycle, which waits behind
+//! the scripts on a busy server). One server only; it takes `CONFIG` and `INFO`.
+//!
+//! ```text
+//! cargo run --release --example bench -- --cell engine-cost
 //! ```
 //!
 //! # `names` cell: many names, no contention
@@ -311,6 +329,8 @@ mod deployments;
 #[cfg(feature = "bench-distributed-lock")]
 #[path = "support/dlock_cells.rs"]
 mod dlock_cells;
+#[path = "support/engine_cells.rs"]
+mod engine_cells;
 #[path = "support/queue_cells.rs"]
 mod queue_cells;
 #[path = "support/queue_faults.rs"]
@@ -386,6 +406,9 @@ struct Options {
     /// The `rwlock` cell's contenders of each kind.
     readers: usize,
     writers: usize,
+    /// The `engine-cost` cells' holders, and (on a full semaphore) waiters.
+    holders: Vec<u64>,
+    waiters: Vec<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -412,6 +435,8 @@ enum CellKind {
     DeadWaiter,
     /// Grant order against arrival order across processes.
     Fifo,
+    /// A queue-engine script's server time, with many holders or waiters.
+    EngineCost,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -535,11 +560,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             | CellKind::Overshoot
             | CellKind::PermitCrash
             | CellKind::DeadWaiter
-            | CellKind::Fifo => match &place {
+            | CellKind::Fifo
+            | CellKind::EngineCost => match &place {
                 Place::Server { url, client } => match kind {
                     CellKind::Crash | CellKind::Overshoot => {
                         run_tail_cells(client, url, kind, &options)?
                     }
+                    CellKind::EngineCost => engine_cells::run_engine_cost(client, &options)?,
                     _ => run_queue_faults(client, url, kind, &options)?,
                 },
                 Place::Quorum { .. } => {
@@ -798,6 +825,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         permits: 4,
         readers: 6,
         writers: 2,
+        holders: vec![0, 100, 1000, 10_000],
+        waiters: vec![10_000],
     };
     let mut impls = None;
     while let Some(arg) = args.next() {
@@ -870,9 +899,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "permit-crash" => Ok(CellKind::PermitCrash),
                         "dead-waiter" => Ok(CellKind::DeadWaiter),
                         "fifo" => Ok(CellKind::Fifo),
+                        "engine-cost" => Ok(CellKind::EngineCost),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
-                             scale, semaphore, rwlock, permit-crash, dead-waiter, fifo)"
+                             scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
+                             engine-cost)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -904,6 +935,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--writers" => {
                 options.writers = value()?.parse().map_err(|e| format!("--writers: {e}"))?
             }
+            "--holders" => options.holders = list(&value()?, "--holders")?,
+            "--waiters" => options.waiters = list(&value()?, "--waiters")?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -930,7 +963,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
     // The cells that kill processes or time a server's expiries: one server only.
     let tail = |kind: &CellKind| {
         use CellKind::*;
-        matches!(kind, Crash | Overshoot | PermitCrash | DeadWaiter | Fifo)
+        matches!(
+            kind,
+            Crash | Overshoot | PermitCrash | DeadWaiter | Fifo | EngineCost
+        )
     };
     if options.cluster && options.cells.iter().any(tail) {
         return Err(

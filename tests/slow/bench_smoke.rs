@@ -457,3 +457,26 @@ fn the_metrics_example_prints_its_cost_and_a_prometheus_scrape() {
         assert!(stdout.contains(line), "no {line} in:\n{stdout}");
     }
 }
+
+#[test]
+fn the_engine_cost_cells_print_the_scripts_server_time() {
+    let server = RedisServer::start();
+    let mut bench = bench_on(&server);
+    bench.args(["--cell", "engine-cost", "--seconds", "0.2", "--json"]);
+    bench.args(["--holders", "0,10", "--waiters", "10"]);
+    let (stdout, cells) = json_lines(&mut bench);
+    let shapes: Vec<_> = cells
+        .iter()
+        .map(|cell| (cell["holders"].as_u64(), cell["waiters"].as_u64()))
+        .collect();
+    assert_eq!(
+        shapes,
+        [(Some(0), Some(0)), (Some(10), Some(0)), (Some(1), Some(10))],
+        "{stdout}"
+    );
+    for cell in &cells {
+        assert_eq!(cell["cell"], "engine-cost", "{stdout}");
+        assert!(cell["calls"].as_u64() > Some(0), "{stdout}");
+        assert!(cell["script_us_per_call"].as_f64() > Some(0.0), "{stdout}");
+    }
+}
