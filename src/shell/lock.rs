@@ -4,7 +4,7 @@
 //!
 //! Each API gives what the shell calls: `guard(wait)` (the acquire path, into that API's
 //! guard), `held(wait)` (the same, held by the handle without a guard), `release_held()`
-//! and `from_settings(..)`.
+//! and `from_inner(..)` (the handle around a built `Inner`).
 
 /// How long the lock of `with_lock` lives without a renewal: a crashed process frees it
 /// after this long, while the renewal keeps it for a live one.

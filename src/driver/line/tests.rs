@@ -47,6 +47,7 @@ impl Server {
             if self.child.lock().try_wait().unwrap().is_some() {
                 return false;
             }
+            // ok: a test fixture waiting for its own server to start, not a lock's wait.
             thread::sleep(Duration::from_millis(50));
         }
         false
@@ -57,6 +58,7 @@ impl Server {
         let mut child = self.child.lock();
         let _ = child.kill();
         let _ = child.wait();
+        // ok: the server is down for a while, as in a crash; the waiters meanwhile back off.
         thread::sleep(Duration::from_millis(300));
         *child = spawn(self.port);
         drop(child);
@@ -147,6 +149,7 @@ impl Fixture {
                 "{:?}",
                 self.state()
             );
+            // ok: the test's own look at the queue, not a way of waiting for a lock.
             thread::sleep(Duration::from_millis(10));
         }
     }
@@ -298,6 +301,7 @@ fn contenders_never_hold_more_than_the_capacity_and_all_are_served() {
                     assert!(matches!(waited, Ok(LineEnd::Granted { .. })), "{waited:?}");
                     let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
+                    // ok: the hold, long enough for others to overlap it if they could.
                     thread::sleep(Duration::from_millis(2));
                     holding.fetch_sub(1, Ordering::SeqCst);
                     let released = fixture.call(&queue::release(&fixture.keys, &ask)).unwrap();
