@@ -78,11 +78,6 @@ impl Lock {
         self.lock().await?.run(work).await
     }
 
-    /// The lock, held by this handle without a guard.
-    async fn held(&self, wait: Wait) -> Result<bool, Error> {
-        Ok(self.guard(wait).await?.map(LockGuard::keep).is_some())
-    }
-
     /// The acquire path, run on a task of its own so that a grant that lands after this
     /// future is dropped is still released: dropping it cancels the task's wait, and the
     /// task's guard, if it took the lock, is dropped with the task's output.

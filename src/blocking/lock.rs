@@ -103,15 +103,6 @@ impl Lock {
         Ok(epoch.map(|epoch| LockGuard { lock: self, epoch }))
     }
 
-    /// The acquire path, the lock held by the handle without a guard.
-    async fn held(&self, wait: Wait) -> Result<bool, Error> {
-        Ok(self
-            .inner
-            .take(wait, &self.inner.settings.cancel)
-            .await?
-            .is_some())
-    }
-
     async fn release_held(&self) -> Result<(), Error> {
         self.inner.release(None).await
     }
@@ -211,6 +202,11 @@ impl Lock {
 impl<'a> LockGuard<'a> {
     fn inner(&self) -> &Arc<Inner<Blocking>> {
         &self.lock.inner
+    }
+
+    /// Leaves the lock held by its handle, with no guard to release it.
+    fn keep(self) {
+        std::mem::forget(self);
     }
 
     fn into_arc(self, lock: Arc<Lock>) -> ArcLockGuard {

@@ -3,8 +3,8 @@
 //! [`Inner::take`](crate::driver::Inner::take).
 //!
 //! Each API gives what the shell calls: `guard(wait)` (the acquire path, into that API's
-//! guard), `held(wait)` (the same, held by the handle without a guard), `release_held()`
-//! and `from_inner(..)` (the handle around a built `Inner`).
+//! guard), its guard's `keep()` (the lock then held by the handle without a guard),
+//! `release_held()` and `from_inner(..)` (the handle around a built `Inner`).
 
 /// How long the lock of `with_lock` lives without a renewal: a crashed process frees it
 /// after this long, while the renewal keeps it for a live one.
@@ -43,6 +43,11 @@ macro_rules! lock {
             use $crate::shell::$run;
 
             impl Lock {
+                /// The acquire path, the lock then held by the handle without a guard.
+                async fn held(&self, wait: Wait) -> Result<bool, Error> {
+                    Ok(self.guard(wait).await?.map(LockGuard::keep).is_some())
+                }
+
                 /// The lock's name (the key is `lock:<name>`).
                 ///
                 /// ```no_run
