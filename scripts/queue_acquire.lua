@@ -26,17 +26,33 @@ local function holds(token, expiry)
     return {1, token, left}
 end
 
-local held = s.held[id]
+local held, bad = holding(id)
+if bad then
+    return bad
+end
 if held then
     -- Granted by another's script: the token pushed to its list, if not read, is spent.
     redis.call("del", KEYS[8] .. id)
     return holds(held.token, held.expiry)
 end
 -- A waiter whose entry lapsed (it was stopped) is new again, and joins at the back.
-local queued = live_beat(s, id) ~= nil and redis.call("zscore", KEYS[3], id) ~= false
+local queued = false
+if live_beat(s, id) then
+    queued, bad = read(3, "zscore", KEYS[3], id)
+    if bad then
+        return bad
+    end
+end
 local tail
 if not queued then
     tail = {id = id, units = units, lease = lease}
+    -- Joining writes the queue's keys, which nothing may have read yet.
+    if mode == "wait" then
+        bad = select(2, counter(6)) or need(5)
+        if bad then
+            return bad
+        end
+    end
 end
 local grants, corrupt = settle(s, capacity, tail, id)
 if not grants then

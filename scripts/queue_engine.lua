@@ -8,14 +8,23 @@
 -- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
 -- KEYS[8] the signal lists' prefix: a waiter's list is the prefix followed by its id; a grant
 -- pushes the fencing token there.
+-- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
+-- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
+-- written. It spares each script a read of all holders; `queue_state` checks it against a
+-- recount.
 -- A script reads and checks all it needs first and writes only after: one stopped by an error
--- keeps the writes it made, and a corrupt key must leave everything as it was. Time is the
+-- keeps the writes it made, and a corrupt key must leave everything as it was. A key's type
+-- is checked by the reads that happen anyway, and by a TYPE only for a key a script writes
+-- without having read it (`need`): each call costs a script about a microsecond. Time is the
 -- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
 
-local NOW
+-- Now in server ms, as a number and as the text the reads take.
+local NOW, AT
 do
     local time = redis.call("time")
-    NOW = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local ms = math.floor(tonumber(time[2]) / 1000)
+    NOW = tonumber(time[1]) * 1000 + ms
+    AT = time[1] .. string.sub(ms + 1000, 2)
 end
 
 -- `n` as the integer text Redis takes (Lua would print large numbers as 1.7e+12).
@@ -39,11 +48,14 @@ local function pair(text)
     end
 end
 
-local KINDS = {"zset", "hash", "zset", "zset", "hash", "string", "string"}
+local KINDS = {"zset", "hash", "zset", "zset", "hash", "string", "string", "list", "string"}
 
--- A read of KEYS[k], or nil and the reply naming it when it holds another type. A read that
--- happens anyway checks the type for free: each call costs a script about a microsecond.
+-- The keys whose type a read has checked, by their place in KEYS.
+local CHECKED = {}
+
+-- A read of KEYS[k], or nil and the reply naming it when it holds another type.
 local function read(k, ...)
+    CHECKED[k] = true
     local reply = redis.pcall(...)
     if type(reply) == "table" and reply.err then
         -- Any other refusal (a missing ACL right) is the script's error, not a corrupt key.
@@ -55,77 +67,148 @@ local function read(k, ...)
     return reply
 end
 
--- nil, or the reply naming KEYS[k] when it holds something other than its kind.
-local function wrong_type(k)
+-- nil, or the reply naming KEYS[k] when it holds something other than its kind: for a key
+-- about to be written that no read has checked.
+local function need(k)
+    if CHECKED[k] then
+        return nil
+    end
+    CHECKED[k] = true
     local found = redis.call("type", KEYS[k]).ok
     if found ~= "none" and found ~= KINDS[k] then
         return {-1, k, "it holds a " .. found .. ", not a " .. KINDS[k]}
     end
 end
 
--- nil, or the reply naming counter KEYS[k] when it is not a whole number.
-local function bad_counter(k)
+-- Counter KEYS[k]'s value ("0" when there is none), or nil and the reply naming it when it
+-- is not a whole number.
+local function counter(k)
     local n, bad = read(k, "get", KEYS[k])
+    if bad then
+        return nil, bad
+    end
     -- At most 15 digits: the counter stays exact in Lua's doubles, and INCR cannot overflow.
     if n and not (string.match(n, "^%d+$") and #n <= 15) then
-        return {-1, k, "the counter is not an integer from 0 to 999999999999999"}
+        return nil, {-1, k, "the counter is not an integer from 0 to 999999999999999"}
     end
-    return bad
+    return n or "0"
 end
 
--- The state as the purge will leave it, read and checked, nothing written yet: the live
--- holders (expiry > now) with their units, token and expiry ("inf": none), the units they
--- use, and what the purge removes: expired holders, and waiters whose heartbeat lapsed.
--- Returns nil and the reply when a key is corrupt. Held entries of no holder (which only a
--- hand could write) are not looked for: that would cost a read of them all.
-local function load()
-    local bad = wrong_type(3) or wrong_type(5) or bad_counter(6) or bad_counter(7)
-    if bad then
-        return nil, bad
-    end
-    local holders
-    holders, bad = read(1, "zrange", KEYS[1], 0, -1, "withscores")
-    if not holders then
-        return nil, bad
-    end
-    local s = {held = {}, used = 0, expired = {}, dropped = {}, lapsed = {}, gone = {}}
-    local live = {}
-    for i = 1, #holders, 2 do
-        local score = holders[i + 1]
-        if score == "inf" or tonumber(score) > NOW then
-            table.insert(live, i)
-        else
-            table.insert(s.expired, holders[i])
+-- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
+-- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
+-- version of these scripts, a hand) moves one of the two, or leaves no count, or one below
+-- a unit a holder: then the engine counts again.
+local function kept(count, fence, size)
+    local units, at, entries = string.match(count or "", "^(%d+):(%d+):(%d+)$")
+    if units and #units <= 15 and at == fence and tonumber(entries) == size then
+        units = tonumber(units)
+        if units >= size then
+            return units
         end
     end
-    if #live == 0 then
-        bad = wrong_type(2)
-    end
-    -- By a thousand: a Lua call takes only so many arguments.
-    for from = 1, #live, 1000 do
-        local ids = {}
-        for j = from, math.min(from + 999, #live) do
-            table.insert(ids, holders[live[j]])
-        end
-        local entries
-        entries, bad = read(2, "hmget", KEYS[2], unpack(ids))
+end
+
+-- The units of holder entries `ids` (by a thousand: a Lua call takes only so many
+-- arguments), or nil when one has no "<units>:<token>" entry. Calls `each(id, units, token)`
+-- when given; a type error is returned as the second value.
+local function units_of(ids, each)
+    local sum = 0
+    for from = 1, #ids, 1000 do
+        local batch = {unpack(ids, from, math.min(from + 999, #ids))}
+        local entries, bad = read(2, "hmget", KEYS[2], unpack(batch))
         if not entries then
-            break
+            return nil, bad
         end
-        for j, id in ipairs(ids) do
+        for j, id in ipairs(batch) do
             local units, token = pair(entries[j])
             if not units then
-                return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+                return nil
             end
-            s.held[id] = {units = units, token = token, expiry = holders[live[from + j - 1] + 1]}
-            s.used = s.used + units
+            if each then
+                each(id, units, token)
+            end
+            sum = sum + units
         end
     end
+    return sum
+end
+
+-- The live holders (expiry > now) in order of expiry, as {id, units, token, expiry ("inf":
+-- none)}, and the units they use: a read of them all, for the operator's paths and a count
+-- that is not current. nil and the reply when an entry is corrupt.
+local function live_holders()
+    local found, bad = read(1, "zrangebyscore", KEYS[1], "(" .. AT, "+inf", "withscores")
+    if not found then
+        return nil, bad
+    end
+    local ids, expiry = {}, {}
+    for i = 1, #found, 2 do
+        table.insert(ids, found[i])
+        expiry[found[i]] = found[i + 1]
+    end
+    local holders = {}
+    local used
+    used, bad = units_of(ids, function(id, units, token)
+        table.insert(holders, {id = id, units = units, token = token, expiry = expiry[id]})
+    end)
     if bad then
         return nil, bad
     end
+    if not used then
+        local id = ids[#holders + 1]
+        return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+    end
+    return holders, used
+end
+
+-- The state as the purge will leave it, read and checked, nothing written yet: the units
+-- the live holders use, and what the purge removes: expired holders, and waiters whose
+-- heartbeat lapsed. Its cost does not grow with the holders or the waiters, only with what
+-- the purge removes: the units in use are the kept count (KEYS[9]) less those of the
+-- expired, unless the count is not current. Returns nil and the reply when a key is corrupt.
+local function load()
+    local fence, bad = counter(7)
+    if not fence then
+        return nil, bad
+    end
+    local size
+    size, bad = read(1, "zcard", KEYS[1])
+    if not size then
+        return nil, bad
+    end
+    local s = {expired = {}, dropped = {}, lapsed = {}, gone = {}, fence = fence, size = size}
+    if size == 0 then
+        s.used = 0
+    else
+        local count
+        s.expired, bad = read(1, "zrangebyscore", KEYS[1], "-inf", AT)
+        if not bad then
+            count, bad = read(9, "get", KEYS[9])
+        end
+        if bad then
+            return nil, bad
+        end
+        count = kept(count, fence, size)
+        if count then
+            local gone
+            gone, bad = units_of(s.expired)
+            if bad then
+                return nil, bad
+            end
+            if gone and gone <= count then
+                s.used = count - gone
+            end
+        end
+    end
+    if not s.used then
+        local holders, used = live_holders()
+        if not holders then
+            return nil, used
+        end
+        s.used, s.changed = used, true
+    end
     local lapsed
-    lapsed, bad = read(4, "zrangebyscore", KEYS[4], "-inf", int(NOW))
+    lapsed, bad = read(4, "zrangebyscore", KEYS[4], "-inf", AT)
     if not lapsed then
         return nil, bad
     end
@@ -136,10 +219,31 @@ local function load()
     return s
 end
 
+-- What holder `id` holds while its lease lasts, as {units, token, expiry ("inf": none)}; nil
+-- when it holds nothing. nil and the reply when its entry is corrupt.
+local function holding(id)
+    local score, bad = read(1, "zscore", KEYS[1], id)
+    if bad then
+        return nil, bad
+    end
+    if not score or (score ~= "inf" and tonumber(score) <= NOW) then
+        return nil
+    end
+    local entry
+    entry, bad = read(2, "hget", KEYS[2], id)
+    if bad then
+        return nil, bad
+    end
+    local units, token = pair(entry)
+    if not units then
+        return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+    end
+    return {units = units, token = token, expiry = score}
+end
+
 -- Plans a holder's going (released, reset, or leaving after a grant): its units are free.
-local function drop(s, id)
-    s.used = s.used - s.held[id].units
-    s.held[id] = nil
+local function drop(s, id, held)
+    s.used = s.used - held.units
     table.insert(s.dropped, id)
 end
 
@@ -171,14 +275,21 @@ local function plan(s, capacity, tail)
     local grants = {}
     local start = 0
     while true do
-        local batch = redis.call("zrange", KEYS[3], start, start + 63)
+        local batch, bad = read(3, "zrange", KEYS[3], start, start + 63)
+        if not batch then
+            return nil, bad
+        end
         for _, id in ipairs(batch) do
             if not s.gone[id] then
                 local beat = live_beat(s, id)
                 if not beat then
                     forget(s, id)
                 else
-                    local units, lease = pair(redis.call("hget", KEYS[5], id))
+                    local entry, bad = read(5, "hget", KEYS[5], id)
+                    if bad then
+                        return nil, bad
+                    end
+                    local units, lease = pair(entry)
                     if not units then
                         return nil, {-1, 5, "the waiter " .. id .. " has no \"<units>:<lease>\" entry"}
                     end
@@ -200,6 +311,17 @@ local function plan(s, capacity, tail)
         table.insert(grants, tail)
     end
     return grants
+end
+
+-- Writes the count of units in use, once the holders are as `s` says; with no holders left
+-- there is nothing to count, and no key is left behind.
+local function keep(s, grants)
+    local size = s.size - #s.expired - #s.dropped + #grants
+    if size == 0 then
+        redis.call("del", KEYS[9])
+    else
+        redis.call("set", KEYS[9], int(s.used) .. ":" .. s.fence .. ":" .. size)
+    end
 end
 
 -- Writes what was planned: the purge, the goings, then the grants, each with a new fencing
@@ -230,6 +352,7 @@ local function apply(s, grants, me)
             redis.call("hdel", KEYS[5], g.id)
         end
         g.token = redis.call("incr", KEYS[7])
+        s.fence = int(g.token)
         local expiry = "+inf"
         if g.lease > 0 then
             expiry = int(NOW + g.lease)
@@ -254,6 +377,9 @@ local function apply(s, grants, me)
     if left_queue and redis.call("zcard", KEYS[3]) == 0 then
         redis.call("del", KEYS[6])
     end
+    if s.changed or #s.expired > 0 or #s.dropped > 0 or #grants > 0 then
+        keep(s, grants)
+    end
 end
 
 -- Plans and writes the grant pass after the caller's change; nil, or the reply of a corrupt
@@ -261,6 +387,11 @@ end
 local function settle(s, capacity, tail, me)
     local grants, bad = plan(s, capacity, tail)
     if not grants then
+        return nil, bad
+    end
+    local holders = #grants > 0 or #s.expired > 0 or #s.dropped > 0
+    bad = (holders and need(2)) or (#s.lapsed > 0 and (need(3) or need(5)))
+    if bad then
         return nil, bad
     end
     apply(s, grants, me)

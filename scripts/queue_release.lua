@@ -10,10 +10,13 @@ local s, capacity = start(2)
 if not s then
     return capacity
 end
-local held = s.held[id] ~= nil
+local held, bad = holding(id)
+if bad then
+    return bad
+end
 -- A holder is in no queue: it left it when granted.
 if held then
-    drop(s, id)
+    drop(s, id, held)
 else
     forget(s, id)
 end

@@ -7,13 +7,23 @@ local s, capacity = start(2)
 if not s then
     return capacity
 end
-local ids = {}
-for holder in pairs(s.held) do
-    if id == "" or holder == id then
-        table.insert(ids, holder)
+-- All live holders, or the one named.
+local holders, bad = {}, nil
+if id == "" then
+    local found, used = live_holders()
+    holders, bad = found, not found and used
+else
+    local held
+    held, bad = holding(id)
+    if held then
+        held.id = id
+        holders = {held}
     end
 end
-for _, holder in ipairs(ids) do
-    drop(s, holder)
+if bad then
+    return bad
 end
-return finish(s, capacity, #ids)
+for _, held in ipairs(holders) do
+    drop(s, held.id, held)
+end
+return finish(s, capacity, #holders)

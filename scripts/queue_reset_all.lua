@@ -34,5 +34,5 @@ for _, id in ipairs(ids) do
     redis.call("lpush", list, "reset")
     redis.call("pexpire", list, ARGV[1])
 end
-redis.call("del", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call("del", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9])
 return live

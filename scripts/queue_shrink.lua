@@ -12,12 +12,16 @@ local s, capacity = start(3)
 if not s then
     return capacity
 end
-local held = s.held[id]
+local held, bad = holding(id)
+if bad then
+    return bad
+end
 if held and units > held.units then
     return redis.error_reply("ERR a holder cannot grow: it holds " .. held.units .. " units")
 end
 if held then
     s.used = s.used - (held.units - units)
+    s.changed = true
 end
 local grants, corrupt = settle(s, capacity)
 if not grants then

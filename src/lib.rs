@@ -502,6 +502,19 @@
 //! | `<base>tickets` | string (counter) | the last ticket (gone with the queue) |
 //! | `<base>fence` | string (counter) | the last fencing token handed out |
 //! | `<base>signal:<id>` | list | a waiter's wake-up: the token of its grant |
+//! | `<base>count` | string | `<units in use>:<fencing counter>:<holders>`, kept by the scripts (gone with the last holder) |
+//!
+//! **The kept count.** No script reads every holder: each keeps the units in use in
+//! `<base>count`, with the fencing counter and the number of holders it wrote it at, and
+//! reads only what it changes, so its server time does not grow with the holders or the
+//! waiters. A count whose marks do not match (a holder written by an older version, or by
+//! hand), or that is not a count, is counted again before anything is granted. A count
+//! edited by hand to another well-formed value with the right marks is trusted until an
+//! operator's read ([`inspect::queue`], `redis-lock status`), which recounts every time,
+//! finds it off: it logs a warning, counts `redis_lock_count_repairs_total`, and has the
+//! next script count again. Older versions recount on every call, so they may share a name
+//! with this one: the marks catch their grants and releases (a downgrade of theirs is
+//! caught by the next operator's read, and until then only grants less).
 //!
 //! **Migrating keys of the earlier rule.** Earlier versions gave a name with a tag of its own
 //! the base `<kind>:<name>:` (`{x}` had `semaphore:{x}:`, the keys of `x`; `a:{b}` had
@@ -517,7 +530,8 @@
 //! The scripts (`scripts/queue_*.lua`, each sent after `queue_engine.lua`, their shared part):
 //! `queue_acquire` (take, join the queue, or heartbeat), `queue_release` (give back, or leave
 //! the queue), `queue_extend` (renew a lease), `queue_shrink` (a read-write lock's downgrade),
-//! `queue_reset` (an operator's reset of one holder or all) and `queue_state` (a read).
+//! `queue_reset` (an operator's reset of one holder or all) and `queue_state` (a holder's
+//! read of its own entry, or the operator's read of everything, with the recount).
 //!
 //! ## Semaphore
 //!

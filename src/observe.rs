@@ -194,3 +194,15 @@ pub(crate) fn fence_went_back(label: &Label, name: &str, last: u64, token: u64) 
         .increment(1);
     let _ = label;
 }
+
+/// The operator's read of queue primitive `name` found its kept count of units in use at
+/// `counted` where a recount found `used` (a hand's edit of its keys, or a bug): the script
+/// dropped the count, so the next one counts again.
+pub(crate) fn count_repaired(kind: &str, name: &str, counted: u64, used: u64) {
+    log::warn!(
+        "{kind} {name:?}: the kept count of units in use said {counted}, a recount found {used}; \
+         repaired"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redis_lock_count_repairs_total", "kind" => kind.to_owned()).increment(1);
+}

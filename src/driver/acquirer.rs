@@ -13,7 +13,7 @@ use crate::config::settings::Settings;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
 use crate::protocol::primitive::Primitive;
-use crate::protocol::queue::{self, Ask, QueueState};
+use crate::protocol::queue::{self, Ask};
 use crate::transport::send::send_repeatable;
 use crate::transport::Transport;
 use crate::{CancelToken, Error};
@@ -71,17 +71,12 @@ impl<R: Runtime> Acquirer<R> {
         Acquisition::take(inner, wait, &self.settings.cancel).await
     }
 
-    /// The holders and waiters as the server sees them now.
-    pub(crate) async fn state(&self) -> Result<QueueState, Error> {
-        let deadline = Instant::now() + self.settings.io_timeout;
-        let request = queue::state(&self.keys);
-        let mut answered = send_repeatable(&*self.transport, &request, deadline).await?;
-        queue::parse_state(&self.keys, &answered.replies.swap_remove(0))
-    }
-
     /// How many units are free now, by this handle's capacity (a read; it may change at once).
     pub(crate) async fn available(&self) -> Result<u64, Error> {
-        let used = self.state().await?.used;
+        let deadline = Instant::now() + self.settings.io_timeout;
+        let request = queue::peek(&self.keys, &self.settings.id);
+        let mut answered = send_repeatable(&*self.transport, &request, deadline).await?;
+        let used = queue::parse_state(&self.keys, &answered.replies.swap_remove(0))?.used;
         Ok(self.capacity.saturating_sub(used))
     }
 }

@@ -130,7 +130,7 @@ impl Leasing for QueueLeasing {
     }
 
     fn read(&self) -> Request {
-        queue::state(&self.keys)
+        queue::peek(&self.keys, self.ask.id())
     }
 
     /// This acquisition as the owner when it holds, else the first holder (or none), so

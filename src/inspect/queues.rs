@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{Batches, Deadlines};
 use crate::backend::{transport_of, Backend};
+use crate::observe;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue;
@@ -154,6 +155,9 @@ async fn read<T: AnyTransport + ?Sized>(
     let keys = QueueKeys::new(kind, name);
     let reply = send_repeatable(keys_to, &queue::state(&keys), deadline).await?;
     let state = queue::parse_state(&keys, reply.first())?;
+    if let Some(counted) = state.counted {
+        observe::count_repaired(kind.word(), name, counted, state.used);
+    }
     let text = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
     Ok(Queue {
         kind,

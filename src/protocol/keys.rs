@@ -188,7 +188,9 @@ const OWN_TAG: char = '=';
 
 /// The parts of a primitive's keys that [`QueueKeys::of_key`] recognises: all but its fence
 /// (which outlives the rest) and its signal lists.
-const SCANNED_PARTS: [&str; 6] = ["holders", "held", "queue", "beats", "wants", "tickets"];
+const SCANNED_PARTS: [&str; 7] = [
+    "holders", "held", "queue", "beats", "wants", "tickets", "count",
+];
 
 /// The keys of one queue-engine primitive (`scripts/queue_engine.lua` says what each holds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,6 +204,8 @@ pub(crate) struct QueueKeys {
     pub(crate) fence: String,
     /// What each waiter's signal list is named with its id appended.
     pub(crate) signals: String,
+    /// The units in use, kept by the scripts so that none reads every holder.
+    pub(crate) count: String,
     pub(crate) slot: u16,
 }
 
@@ -225,6 +229,7 @@ impl QueueKeys {
             tickets: key("tickets"),
             fence: key("fence"),
             signals: key("signal:"),
+            count: key("count"),
         }
     }
 
@@ -260,7 +265,7 @@ impl QueueKeys {
     }
 
     /// The scripts' `KEYS`, in their order.
-    pub(crate) fn all(&self) -> [&str; 8] {
+    pub(crate) fn all(&self) -> [&str; 9] {
         [
             &self.holders,
             &self.held,
@@ -270,6 +275,7 @@ impl QueueKeys {
             &self.tickets,
             &self.fence,
             &self.signals,
+            &self.count,
         ]
     }
 }

@@ -48,6 +48,7 @@ mod observe;
 mod outcomes;
 #[cfg(feature = "cluster")]
 mod queue_backends;
+mod queue_count;
 mod queue_deadlines;
 mod queue_engine;
 mod queue_ops;

@@ -21,15 +21,15 @@ macro_rules! script {
 }
 
 /// A lapse window no test outlives: waiters stay queued without heartbeats.
-const LONG: u64 = 60_000;
+pub(crate) const LONG: u64 = 60_000;
 
 /// A semaphore named `db`, reached through the scripts alone.
-struct Queue {
+pub(crate) struct Queue {
     _server: Option<RedisServer>,
-    conn: redis::Connection,
+    pub(crate) conn: redis::Connection,
 }
 
-fn key(part: &str) -> String {
+pub(crate) fn key(part: &str) -> String {
     format!("semaphore:{{db}}:{part}")
 }
 
@@ -38,7 +38,7 @@ fn signal(id: &str) -> String {
 }
 
 impl Queue {
-    fn new() -> Queue {
+    pub(crate) fn new() -> Queue {
         let server = RedisServer::start();
         let conn = server.conn();
         Queue {
@@ -50,7 +50,7 @@ impl Queue {
     fn run(&mut self, script: &redis::Script, args: &[&str]) -> Value {
         let mut invocation = script.prepare_invoke();
         for part in [
-            "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:",
+            "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
         ] {
             invocation.key(key(part));
         }
@@ -65,7 +65,7 @@ impl Queue {
     }
 
     /// `queue_acquire.lua` in `mode`: `units` of `capacity`, lease and lapse in ms.
-    fn ask(
+    pub(crate) fn ask(
         &mut self,
         id: &str,
         units: u64,
@@ -87,34 +87,34 @@ impl Queue {
     }
 
     /// A waiter for `units` of `capacity`, no lease, that needs no heartbeat in a test.
-    fn wait(&mut self, id: &str, units: u64, capacity: u64) -> Value {
+    pub(crate) fn wait(&mut self, id: &str, units: u64, capacity: u64) -> Value {
         self.ask(id, units, capacity, 0, LONG, "wait")
     }
 
-    fn release(&mut self, id: &str, capacity: u64) -> Value {
+    pub(crate) fn release(&mut self, id: &str, capacity: u64) -> Value {
         self.run(&script!("queue_release.lua"), &[id, &capacity.to_string()])
     }
 
-    fn leave(&mut self, id: &str, capacity: u64) -> Value {
+    pub(crate) fn leave(&mut self, id: &str, capacity: u64) -> Value {
         // A waiter's leaving is a release: a holder is in no queue.
         self.release(id, capacity)
     }
 
-    fn extend(&mut self, id: &str, lease: u64) -> Value {
+    pub(crate) fn extend(&mut self, id: &str, lease: u64) -> Value {
         self.run(&script!("queue_extend.lua"), &[id, &lease.to_string()])
     }
 
-    fn shrink(&mut self, id: &str, units: u64, capacity: u64) -> Value {
+    pub(crate) fn shrink(&mut self, id: &str, units: u64, capacity: u64) -> Value {
         let args = [id, &units.to_string(), &capacity.to_string()];
         self.run(&script!("queue_shrink.lua"), &args)
     }
 
-    fn reset(&mut self, id: &str, capacity: u64) -> Value {
+    pub(crate) fn reset(&mut self, id: &str, capacity: u64) -> Value {
         self.run(&script!("queue_reset.lua"), &[id, &capacity.to_string()])
     }
 
-    fn state(&mut self) -> Value {
-        self.run(&script!("queue_state.lua"), &[])
+    pub(crate) fn state(&mut self) -> Value {
+        self.run(&script!("queue_state.lua"), &[""])
     }
 
     /// The tokens pushed to waiter `id`'s signal list.
@@ -123,7 +123,7 @@ impl Queue {
     }
 
     /// The holders' ids, sorted.
-    fn holders(&mut self) -> Vec<String> {
+    pub(crate) fn holders(&mut self) -> Vec<String> {
         self.conn.zrange(key("holders"), 0, -1).map(sorted).unwrap()
     }
 
@@ -133,7 +133,7 @@ impl Queue {
     }
 
     /// Every key with its serialized value and TTL: equal snapshots, nothing written.
-    fn snapshot(&mut self) -> BTreeMap<String, (Vec<u8>, i64)> {
+    pub(crate) fn snapshot(&mut self) -> BTreeMap<String, (Vec<u8>, i64)> {
         let keys: Vec<String> = self.conn.keys("*").unwrap();
         keys.into_iter()
             .map(|k| {
@@ -144,7 +144,7 @@ impl Queue {
             .collect()
     }
 
-    fn keys(&mut self) -> Vec<String> {
+    pub(crate) fn keys(&mut self) -> Vec<String> {
         self.conn.keys("*").map(sorted).unwrap()
     }
 }
@@ -155,7 +155,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 }
 
 /// An array reply of integers.
-fn ints(reply: &Value) -> Vec<i64> {
+pub(crate) fn ints(reply: &Value) -> Vec<i64> {
     match reply {
         Value::Array(items) => items
             .iter()
@@ -173,14 +173,14 @@ fn is_error(reply: &Value, saying: &str) -> bool {
 }
 
 /// The token of a grant `{1, token, left}`.
-fn granted(reply: &Value) -> u64 {
+pub(crate) fn granted(reply: &Value) -> u64 {
     let reply = ints(reply);
     assert_eq!(reply[0], 1, "not granted: {reply:?}");
     reply[1] as u64
 }
 
 /// The position of a waiter `{0, position, next}`.
-fn position(reply: &Value) -> i64 {
+pub(crate) fn position(reply: &Value) -> i64 {
     let reply = ints(reply);
     assert_eq!(reply[0], 0, "not waiting: {reply:?}");
     reply[1]
@@ -335,11 +335,27 @@ fn every_script_run_twice_does_what_it_did_once() {
 }
 
 #[test]
-fn a_key_of_the_wrong_type_is_refused_and_nothing_is_written() {
-    let parts = [
-        "holders", "held", "queue", "beats", "wants", "tickets", "fence",
+fn a_key_of_the_wrong_type_is_refused_by_every_script_that_touches_it_and_nothing_is_written() {
+    type Script = fn(&mut Queue) -> Value;
+    let wait_c: Script = |q| q.wait("c", 1, 1);
+    let release_a: Script = |q| q.release("a", 1);
+    let leave_b: Script = |q| q.leave("b", 1);
+    let shrink_a: Script = |q| q.shrink("a", 1, 1);
+    let reset_all: Script = |q| q.reset("", 1);
+    let state: Script = |q| q.state();
+    let every = vec![wait_c, release_a, leave_b, shrink_a, reset_all, state];
+    // Each key with the scripts that read or write it, given holder a and waiter b.
+    let parts: [(i64, &str, Vec<Script>); 8] = [
+        (1, "holders", every.clone()),
+        (2, "held", vec![release_a, shrink_a, reset_all, state]),
+        (3, "queue", vec![wait_c, release_a, leave_b, state]),
+        (4, "beats", every.clone()),
+        (5, "wants", vec![wait_c, release_a, leave_b, state]),
+        (6, "tickets", vec![wait_c]),
+        (7, "fence", every.clone()),
+        (9, "count", every),
     ];
-    for (k, part) in parts.iter().enumerate() {
+    for (k, part, scripts) in parts {
         let mut q = Queue::new();
         granted(&q.wait("a", 1, 1));
         q.wait("b", 1, 1);
@@ -347,22 +363,12 @@ fn a_key_of_the_wrong_type_is_refused_and_nothing_is_written() {
         let _: () = q.conn.del(key(part)).unwrap();
         let _: () = q.conn.rpush(key(part), "x").unwrap();
         let before = q.snapshot();
-        for reply in [
-            q.wait("c", 1, 1),
-            q.release("a", 1),
-            q.leave("b", 1),
-            q.shrink("a", 1, 1),
-            q.reset("", 1),
-            q.state(),
-        ] {
+        for script in scripts {
+            let reply = script(&mut q);
             let Value::Array(items) = &reply else {
                 panic!("{part}: {reply:?}")
             };
-            assert_eq!(
-                items[..2],
-                [Value::Int(-1), Value::Int(k as i64 + 1)],
-                "{part}"
-            );
+            assert_eq!(items[..2], [Value::Int(-1), Value::Int(k)], "{part}");
         }
         assert_eq!(q.snapshot(), before, "{part}");
     }
@@ -387,21 +393,39 @@ fn an_extend_is_refused_when_a_key_it_reads_is_corrupt_and_writes_nothing() {
 
 #[test]
 fn a_corrupt_entry_or_counter_is_refused_and_nothing_is_written() {
-    type Corrupt = fn(&mut Queue);
-    let corruptions: [(&str, Corrupt); 4] = [
-        ("held", |q| q.conn.hset(key("held"), "a", "two").unwrap()),
-        ("wants", |q| q.conn.hset(key("wants"), "b", "1").unwrap()),
-        ("tickets", |q| q.conn.set(key("tickets"), "-1").unwrap()),
-        ("fence", |q| q.conn.set(key("fence"), "1e3").unwrap()),
+    type Step = fn(&mut Queue) -> Value;
+    // The release would grant b, and c's ask would join the queue: each must read everything
+    // before it writes anything.
+    let release_a: Step = |q| q.release("a", 1);
+    let corruptions: [(&str, Step, Step); 4] = [
+        (
+            "held",
+            |q| q.conn.hset(key("held"), "a", "two").unwrap(),
+            release_a,
+        ),
+        (
+            "wants",
+            |q| q.conn.hset(key("wants"), "b", "1").unwrap(),
+            release_a,
+        ),
+        (
+            "tickets",
+            |q| q.conn.set(key("tickets"), "-1").unwrap(),
+            |q| q.wait("c", 1, 1),
+        ),
+        (
+            "fence",
+            |q| q.conn.set(key("fence"), "1e3").unwrap(),
+            release_a,
+        ),
     ];
-    for (part, corrupt) in corruptions {
+    for (part, corrupt, step) in corruptions {
         let mut q = Queue::new();
         granted(&q.wait("a", 1, 1));
         q.wait("b", 1, 1);
         corrupt(&mut q);
         let before = q.snapshot();
-        // The release would grant b: it must read everything before it writes anything.
-        let reply = q.release("a", 1);
+        let reply = step(&mut q);
         let Value::Array(items) = &reply else {
             panic!("{part}: {reply:?}")
         };

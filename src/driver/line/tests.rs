@@ -255,7 +255,7 @@ fn a_waiter_heartbeats_past_its_lapse_window_then_leaves_at_its_deadline() {
     assert!(Instant::now() >= deadline);
     assert!(fixture.state().waiters.is_empty());
     let base = "semaphore:{db}:";
-    let left = ["fence", "held", "holders"].map(|k| format!("{base}{k}"));
+    let left = ["count", "fence", "held", "holders"].map(|k| format!("{base}{k}"));
     assert_eq!(fixture.keys_left(), left);
 }
 
