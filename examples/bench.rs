@@ -21,6 +21,10 @@
 //! cargo run --release --example bench -- --impl ours,ours-fair [..]
 //! cargo run --release --example bench -- --cell engine-cost [--holders 0,100,1000,10000]
 //!     [--waiters 10000] [--seconds S] [--json]
+//! cargo run --release --example bench --features tokio -- --cell connections
+//!     [--load async-semaphore,blocking-threads,mixed-100-names] [--load-scale F] [--json]
+//! cargo run --release --example bench --features tokio -- --cell idle-load [--waiters 700]
+//!     [--seconds 10] [--json]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -153,6 +157,57 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- --cell engine-cost
+//! ```
+//!
+//! # `connections` and `idle-load` cells: what waiting costs the server (feature `tokio`)
+//!
+//! Both cells (`support/load_cells.rs`) take the primitive first with a holder of their own
+//! (a blocking handle, a 10-minute lease without renewal), start the waiters, each with a
+//! handle of its own and all with one `CancelToken`, and wait until every queue-engine waiter
+//! is in its queue (`ZCARD` of the name's `queue` key, on the bench's own connection: at most
+//! 2 minutes, else an error). At the end they cancel the waiters, join every thread and task,
+//! release the holders and delete every key of their names (`bench:connections:*`,
+//! `bench:idle-load:*`), also after an error. One server only (they read its `INFO`); run them
+//! against the private server, or a server no one else uses.
+//!
+//! `connections`: for each `--load` (default all three, one line each, named in `load`):
+//!
+//! - `async-semaphore`: 2,000 tokio tasks on one `aio::Semaphore` of 1 permit;
+//! - `blocking-threads`: 200 threads on one `Semaphore` of 1 permit;
+//! - `mixed-100-names`: 1,000 threads and 5,000 tasks on 100 names, name n a plain `Lock`
+//!   (n mod 3 = 0), a fair `Lock` (`.fair(true)`, n mod 3 = 1) or a `Semaphore` of 1 permit
+//!   (n mod 3 = 2); thread i and task i wait on name i mod 100.
+//!
+//! Threads have 256 KiB stacks; tasks run on the bench's runtime (a worker per core).
+//! `--load-scale F` multiplies tasks, threads and names (rounded; at least 1 each, and 3 names
+//! for the mixed load), for a smoke test. Before a load the bench waits until the server's
+//! `connected_clients` (`INFO clients`) has stayed the same for 1.5 s, and reads it
+//! (`connections_before`, the bench's own connection and the library's idle pooled ones
+//! included: a load may reuse those, so for one load's figure alone run it alone). Once the
+//! waiters are all queued (`setup_ms`, from the first one started; plain-lock waiters are not
+//! in a queue, and have had that time to settle), it reads `INFO clients` every 100 ms for 2 s:
+//! `connections` is the most `connected_clients` seen, less before (`connections_least` the
+//! fewest: a server whose waits are ended by `CLIENT KILL` sees each waiter's connection close
+//! and open again at each heartbeat), against the engine-at-scale issue's target
+//! (`connections_target`: 20, 16 for the mixed load; `meets_target`); `blocked_clients` is the
+//! most blocked (in `BLPOP`), less before. Then: `teardown_ms` (the cancel to every waiter
+//! joined), `cancelled` (waiters that ended cancelled: all of them, as none can have a turn)
+//! and `connections_after` (100 ms after, less before).
+//!
+//! `idle-load`: for each `--waiters` count W (default 700), W tokio tasks wait on one
+//! `aio::Semaphore` of 1 permit held by the holder. Once all W are queued: `CONFIG RESETSTAT`,
+//! `--seconds` (default 10 for this cell) of nothing, `INFO commandstats`. Reported, per
+//! second of that time: `scripts_per_s` (`EVALSHA` + `EVAL` calls, and their `_RO` forms),
+//! `commands_per_s` (every `cmdstat_` entry's calls summed, less the bench's own `CONFIG` and
+//! `INFO`) and `blpops_per_s`; `calls` has each command's count. Redis (7.0 and later) counts
+//! the commands that scripts call in `INFO commandstats` too, so `commands_per_s` already
+//! includes the commands run inside the scripts, and each script call counts once more as its
+//! `EVALSHA`. Targets (`scripts_target`, `commands_target`, `meets_target`): at most 10
+//! scripts and 300 commands a second, for 700 waiters.
+//!
+//! ```text
+//! cargo run --release --example bench --features tokio -- --cell connections
+//! cargo run --release --example bench --features tokio -- --cell idle-load
 //! ```
 //!
 //! # `names` cell: many names, no contention
@@ -331,6 +386,9 @@ mod deployments;
 mod dlock_cells;
 #[path = "support/engine_cells.rs"]
 mod engine_cells;
+#[cfg(feature = "tokio")]
+#[path = "support/load_cells.rs"]
+mod load_cells;
 #[path = "support/queue_cells.rs"]
 mod queue_cells;
 #[path = "support/queue_faults.rs"]
@@ -389,6 +447,8 @@ struct Options {
     /// Run on this many independent servers the bench starts, as a Redlock quorum.
     quorum: Option<usize>,
     seconds: f64,
+    /// Whether `--seconds` was given (`idle-load` has a default of its own).
+    seconds_given: bool,
     /// `None`: each cell's default (`loop` 1,2,6; `names` 6).
     concurrency: Option<Vec<usize>>,
     hold_ms: Vec<u64>,
@@ -406,9 +466,15 @@ struct Options {
     /// The `rwlock` cell's contenders of each kind.
     readers: usize,
     writers: usize,
-    /// The `engine-cost` cells' holders, and (on a full semaphore) waiters.
+    /// The `engine-cost` cells' holders, and (on a full semaphore) waiters; `idle-load`'s
+    /// waiters too. `None`: each cell's default (`engine-cost` 10000, `idle-load` 700).
     holders: Vec<u64>,
-    waiters: Vec<u64>,
+    waiters: Option<Vec<u64>>,
+    /// The `connections` cell's loads, and what their sizes are multiplied by.
+    #[cfg(feature = "tokio")]
+    loads: Vec<load_cells::Load>,
+    #[cfg(feature = "tokio")]
+    load_scale: f64,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -437,6 +503,10 @@ enum CellKind {
     Fifo,
     /// A queue-engine script's server time, with many holders or waiters.
     EngineCost,
+    /// The server connections of many waiters in one process (feature `tokio`).
+    Connections,
+    /// The commands idle waiters cost the server (feature `tokio`).
+    IdleLoad,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -554,6 +624,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             CellKind::Scale => async_cells::run_scale(&place, &options)?,
             #[cfg(not(feature = "tokio"))]
             CellKind::Scale => unreachable!("parse_args refuses it without the tokio feature"),
+            #[cfg(feature = "tokio")]
+            CellKind::Connections | CellKind::IdleLoad => {
+                let Place::Server { client, .. } = &place else {
+                    unreachable!("parse_args refuses these cells with --cluster or --quorum")
+                };
+                if kind == CellKind::Connections {
+                    load_cells::run_connections(client, &options)?
+                } else {
+                    load_cells::run_idle_load(client, &options)?
+                }
+            }
+            #[cfg(not(feature = "tokio"))]
+            CellKind::Connections | CellKind::IdleLoad => {
+                unreachable!("parse_args refuses them without the tokio feature")
+            }
             CellKind::Semaphore => queue_cells::run_semaphore(&place, &options)?,
             CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
             CellKind::Crash
@@ -811,6 +896,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         cluster_replicas: 1,
         quorum: None,
         seconds: 5.0,
+        seconds_given: false,
         concurrency: None,
         hold_ms: vec![0, 10],
         // Set after the loop: the default depends on --quorum.
@@ -826,7 +912,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         readers: 6,
         writers: 2,
         holders: vec![0, 100, 1000, 10_000],
-        waiters: vec![10_000],
+        waiters: None,
+        #[cfg(feature = "tokio")]
+        loads: load_cells::Load::ALL.to_vec(),
+        #[cfg(feature = "tokio")]
+        load_scale: 1.0,
     };
     let mut impls = None;
     while let Some(arg) = args.next() {
@@ -851,6 +941,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 if !(options.seconds > 0.0 && options.seconds.is_finite()) {
                     return Err("--seconds must be positive".into());
                 }
+                options.seconds_given = true;
             }
             "--concurrency" => options.concurrency = Some(list(&value()?, "--concurrency")?),
             "--hold-ms" => options.hold_ms = list(&value()?, "--hold-ms")?,
@@ -900,10 +991,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "dead-waiter" => Ok(CellKind::DeadWaiter),
                         "fifo" => Ok(CellKind::Fifo),
                         "engine-cost" => Ok(CellKind::EngineCost),
+                        "connections" if cfg!(feature = "tokio") => Ok(CellKind::Connections),
+                        "connections" => Err(rebuild("the connections cell", "tokio")),
+                        "idle-load" if cfg!(feature = "tokio") => Ok(CellKind::IdleLoad),
+                        "idle-load" => Err(rebuild("the idle-load cell", "tokio")),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
                              scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
-                             engine-cost)"
+                             engine-cost, connections, idle-load)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -936,7 +1031,21 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 options.writers = value()?.parse().map_err(|e| format!("--writers: {e}"))?
             }
             "--holders" => options.holders = list(&value()?, "--holders")?,
-            "--waiters" => options.waiters = list(&value()?, "--waiters")?,
+            "--waiters" => options.waiters = Some(list(&value()?, "--waiters")?),
+            #[cfg(feature = "tokio")]
+            "--load" => {
+                options.loads = value()?
+                    .split(',')
+                    .map(load_cells::Load::parse)
+                    .collect::<Result<_, _>>()?
+            }
+            #[cfg(feature = "tokio")]
+            "--load-scale" => {
+                options.load_scale = value()?.parse().map_err(|e| format!("--load-scale: {e}"))?;
+                if !(options.load_scale > 0.0 && options.load_scale.is_finite()) {
+                    return Err("--load-scale must be positive".into());
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -965,7 +1074,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         use CellKind::*;
         matches!(
             kind,
-            Crash | Overshoot | PermitCrash | DeadWaiter | Fifo | EngineCost
+            Crash
+                | Overshoot
+                | PermitCrash
+                | DeadWaiter
+                | Fifo
+                | EngineCost
+                | Connections
+                | IdleLoad
         )
     };
     if options.cluster && options.cells.iter().any(tail) {

@@ -35,7 +35,7 @@ pub fn run_engine_cost(
     for &holders in &options.holders {
         engine_cost_cell(client, holders, 0, options.seconds)?.print(options.json);
     }
-    for &waiters in &options.waiters {
+    for &waiters in options.waiters.as_deref().unwrap_or(&[10_000]) {
         engine_cost_cell(client, 1, waiters, options.seconds)?.print(options.json);
     }
     Ok(())

@@ -480,3 +480,137 @@ fn the_engine_cost_cells_print_the_scripts_server_time() {
         assert!(cell["script_us_per_call"].as_f64() > Some(0.0), "{stdout}");
     }
 }
+
+/// The `connections` cells, shrunk (`--load-scale 0.02`: 40 tasks; 4 threads; 20 threads and
+/// 100 tasks on 3 names): one line per load, every waiter queued or waiting and then cancelled,
+/// and no key of theirs left behind.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_connections_cells_count_the_waiters_connections() {
+    let server = RedisServer::start();
+    let mut bench = bench_on(&server);
+    bench.args(["--cell", "connections", "--load-scale", "0.02", "--json"]);
+    let (stdout, cells) = json_lines(&mut bench);
+    let shapes: Vec<_> = cells
+        .iter()
+        .map(|cell| {
+            (
+                cell["load"].as_str(),
+                cell["tasks"].as_u64(),
+                cell["threads"].as_u64(),
+                cell["names"].as_u64(),
+                cell["connections_target"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (
+                Some("async-semaphore"),
+                Some(40),
+                Some(0),
+                Some(1),
+                Some(20)
+            ),
+            (
+                Some("blocking-threads"),
+                Some(0),
+                Some(4),
+                Some(1),
+                Some(20)
+            ),
+            (
+                Some("mixed-100-names"),
+                Some(100),
+                Some(20),
+                Some(3),
+                Some(16)
+            ),
+        ],
+        "{stdout}"
+    );
+    for cell in &cells {
+        assert_eq!(cell["cell"], "connections", "{stdout}");
+        let waiters = cell["waiters"].as_u64().unwrap();
+        assert_eq!(
+            waiters,
+            cell["tasks"].as_u64().unwrap() + cell["threads"].as_u64().unwrap(),
+            "{cell}"
+        );
+        // Every waiter ended cancelled: none can have had a turn.
+        assert_eq!(cell["cancelled"].as_u64(), Some(waiters), "{cell}");
+        for field in [
+            "queued",
+            "connections",
+            "blocked_clients",
+            "connections_before",
+        ] {
+            assert!(cell[field].as_u64() > Some(0), "{field} in {cell}");
+        }
+        for field in [
+            "connections_least",
+            "connections_after",
+            "setup_ms",
+            "teardown_ms",
+        ] {
+            assert!(cell[field].is_u64(), "{field} in {cell}");
+        }
+        assert!(cell["meets_target"].is_boolean(), "{cell}");
+    }
+    // One name in three of the mixed load is a plain lock, whose waiters have no queue.
+    assert_eq!(cells[0]["queued"], 40, "{stdout}");
+    assert_eq!(cells[1]["queued"], 4, "{stdout}");
+    assert!(cells[2]["queued"].as_u64() < Some(120), "{stdout}");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*bench:connections:*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}
+
+/// The `idle-load` cell, shrunk (10 waiters, 2 s): the server ran scripts, commands and
+/// `BLPOP`s while they waited, and no key of theirs is left behind.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_idle_load_cell_counts_what_idle_waiters_cost_the_server() {
+    let server = RedisServer::start();
+    let mut bench = bench_on(&server);
+    bench.args([
+        "--cell",
+        "idle-load",
+        "--waiters",
+        "10",
+        "--seconds",
+        "2",
+        "--json",
+    ]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), 1, "{stdout}");
+    let cell = &cells[0];
+    assert_eq!(cell["cell"], "idle-load", "{cell}");
+    assert_eq!(cell["waiters"], 10, "{cell}");
+    assert_eq!(cell["scripts_target"], 10, "{cell}");
+    assert_eq!(cell["commands_target"], 300, "{cell}");
+    assert!(cell["meets_target"].is_boolean(), "{cell}");
+    assert!(cell["seconds"].as_f64() >= Some(2.0), "{cell}");
+    let scripts = cell["scripts_per_s"].as_f64().unwrap();
+    assert!(scripts > 0.0, "{cell}");
+    // Every script call is a command too, with those it calls.
+    assert!(cell["commands_per_s"].as_f64().unwrap() > scripts, "{cell}");
+    assert!(cell["blpops_per_s"].as_f64() > Some(0.0), "{cell}");
+    assert!(cell["calls"]["evalsha"].as_u64() > Some(0), "{cell}");
+    // The bench's own `CONFIG RESETSTAT` and `INFO` are left out.
+    let calls = cell["calls"].as_object().unwrap();
+    assert!(
+        !calls
+            .keys()
+            .any(|c| c.starts_with("config") || c.starts_with("info")),
+        "{cell}"
+    );
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*bench:idle-load:*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}
