@@ -1,11 +1,17 @@
--- Asks for units, or asks again (a heartbeat). Safe to send again: everything is by id.
+-- Asks for units, or asks again. Safe to send again: everything is by id.
 -- ARGV[1] acquisition id, ARGV[2] units, ARGV[3] capacity, ARGV[4] lease ms ("0": none),
--- ARGV[5] lapse window ms, ARGV[6] "try" (no queueing) or "wait".
+-- ARGV[5] lapse window ms, ARGV[6] "try" (no queueing) or "wait", ARGV[7] "new" when the
+-- waiter's process may be new to this primitive, "known" when it joined before (older
+-- versions send none: "new").
 -- Returns {1, token, lease ms left (-1: none)} when the id holds, {0, position, next ms} when
 -- it waits (position from 1; 0 for a try that was not queued), where next is when to ask
--- again: the earliest event that could let it in, and at most half the lapse window (its
--- heartbeat). {-1, k, reason} when KEYS[k] is corrupt, and nothing was written.
+-- again: the earliest event that could let it in (-1: none but a grant, which comes to its
+-- process's inbox), and for an id that is its own process at most half the lapse window
+-- (its heartbeat). {-2} when its process is "known" but lapsed (it was stopped): nothing is
+-- written, and the process makes its waiters join again. {-1, k, reason} when KEYS[k] is
+-- corrupt, and nothing was written.
 local id, units, lease, lapse, mode = ARGV[1], whole(2), whole(4), whole(5), ARGV[6]
+local of = process(id)
 if not (units and units >= 1 and lease and lapse and lapse >= 2) or (mode ~= "try" and mode ~= "wait") then
     return redis.error_reply("ERR queue_acquire: bad arguments")
 end
@@ -35,7 +41,12 @@ if held then
     redis.call("del", KEYS[8] .. id)
     return holds(held.token, held.expiry)
 end
--- A waiter whose entry lapsed (it was stopped) is new again, and joins at the back.
+-- A waiter whose entry lapsed (it was stopped) is new again, and joins at the back; one of a
+-- process that lapsed waits for its process to make all its waiters join again, so that
+-- none keeps a place its process lost.
+if mode == "wait" and of ~= id and ARGV[7] == "known" and not live_beat(s, id) then
+    return {-2}
+end
 local queued = false
 if live_beat(s, id) then
     queued, bad = read(3, "zscore", KEYS[3], id)
@@ -76,9 +87,14 @@ if not queued then
     redis.call("zadd", KEYS[3], redis.call("incr", KEYS[6]), id)
     redis.call("hset", KEYS[5], id, int(units) .. ":" .. int(lease))
 end
-redis.call("zadd", KEYS[4], int(NOW + lapse), id)
+-- Its heartbeat, which for a process proves all its waiters alive: never shortened.
+redis.call("zadd", KEYS[4], "gt", int(NOW + lapse), of)
+outlive(4, lapse)
 local position = redis.call("zrank", KEYS[3], id) + 1
-local next = math.floor(lapse / 2)
+local next = -1
+if of == id then
+    next = math.floor(lapse / 2)
+end
 local event
 if position == 1 then
     -- The first holder to expire may free enough.
@@ -87,11 +103,17 @@ if position == 1 then
         event = tonumber(first[2])
     end
 else
-    -- The waiter just ahead may lapse: the script that looks then lets this one move up.
-    local ahead = redis.call("zrange", KEYS[3], position - 2, position - 2)
-    event = tonumber(redis.call("zscore", KEYS[4], ahead[1]))
+    -- The waiter just ahead may lapse, unless it lapses with this one (the same process):
+    -- the script that looks then lets this one move up.
+    local ahead = process(redis.call("zrange", KEYS[3], position - 2, position - 2)[1])
+    if ahead ~= of then
+        event = tonumber(redis.call("zscore", KEYS[4], ahead))
+    end
 end
-if event then
-    next = math.min(next, event - NOW)
+if event and (next < 0 or event - NOW < next) then
+    next = event - NOW
+end
+if next < 0 then
+    return {0, position, -1}
 end
 return {0, position, math.max(1, next)}

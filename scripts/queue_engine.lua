@@ -3,11 +3,14 @@
 -- KEYS[1] holders: ZSET id -> lease expiry, server ms ("+inf": none)
 -- KEYS[2] held: HASH id -> "<units>:<fencing token>"
 -- KEYS[3] queue: ZSET waiter id -> ticket (arrival order)
--- KEYS[4] beats: ZSET waiter id -> when it lapses, server ms (last heartbeat + lapse window)
+-- KEYS[4] beats: ZSET process id -> when its waiters lapse, server ms (last heartbeat + lapse
+-- window). A waiter id ends in "@<process id>" (16 hex digits): one heartbeat proves every
+-- waiter of that process alive. An id without it (an older version's) is its own process.
 -- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
 -- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
--- KEYS[8] the signal lists' prefix: a waiter's list is the prefix followed by its id; a grant
--- pushes the fencing token there.
+-- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
+-- pushes "<fencing token>:<waiter id>" there (an older version's waiter: the token alone, to
+-- its own list).
 -- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
 -- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
 -- written. It spares each script a read of all holders; `queue_state` checks it against a
@@ -255,12 +258,25 @@ local function forget(s, id)
     end
 end
 
--- A queued waiter's heartbeat time when it is still live, else nil.
+-- KEYS[k] lasts at least `ms` more, and no key outlives the heartbeats kept in it.
+local function outlive(k, ms)
+    if redis.call("pttl", KEYS[k]) < ms then
+        redis.call("pexpire", KEYS[k], int(ms))
+    end
+end
+
+-- The process of waiter `id`, whose heartbeat keeps it in the queue.
+local function process(id)
+    return string.match(id, "@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$") or id
+end
+
+-- A queued waiter's heartbeat time (its process's) when it is still live, else nil.
 local function live_beat(s, id)
-    if s.gone[id] then
+    local of = process(id)
+    if s.gone[id] or s.gone[of] then
         return nil
     end
-    local beat = tonumber(redis.call("zscore", KEYS[4], id))
+    local beat = tonumber(redis.call("zscore", KEYS[4], of))
     if beat and beat > NOW then
         return beat
     end
@@ -369,8 +385,13 @@ local function apply(s, grants, me)
         redis.call("zadd", KEYS[1], expiry, g.id)
         redis.call("hset", KEYS[2], g.id, int(g.units) .. ":" .. int(g.token))
         if g.id ~= me then
-            local list = KEYS[8] .. g.id
-            redis.call("lpush", list, g.token)
+            local of = process(g.id)
+            local list = KEYS[8] .. of
+            if of == g.id then
+                redis.call("lpush", list, g.token)
+            else
+                redis.call("lpush", list, int(g.token) .. ":" .. g.id)
+            end
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
         end
     end

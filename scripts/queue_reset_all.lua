@@ -1,8 +1,9 @@
 -- reset_all for one queue-engine primitive (KEYS as in queue_engine.lua, whose functions it
 -- does not need: it reads nothing it must trust). Deletes the holders and the queue, keeps
 -- the fencing counter (as reset_all keeps a lock's `lock-fence:`), and pushes a wake that is
--- not a token to each holder's and waiter's signal list: a blocked waiter asks again, finds
--- its entry gone and joins anew; a token not yet read is withdrawn. Safe to send again.
+-- not a token to each holder's and waiter's signal list (or its process's inbox): a blocked
+-- waiter asks again, finds its entry gone and joins anew; a token not yet read is withdrawn.
+-- Safe to send again.
 -- ARGV[1] signal expiry in ms.
 -- Returns how many holders with a live lease it removed.
 local time = redis.call("time")
@@ -28,11 +29,16 @@ for _, key in ipairs({KEYS[1], KEYS[3]}) do
         end
     end
 end
+-- Each waiter's own list, or its process's inbox ("@<process id>" ends its id), once.
+local lists = {}
 for _, id in ipairs(ids) do
-    local list = KEYS[8] .. id
-    redis.call("del", list)
-    redis.call("lpush", list, "reset")
-    redis.call("pexpire", list, ARGV[1])
+    local list = KEYS[8] .. (string.match(id, "@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$") or id)
+    if not lists[list] then
+        lists[list] = true
+        redis.call("del", list)
+        redis.call("lpush", list, "reset")
+        redis.call("pexpire", list, ARGV[1])
+    end
 end
 redis.call("del", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9])
 return live

@@ -11,6 +11,23 @@ pub(crate) fn random_id() -> Result<String, Error> {
     Ok(base64(&bytes))
 }
 
+/// `len` random hex digits from the OS random source (a process's id in the queues); an OS
+/// that gives none gives the time's digits instead, which still differ between processes.
+pub(crate) fn random_hex(len: usize) -> String {
+    let mut bytes = vec![0u8; len.div_ceil(2)];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let seed = nanos ^ u128::from(std::process::id()) << 64;
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = (seed >> (8 * (i % 16))) as u8;
+        }
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    hex[..len].to_owned()
+}
+
 /// Standard base64 of whole 3-byte groups (the id length is a multiple of 3, so no padding).
 fn base64(bytes: &[u8]) -> String {
     bytes

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::line::LineEnd;
-use super::{Inner, Runtime};
+use super::{Inner, Place, Runtime};
 use crate::observe;
-use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::{Wait, LOOSE};
-use crate::protocol::queue::Ask;
 use crate::{CancelToken, Error};
 
 impl<R: Runtime> Inner<R> {
@@ -19,8 +17,7 @@ impl<R: Runtime> Inner<R> {
     /// wait ended first (nothing is then held, and the waiter has left the queue).
     pub(crate) async fn acquire_in_line(
         self: &Arc<Self>,
-        queue: &QueueKeys,
-        ask: &Ask,
+        place: &Place,
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
@@ -34,7 +31,7 @@ impl<R: Runtime> Inner<R> {
                 if let Some(epoch) = self.before_acquire(wait, cancel).await? {
                     return Ok(Some(epoch));
                 }
-                let line = self.line(queue);
+                let (line, ask) = (self.line(place), &place.ask);
                 let end = match wait {
                     Wait::Never => line.try_once(ask).await?,
                     Wait::Until(deadline) => line.wait(ask, Some(deadline), cancel).await?,

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Inner, Runtime};
+use super::hub::Hub;
+use super::{Inner, Place, Runtime};
 use crate::config::settings::Settings;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
@@ -24,8 +25,10 @@ pub(crate) struct Acquirer<R: Runtime> {
     transport: Arc<R::Transport>,
     pub(crate) keys: QueueKeys,
     pub(crate) capacity: u64,
-    /// How many acquisitions this handle has made: the last part of their ids.
+    /// How many acquisitions this handle has made: a part of their ids.
     made: AtomicU64,
+    /// The process's hub on the primitive's server, whose process id ends the ids.
+    hub: Arc<Hub>,
 }
 
 /// One acquisition held, of any primitive: given back by [`Acquisition::release`] or when
@@ -44,8 +47,10 @@ impl<R: Runtime> Acquirer<R> {
         transport: Arc<dyn Transport>,
         capacity: u64,
     ) -> Self {
+        let keys = QueueKeys::new(kind, &settings.name);
         Acquirer {
-            keys: QueueKeys::new(kind, &settings.name),
+            hub: Hub::of(&transport, &keys, settings.io_timeout),
+            keys,
             settings,
             transport: R::over(transport),
             capacity,
@@ -61,12 +66,25 @@ impl<R: Runtime> Acquirer<R> {
         units: u64,
         wait: Wait,
     ) -> Result<Option<Acquisition<R>>, Error> {
-        let (settings, ask) = next_ask(&self.settings, &self.made, units, self.capacity)?;
+        let n = self.made.fetch_add(1, Ordering::Relaxed);
+        let mut settings = self.settings.clone();
+        settings.id = queue::waiter_id(&format!("{}:{n}", settings.id), self.hub.process());
+        let ask = Ask::new(
+            &settings.id,
+            units,
+            self.capacity,
+            settings.expire(),
+            settings.lapse(),
+        )?;
+        let place = Place {
+            keys: self.keys.clone(),
+            ask,
+            hub: Arc::clone(&self.hub),
+        };
         let inner = Arc::new(Inner::for_line(
             settings,
             Arc::clone(&self.transport),
-            &self.keys,
-            &ask,
+            place,
         ));
         Acquisition::take(inner, wait, &self.settings.cancel).await
     }
@@ -79,27 +97,6 @@ impl<R: Runtime> Acquirer<R> {
         let used = queue::parse_state(&self.keys, &answered.replies.swap_remove(0))?.used;
         Ok(self.capacity.saturating_sub(used))
     }
-}
-
-/// The settings and ask of a new acquisition of `units` of `capacity` by the handle with
-/// `settings`, which has made `made` before: an id of its own, the handle's and a count.
-fn next_ask(
-    settings: &Settings,
-    made: &AtomicU64,
-    units: u64,
-    capacity: u64,
-) -> Result<(Settings, Ask), Error> {
-    let n = made.fetch_add(1, Ordering::Relaxed);
-    let mut settings = settings.clone();
-    settings.id = format!("{}:{n}", settings.id);
-    let ask = Ask::new(
-        &settings.id,
-        units,
-        capacity,
-        settings.expire(),
-        settings.lapse(),
-    )?;
-    Ok((settings, ask))
 }
 
 impl<R: Runtime> Acquisition<R> {
@@ -147,7 +144,7 @@ impl<R: Runtime> Acquisition<R> {
     /// Keeps `units` of what it holds and gives back the rest (a write lock downgraded to a
     /// read lock). False if it no longer held anything.
     pub(crate) async fn shrink(&self, units: u64) -> Result<bool, Error> {
-        let Some((keys, ask)) = self.inner.place() else {
+        let Some(Place { keys, ask, .. }) = self.inner.place() else {
             return Err(Error::unexpected(
                 &"a shrink of a lock off the queue engine",
             ));

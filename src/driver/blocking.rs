@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::line::By;
+use super::hub::{Mailbox, Told};
 use super::renew::Renewal;
 use super::{Inner, Renewing, Runtime, Tried};
+use crate::cancel::Interrupt;
 use crate::protocol::lease::Wait;
 use crate::protocol::lock;
 use crate::protocol::request::Request;
@@ -45,47 +46,17 @@ impl Runtime for Blocking {
         ready(wait_once(inner, slot, until, wait, cancel))
     }
 
-    type PopConn<'a> = Box<dyn Waiter + 'a>;
-
-    fn pop<'a>(
-        transport: &'a Arc<dyn Transport>,
-        conn: &mut Option<Box<dyn Waiter + 'a>>,
-        slot: u16,
-        request: &Request,
-        until: Instant,
-        by: By,
+    fn mail(
+        mailbox: &Arc<Mailbox>,
+        until: Option<Instant>,
         cancel: &CancelToken,
-    ) -> impl Future<Output = Result<Option<Value>, Fault>> + Send {
-        let waiter = match conn {
-            Some(waiter) => waiter,
-            None => match transport.waiter(slot, by.now()) {
-                Ok(waiter) => conn.insert(waiter),
-                Err(fault) => return ready(Err(fault)),
-            },
+    ) -> impl Future<Output = Option<Told>> + Send {
+        let interrupt: Arc<dyn Interrupt> = Arc::clone(mailbox) as _;
+        let told = match cancel.blocking(interrupt) {
+            Some(_registered) => mailbox.wait(until, || cancel.is_cancelled()),
+            None => None,
         };
-        let popped = waiter.ready(by.now()).and_then(|()| {
-            let blocked = block(
-                transport,
-                waiter.as_mut(),
-                request,
-                until,
-                by.after(until),
-                by.now(),
-                cancel,
-            )?;
-            Ok(match blocked {
-                Blocked::Replied(mut replies) => Some(replies.swap_remove(0)),
-                Blocked::Ended | Blocked::Cancelled => None,
-            })
-        });
-        if !matches!(popped, Ok(Some(_))) {
-            *conn = None;
-        }
-        ready(popped)
-    }
-
-    fn rest(_: &Arc<dyn Transport>, conn: Box<dyn Waiter + '_>) {
-        conn.keep_for_holder();
+        ready(told)
     }
 
     fn apart<T, F>(

@@ -1,14 +1,16 @@
 //! The wait in the queue engine's line, written once for both runtimes: a thin loop of I/O
 //! around [`QueueWait`](crate::protocol::queue::QueueWait), which decides every step.
 //!
-//! A waiter asks (`queue_acquire.lua`); not granted, it blocks in `BLPOP` on its own signal
-//! list until its next event (a holder's expiry, the lapse of the waiter ahead, its own
-//! heartbeat) or its deadline, whichever is first; the runtime ends the `BLPOP` at that
-//! instant ([`Runtime::pop`]). A grant pushes its token there, so no wake-up is lost; a `BLPOP`
-//! that ends empty asks again, which is also its heartbeat. At the deadline, or on a cancel,
-//! it leaves the line, giving back any grant that came meanwhile. Every request it sends is
-//! safe to send twice, so a lost reply is sent again or settled by the next ask, which reads
-//! what the id holds.
+//! A waiter takes a seat at its process's [`Hub`] and asks (`queue_acquire.lua`); not
+//! granted, it waits for its mailbox until its next event (a holder's expiry, the lapse of
+//! another process's waiter just ahead) or its deadline, whichever is first, and then asks
+//! again. A grant is pushed to the process's inbox, and the hub's one `BLPOP` hands it to the
+//! waiter's mailbox; the hub also sends the heartbeat that keeps all the process's waiters in
+//! line. At the deadline, or on a cancel, it leaves the line, giving back any grant that came
+//! meanwhile. Every request it sends is safe to send twice, so a lost reply is sent again or
+//! settled by the next ask, which reads what the id holds; so is a grant lost with the hub's
+//! connection (the hub then has every waiter ask again). Its process found lapsed (it was
+//! stopped), it leaves and joins again at the back.
 //!
 //! A wait that stops before its end (an async future dropped at an `.await`) leaves the line
 //! unattended ([`Runtime::unattended`]), passing on a grant that came meanwhile: the next
@@ -22,12 +24,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::hub::{Hub, Seat, Told};
 use super::Runtime;
 use crate::cancel::CancelToken;
 use crate::config::settings::grace;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Ask, Mode, Next, QueueWait};
-use crate::protocol::redirect;
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, send_repeatable, FIRST_PAUSE};
 use crate::Error;
@@ -50,6 +52,8 @@ pub(crate) enum LineEnd {
 pub(crate) struct Line<'a, R: Runtime> {
     pub(crate) transport: &'a Arc<R::Transport>,
     pub(crate) keys: &'a QueueKeys,
+    /// The process's hub, which brings its grants and keeps it in line.
+    pub(crate) hub: &'a Arc<Hub>,
     /// The primitive's name, for errors.
     pub(crate) name: &'a str,
     /// The bound of each request's round trip.
@@ -70,29 +74,27 @@ impl<R: Runtime> Line<'_, R> {
     ) -> Result<LineEnd, Error> {
         let mut backoff = Backoff::new(self.io_timeout, deadline);
         let in_line = self.in_line(ask);
+        let mut seat = self.hub.seat(self.keys, ask.id(), ask.lapse());
         let mut wait = QueueWait::new(ask, deadline);
-        let mut conn = None;
         let mut next = Next::Ask;
         loop {
             let by = backoff.by();
             let due = due(next);
             let outcome = match next {
                 Next::Ask => self
-                    .ask(ask, by.now())
+                    .ask(ask, &mut seat, &in_line, by.now())
                     .await
                     .map(|(sent, asked)| wait.asked(sent, asked, Instant::now())),
                 Next::Block { until } => self
-                    .pop(&mut conn, ask, until, by, cancel)
+                    .mail(&seat, until, cancel)
                     .await
                     .map(|token| wait.popped(token, Instant::now())),
                 Next::Leave => {
                     in_line.leave(by.now()).await?;
-                    self.rest(conn);
                     return Ok(LineEnd::TimedOut);
                 }
                 Next::Granted { token, valid_until } => {
                     in_line.granted();
-                    self.rest(conn);
                     return Ok(LineEnd::Granted { token, valid_until });
                 }
             };
@@ -157,47 +159,43 @@ impl<R: Runtime> Line<'_, R> {
     }
 
     /// An acquire (`Mode::Wait`), and when it was first sent: a grant it finds came after.
-    async fn ask(&self, ask: &Ask, by: Instant) -> Result<(Instant, queue::Asked), Error> {
+    /// A waiter whose process lapsed since it joined leaves first, to join again at the back.
+    async fn ask(
+        &self,
+        ask: &Ask,
+        seat: &mut Seat,
+        in_line: &InLine<R>,
+        by: Instant,
+    ) -> Result<(Instant, queue::Asked), Error> {
+        if seat.stale() {
+            in_line.leave_again(by).await?;
+            seat.rejoin();
+        }
         let sent = Instant::now();
-        let request = queue::acquire(self.keys, ask, Mode::Wait);
+        let request = queue::acquire(self.keys, ask, seat.mode());
         let answered = send(&**self.transport, &request, by).await?;
-        Ok((sent, queue::parse_acquire(self.keys, &answered)?))
+        let asked = queue::parse_acquire(self.keys, &answered)?;
+        match asked {
+            queue::Asked::Waiting { .. } => seat.joined(),
+            queue::Asked::Lapsed => seat.lapsed(),
+            _ => {}
+        }
+        Ok((sent, asked))
     }
 
-    /// Blocks in `BLPOP` on the waiter's list until `until`: the token of a grant, or none.
-    /// A connection that failed is dropped, and the next ask settles what happened (a token
-    /// popped and lost is a grant that ask finds).
-    async fn pop<'c>(
-        &'c self,
-        conn: &mut Option<R::PopConn<'c>>,
-        ask: &Ask,
-        until: Instant,
-        by: By,
+    /// Waits for the seat's mail until `until`: the token of a grant, or none (its time came,
+    /// or it was told to ask again).
+    async fn mail(
+        &self,
+        seat: &Seat,
+        until: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
-        let request = pop_request(self.keys, ask, until);
-        let popped = R::pop(
-            self.transport,
-            conn,
-            self.keys.slot,
-            &request,
-            until,
-            by,
-            cancel,
-        );
-        match popped.await.map_err(|fault| fault.into_error())? {
-            Some(reply) => token(&reply),
-            // Ended at its time or by a cancel: as a timed-out pop, which the next ask
-            // settles.
-            None => Ok(None),
-        }
-    }
-
-    /// Lends the connection of waits that went well to the transport again.
-    fn rest<'c>(&'c self, conn: Option<R::PopConn<'c>>) {
-        if let Some(conn) = conn {
-            R::rest(self.transport, conn);
-        }
+        seat.block().map_err(Error::Thread)?;
+        Ok(match R::mail(&seat.mailbox, until, cancel).await {
+            Some(Told::Granted(token)) => Some(token),
+            Some(Told::AskAgain) | None => None,
+        })
     }
 }
 
@@ -236,6 +234,14 @@ impl<R: Runtime> InLine<R> {
         let name = self.0.as_ref().map(|l| l.name.clone()).unwrap_or_default();
         if let Err(e) = self.leave(deadline).await {
             log::debug!("{name:?}: leaving the line after {why}: {e}; leaving unattended");
+        }
+    }
+
+    /// Leaves the line by `deadline` and stays ready to leave again: the waiter joins anew.
+    async fn leave_again(&self, deadline: Instant) -> Result<(), Error> {
+        match &self.0 {
+            Some(leaving) => leaving.leave(deadline).await,
+            None => Ok(()),
         }
     }
 
@@ -328,21 +334,8 @@ fn tried(keys: &QueueKeys, sent: Instant, answered: &Value) -> Result<LineEnd, E
             valid_until: lease_left.map(|left| sent + left),
         }),
         queue::Asked::Refused => Ok(LineEnd::TimedOut),
-        queue::Asked::Waiting { .. } => Err(Error::unexpected(answered)),
+        queue::Asked::Waiting { .. } | queue::Asked::Lapsed => Err(Error::unexpected(answered)),
     }
-}
-
-/// A `BLPOP` on `ask`'s signal list until `until`.
-fn pop_request(keys: &QueueKeys, ask: &Ask, until: Instant) -> Request {
-    let ms = until
-        .saturating_duration_since(Instant::now())
-        .as_millis()
-        .max(1);
-    let mut blpop = redis::cmd("BLPOP");
-    blpop
-        .arg(keys.signal(ask.id()))
-        .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-    Request::single(blpop, false).on_slot(keys.slot)
 }
 
 /// A waiter's backoff while its server is away (a restart, a failover), and how long it rides
@@ -417,10 +410,10 @@ impl Backoff {
     }
 }
 
-/// When the reply to `next` is due: a `BLPOP`'s at its end, an ask's at once.
+/// When the reply to `next` is due: a wait's at its end, an ask's at once.
 fn due(next: Next) -> Instant {
     match next {
-        Next::Block { until } => until,
+        Next::Block { until: Some(until) } => until,
         _ => Instant::now(),
     }
 }
@@ -428,27 +421,4 @@ fn due(next: Next) -> Instant {
 /// Whether `e` says the server cannot be reached now, rather than refusing the request.
 fn away(e: &Error) -> bool {
     matches!(e, Error::Redis(e) if e.is_io_error() || e.is_connection_refusal())
-}
-
-/// The token in a `BLPOP` reply; none when it timed out, was ended, was woken by `reset_all`,
-/// or was turned away by a cluster (the slot moved, the primary is changing): the ask that
-/// follows goes where the queue lives now, and the waiter's connection follows it.
-fn token(reply: &Value) -> Result<Option<u64>, Error> {
-    let token = match reply {
-        Value::Nil => return Ok(None),
-        Value::ServerError(e) if redirect::of(e).is_some() => return Ok(None),
-        Value::ServerError(e) => return Err(Error::Redis(e.clone().into())),
-        Value::Array(pair) => pair.get(1),
-        other => return Err(Error::unexpected(other)),
-    };
-    match token {
-        // `reset_all` took the entry away: ask again, and join anew.
-        Some(Value::BulkString(text)) if text == queue::WAKE => Ok(None),
-        Some(Value::BulkString(text)) => std::str::from_utf8(text)
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .map(Some)
-            .ok_or_else(|| Error::unexpected(reply)),
-        _ => Err(Error::unexpected(reply)),
-    }
 }

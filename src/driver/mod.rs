@@ -17,6 +17,7 @@ mod acquire_line;
 pub(crate) mod acquirer;
 pub(crate) mod blocking;
 mod hold;
+pub(crate) mod hub;
 mod leasing;
 pub(crate) mod line;
 pub(crate) mod renew;
@@ -40,13 +41,14 @@ use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::lock::{Observed, Pttl};
 use crate::protocol::primitive::Primitive;
-use crate::protocol::queue::Ask;
+use crate::protocol::queue::{self, Ask};
 use crate::protocol::request::Request;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
-use crate::transport::{ConnId, Fault, Transport};
+use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
+use hub::{Hub, Mailbox, Told};
 use leasing::{Leasing, LockLeasing, QueueLeasing};
-use line::{By, Line};
+use line::Line;
 
 pub use hold::Holder;
 
@@ -75,25 +77,13 @@ pub(crate) trait Runtime: Sized + Send + Sync + 'static {
         cancel: &'a CancelToken,
     ) -> impl Future<Output = Result<Tried, Error>> + Send;
 
-    /// The connection a waiter in a queue engine's line blocks on.
-    type PopConn<'a>: Send;
-
-    /// Blocks in `request`, a `BLPOP` until `until`, on `conn` (opened on `slot` when there is
-    /// none), and ends it at `until` or on a cancel: its reply, or `None` when it was ended by
-    /// closing its connection (where `CLIENT UNBLOCK` is not safe). A connection whose wait
-    /// did not answer is dropped.
-    fn pop<'a>(
-        transport: &'a Arc<Self::Transport>,
-        conn: &mut Option<Self::PopConn<'a>>,
-        slot: u16,
-        request: &Request,
-        until: Instant,
-        by: By,
+    /// Waits for `mailbox` to be told something by its hub, until `until` (`None`: no limit)
+    /// or a cancel: what it was told, if anything.
+    fn mail(
+        mailbox: &Arc<Mailbox>,
+        until: Option<Instant>,
         cancel: &CancelToken,
-    ) -> impl Future<Output = Result<Option<redis::Value>, Fault>> + Send;
-
-    /// Done with the connection of a line's waits that went well: lent again.
-    fn rest(transport: &Arc<Self::Transport>, conn: Self::PopConn<'_>);
+    ) -> impl Future<Output = Option<Told>> + Send;
 
     /// Runs an acquire, made by `acquire` with the token that cancels it, so that what it
     /// takes is given back even if its caller goes away: in place, cancelled by the handle's
@@ -154,10 +144,9 @@ pub(crate) struct Inner<R: Runtime> {
     pub(crate) keys: Keys,
     /// What holding the lease sends: the lock's own requests.
     leasing: Box<dyn Leasing>,
-    /// For a primitive on the queue engine, its place: the line's keys and what it asks for
-    /// there. Its acquire path is then [`acquire_in_line`](Inner::acquire_in_line), not the
-    /// lock's.
-    place: Option<(QueueKeys, Ask)>,
+    /// For a primitive on the queue engine, its place there. Its acquire path is then
+    /// [`acquire_in_line`](Inner::acquire_in_line), not the lock's.
+    place: Option<Place>,
     pub(crate) transport: Arc<R::Transport>,
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
@@ -185,6 +174,15 @@ struct State {
     hold: Option<Hold>,
     /// The highest fencing token this handle was given.
     top_token: Option<u64>,
+}
+
+/// A queue primitive's acquisition, in the queue engine: the line's keys, what it asks for
+/// there, and the process's hub that brings its grant.
+#[derive(Clone)]
+pub(crate) struct Place {
+    pub(crate) keys: QueueKeys,
+    pub(crate) ask: Ask,
+    pub(crate) hub: Arc<Hub>,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -223,16 +221,17 @@ impl<R: Runtime> Inner<R> {
     /// A lock with `settings` on `transport`: python-redis-lock's, or the queue engine's fair
     /// lock.
     pub(crate) fn of_lock(
-        settings: Settings,
+        mut settings: Settings,
         transport: Arc<dyn Transport>,
     ) -> Result<Self, Error> {
-        let transport = R::over(transport);
         if !settings.on_queue_engine {
-            return Ok(Inner::new(settings, transport));
+            return Ok(Inner::new(settings, R::over(transport)));
         }
         let kind = Primitive::FairLock;
-        let queue = QueueKeys::new(kind, &settings.name);
+        let keys = QueueKeys::new(kind, &settings.name);
         let capacity = kind.capacity(1)?;
+        let hub = Hub::of(&transport, &keys, settings.io_timeout);
+        settings.id = queue::waiter_id(&settings.id, hub.process());
         let ask = Ask::new(
             &settings.id,
             1,
@@ -240,21 +239,19 @@ impl<R: Runtime> Inner<R> {
             settings.expire(),
             settings.lapse(),
         )?;
-        Ok(Inner::for_line(settings, transport, &queue, &ask))
+        Ok(Inner::for_line(
+            settings,
+            R::over(transport),
+            Place { keys, ask, hub },
+        ))
     }
 
     /// One acquisition of a queue primitive, `ask` in the queue of `queue`: its acquire path
     /// is [`acquire_in_line`](Inner::acquire_in_line), its hold the lock's.
-    pub(crate) fn for_line(
-        settings: Settings,
-        transport: Arc<R::Transport>,
-        queue: &QueueKeys,
-        ask: &Ask,
-    ) -> Self {
+    pub(crate) fn for_line(settings: Settings, transport: Arc<R::Transport>, place: Place) -> Self {
         let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
-        let leasing = Box::new(QueueLeasing::new(queue, ask));
-        let place = Some((queue.clone(), ask.clone()));
-        Inner::with_leasing(settings, transport, keys, leasing, place)
+        let leasing = Box::new(QueueLeasing::new(&place.keys, &place.ask));
+        Inner::with_leasing(settings, transport, keys, leasing, Some(place))
     }
 
     fn with_leasing(
@@ -262,7 +259,7 @@ impl<R: Runtime> Inner<R> {
         transport: Arc<R::Transport>,
         keys: Keys,
         leasing: Box<dyn Leasing>,
-        place: Option<(QueueKeys, Ask)>,
+        place: Option<Place>,
     ) -> Self {
         let blocking = transport.blocking();
         Inner {
@@ -290,7 +287,7 @@ impl<R: Runtime> Inner<R> {
     }
 
     /// Its place on the queue engine (see `place`); `None` for a plain lock.
-    pub(crate) fn place(&self) -> Option<&(QueueKeys, Ask)> {
+    pub(crate) fn place(&self) -> Option<&Place> {
         self.place.as_ref()
     }
 
@@ -302,16 +299,17 @@ impl<R: Runtime> Inner<R> {
         cancel: &CancelToken,
     ) -> Result<Option<u64>, Error> {
         match &self.place {
-            Some((queue, ask)) => self.acquire_in_line(queue, ask, wait, cancel).await,
+            Some(place) => self.acquire_in_line(place, wait, cancel).await,
             None => self.acquire(wait, cancel).await,
         }
     }
 
-    /// The line of queue `queue`, as this handle's waits reach it.
-    pub(crate) fn line<'a>(&'a self, queue: &'a QueueKeys) -> Line<'a, R> {
+    /// The line of `place`, as this handle's waits reach it.
+    pub(crate) fn line<'a>(&'a self, place: &'a Place) -> Line<'a, R> {
         Line {
             transport: &self.transport,
-            keys: queue,
+            keys: &place.keys,
+            hub: &place.hub,
             name: &self.settings.name,
             io_timeout: self.settings.io_timeout,
         }

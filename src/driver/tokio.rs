@@ -5,16 +5,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Value;
-
-use super::line::By;
-use super::waits::{end, give_back_unattended, Replied, Ticket, Waits, Woken};
+use super::hub::{Mailbox, Told};
+use super::waits::{give_back_unattended, Replied, Ticket, Waits, Woken};
 use super::{Inner, Renewing, Runtime, Tried};
 use crate::protocol::lease::Wait;
 use crate::protocol::request::Request;
-use crate::transport::admin::closed_by_end;
-use crate::transport::aio::{finish, AsyncTransport, AsyncWaiter};
-use crate::transport::{ConnId, Fault, Transport};
+use crate::transport::aio::{finish, AsyncTransport};
+use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
 
 /// The runtime the async API spawns its tasks on: the caller's.
@@ -82,30 +79,28 @@ impl Runtime for Tokio {
         }
     }
 
-    type PopConn<'a> = Box<dyn AsyncWaiter>;
-
-    async fn pop(
-        transport: &Arc<dyn AsyncTransport>,
-        conn: &mut Option<Box<dyn AsyncWaiter>>,
-        slot: u16,
-        request: &Request,
-        until: Instant,
-        by: By,
+    async fn mail(
+        mailbox: &Arc<Mailbox>,
+        until: Option<Instant>,
         cancel: &CancelToken,
-    ) -> Result<Option<Value>, Fault> {
-        let waiter = match conn {
-            Some(waiter) => waiter,
-            None => conn.insert(transport.waiter(slot, by.now()).await?),
-        };
-        let popped = pop(transport, waiter.as_mut(), request, until, by, cancel).await;
-        if !matches!(popped, Ok(Some(_))) {
-            *conn = None;
+    ) -> Option<Told> {
+        loop {
+            // A permit stored by a tell between the take and the wait is not lost.
+            if let Some(told) = mailbox.take() {
+                return Some(told);
+            }
+            let alarm = async {
+                match until {
+                    Some(until) => tokio::time::sleep_until(until.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = mailbox.notify.notified() => {}
+                () = alarm => return mailbox.take(),
+                () = cancel.cancelled() => return None,
+            }
         }
-        popped
-    }
-
-    fn rest(transport: &Arc<dyn AsyncTransport>, conn: Box<dyn AsyncWaiter>) {
-        transport.rest(conn);
     }
 
     async fn apart<T, F>(
@@ -232,44 +227,6 @@ impl<R: Runtime> Inner<R> {
                 }
             }
         }
-    }
-}
-
-/// The reply of a queue waiter's `BLPOP` until `until` on `waiter`; `None` when it was ended
-/// by closing its connection (where `CLIENT UNBLOCK` is not safe).
-async fn pop(
-    transport: &Arc<dyn AsyncTransport>,
-    waiter: &mut dyn AsyncWaiter,
-    request: &Request,
-    until: Instant,
-    by: By,
-    cancel: &CancelToken,
-) -> Result<Option<Value>, Fault> {
-    waiter.ready(by.now()).await?;
-    let id = waiter.id();
-    let waiting = waiter.wait(request, by.after(until));
-    tokio::pin!(waiting);
-    let alarm = tokio::time::sleep_until(until.into());
-    tokio::pin!(alarm);
-    let mut ended = false;
-    let replies = loop {
-        // The wait is polled first: it goes out before anything may end it.
-        tokio::select! {
-            biased;
-            replies = &mut waiting => break replies,
-            () = &mut alarm, if !ended => {
-                ended = true;
-                end(transport, id, by.now(), false).await;
-            }
-            () = cancel.cancelled(), if !ended => {
-                ended = true;
-                end(transport, id, by.now(), true).await;
-            }
-        }
-    };
-    match replies {
-        Err(Fault::Lost { error, .. }) if ended && closed_by_end(id, &error) => Ok(None),
-        replies => Ok(Some(replies?.into_iter().next().unwrap_or(Value::Nil))),
     }
 }
 

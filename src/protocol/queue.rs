@@ -17,8 +17,8 @@ use redis::Value;
 use super::keys::QueueKeys;
 use super::request::Request;
 use super::scripts::{
-    Script, QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_RESET_ALL, QUEUE_SHRINK,
-    QUEUE_STATE,
+    Script, QUEUE_ACQUIRE, QUEUE_BEAT, QUEUE_EXTEND, QUEUE_RELEASE, QUEUE_RESET, QUEUE_RESET_ALL,
+    QUEUE_SHRINK, QUEUE_STATE,
 };
 use crate::Error;
 
@@ -85,6 +85,11 @@ impl Ask {
         self.capacity
     }
 
+    /// How long its entry stays in line without a heartbeat.
+    pub(crate) fn lapse(&self) -> Duration {
+        Duration::from_millis(self.lapse_ms)
+    }
+
     /// When this waiter must ask again at the latest to stay in the queue.
     #[cfg(test)]
     pub(crate) fn heartbeat(&self) -> Duration {
@@ -103,8 +108,19 @@ fn whole_ms(d: Duration) -> Option<u64> {
 pub(crate) enum Mode {
     /// Granted at once or not at all, never queued.
     Try,
-    /// Queued when it cannot be granted now.
-    Wait,
+    /// Queued when it cannot be granted now. `known`: the waiter's process has joined this
+    /// primitive's queue before (since it last lapsed), so a heartbeat of its that is gone
+    /// means it lapsed ([`Asked::Lapsed`]), not that it is new.
+    Wait { known: bool },
+}
+
+/// The length of a process id: 16 hex digits, after the `@` that ends a waiter's id.
+pub(crate) const PROCESS_ID_LEN: usize = 16;
+
+/// The id of waiter `id` of process `process` (16 hex digits): the scripts read the process
+/// from its end, and one heartbeat of the process keeps all its waiters in line.
+pub(crate) fn waiter_id(id: &str, process: &str) -> String {
+    format!("{id}@{process}")
 }
 
 fn script(keys: &QueueKeys, script: &'static Script, args: &[&[u8]]) -> Request {
@@ -120,9 +136,10 @@ fn num(n: u64) -> Vec<u8> {
 
 /// Asks for the units, or asks again as a waiter's heartbeat (`queue_acquire.lua`).
 pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
-    let mode: &[u8] = match mode {
-        Mode::Try => b"try",
-        Mode::Wait => b"wait",
+    let (mode, process): (&[u8], &[u8]) = match mode {
+        Mode::Try => (b"try", b"new"),
+        Mode::Wait { known: false } => (b"wait", b"new"),
+        Mode::Wait { known: true } => (b"wait", b"known"),
     };
     script(
         keys,
@@ -134,8 +151,38 @@ pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
             &num(ask.lease_ms),
             &num(ask.lapse_ms),
             mode,
+            process,
         ],
     )
+}
+
+/// Process `process`'s heartbeat in the queue of `keys` for `lapse` more (`queue_beat.lua`):
+/// [`parse_held`] says whether it was still live.
+pub(crate) fn beat(keys: &QueueKeys, process: &str, lapse: Duration) -> Request {
+    let ms = whole_ms(lapse).unwrap_or(MAX_NUMBER).max(2);
+    script(keys, &QUEUE_BEAT, &[process.as_bytes(), &num(ms)])
+}
+
+/// What a process's inbox holds: a grant to one of its waiters, or a wake for them all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Mail {
+    /// Waiter `waiter` was granted, with this fencing token.
+    Granted { token: u64, waiter: String },
+    /// `reset_all` took every entry away (or the process's own wake): its waiters ask again.
+    Wake,
+}
+
+/// An element popped from a process's inbox: `<token>:<waiter id>`, or anything else (the
+/// wake of `reset_all`, or of the process itself), which wakes its waiters.
+pub(crate) fn parse_mail(element: &[u8]) -> Mail {
+    let text = String::from_utf8_lossy(element);
+    let granted = text.split_once(':').and_then(|(token, waiter)| {
+        Some(Mail::Granted {
+            token: token.parse().ok()?,
+            waiter: waiter.to_owned(),
+        })
+    });
+    granted.unwrap_or(Mail::Wake)
 }
 
 /// Gives back what `ask`'s id holds (`queue_release.lua`): [`parse_held`] says whether it held.
@@ -178,12 +225,8 @@ pub(crate) fn reset(keys: &QueueKeys, id: Option<&str>, capacity: u64) -> Reques
     script(keys, &QUEUE_RESET, &[id.as_bytes(), &num(capacity)])
 }
 
-/// What `reset_all` pushes to a waiter's signal list: not a token, so the waiter asks again,
-/// finds its entry gone and joins anew.
-pub(crate) const WAKE: &[u8] = b"reset";
-
 /// Deletes the primitive's holders and queue, keeping its fencing counter, and wakes each
-/// waiter with [`WAKE`], kept for `signal_expire_ms` (`queue_reset_all.lua`): [`parse_reset`]
+/// waiter (a [`Mail::Wake`] in its process's inbox), kept for `signal_expire_ms` (`queue_reset_all.lua`): [`parse_reset`]
 /// says how many live holders it removed. Needs no capacity: it grants nothing.
 pub(crate) fn reset_all(keys: &QueueKeys, signal_expire_ms: u64) -> Request {
     script(keys, &QUEUE_RESET_ALL, &[&num(signal_expire_ms)])
@@ -211,15 +254,25 @@ pub(crate) enum Asked {
         token: u64,
         lease_left: Option<Duration>,
     },
-    /// Queued at `position` (from 1): ask again after `next` at the latest.
-    Waiting { position: u64, next: Duration },
+    /// Queued at `position` (from 1): ask again after `next` at the latest (`None`: only a
+    /// grant, which comes to the process's inbox, can let it in).
+    Waiting {
+        position: u64,
+        next: Option<Duration>,
+    },
     /// A try that could not be granted at once, and was not queued.
     Refused,
+    /// The waiter's process lapsed (it was stopped): nothing was written, and the process
+    /// makes all its waiters in this queue join again.
+    Lapsed,
 }
 
 pub(crate) fn parse_acquire(keys: &QueueKeys, reply: &Value) -> Result<Asked, Error> {
     let items = array(keys, reply)?;
     let number = |at: usize| items.get(at).and_then(int);
+    if let [Value::Int(-2)] = items {
+        return Ok(Asked::Lapsed);
+    }
     match (number(0), number(1), number(2)) {
         (Some(1), Some(token), Some(left)) => Ok(Asked::Granted {
             token: u64::try_from(token).map_err(|_| Error::unexpected(reply))?,
@@ -228,7 +281,7 @@ pub(crate) fn parse_acquire(keys: &QueueKeys, reply: &Value) -> Result<Asked, Er
         (Some(0), Some(0), Some(_)) => Ok(Asked::Refused),
         (Some(0), Some(position), Some(next)) => Ok(Asked::Waiting {
             position: u64::try_from(position).map_err(|_| Error::unexpected(reply))?,
-            next: Duration::from_millis(u64::try_from(next).unwrap_or(1).max(1)),
+            next: (next >= 0).then(|| Duration::from_millis(next.unsigned_abs().max(1))),
         }),
         _ => Err(Error::unexpected(reply)),
     }
@@ -352,8 +405,8 @@ fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value], Error> {
 pub(crate) enum Next {
     /// Send an acquire (`Mode::Wait`): the first ask, or a heartbeat.
     Ask,
-    /// Block in `BLPOP` on its own signal list until then.
-    Block { until: Instant },
+    /// Wait for its process's inbox to bring a grant, until then (`None`: no limit).
+    Block { until: Option<Instant> },
     /// Its time is up: leave the queue (giving back any grant that came meanwhile).
     Leave,
     /// It holds its units, until `valid_until` at the earliest (`None`: no expiry).
@@ -399,20 +452,24 @@ impl QueueWait {
             },
             Asked::Waiting { next, .. } => {
                 self.waiting_since = Some(sent);
+                let event = next.map(|next| now + next);
                 match self.deadline {
                     Some(deadline) if now >= deadline => Next::Leave,
-                    deadline => Next::Block {
-                        until: deadline.map_or(now + next, |d| d.min(now + next)),
+                    Some(deadline) => Next::Block {
+                        until: Some(event.map_or(deadline, |e| e.min(deadline))),
                     },
+                    None => Next::Block { until: event },
                 }
             }
             // Only a try is refused; a waiter that meets it (against the protocol) stops.
             Asked::Refused => Next::Leave,
+            // Its process makes it join again; until then it waits for nothing.
+            Asked::Lapsed => Next::Ask,
         }
     }
 
-    /// After a `BLPOP` that ended at `now`, with the token a grant pushed, or none (its time
-    /// ran out, or it was ended early).
+    /// After a wait for the inbox that ended at `now`, with the token a grant pushed, or none
+    /// (its time ran out, or it was woken to ask again).
     pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Next {
         match token {
             // Granted after the last ask that found it waiting, until its claim runs out.
@@ -470,7 +527,7 @@ mod tests {
     #[test]
     fn acquire_sends_the_keys_in_the_scripts_order_and_may_be_sent_again() {
         let ask = Ask::new("w", 2, 4, Some(secs(10)), secs(2)).unwrap();
-        let request = acquire(&keys(), &ask, Mode::Wait);
+        let request = acquire(&keys(), &ask, Mode::Wait { known: true });
         assert!(request.repeatable);
         assert_eq!(request.slot, Some(keys().slot));
         let packed = String::from_utf8(request.packed()).unwrap();
@@ -478,7 +535,7 @@ mod tests {
         let signals = packed.find("semaphore:{db}:signal:").unwrap();
         assert!(holders < signals);
         assert!(packed.ends_with(
-            "$1\r\nw\r\n$1\r\n2\r\n$1\r\n4\r\n$5\r\n10000\r\n$4\r\n2000\r\n$4\r\nwait\r\n"
+            "$1\r\nw\r\n$1\r\n2\r\n$1\r\n4\r\n$5\r\n10000\r\n$4\r\n2000\r\n$4\r\nwait\r\n$5\r\nknown\r\n"
         ));
     }
 
@@ -503,7 +560,7 @@ mod tests {
             parse_acquire(&keys, &ints(&[0, 3, 250])).unwrap(),
             Asked::Waiting {
                 position: 3,
-                next: Duration::from_millis(250)
+                next: Some(Duration::from_millis(250))
             }
         );
         assert_eq!(
@@ -522,6 +579,54 @@ mod tests {
             parse_acquire(&keys, &server_error("ERR 3 units asked of a capacity of 2")),
             Err(Error::Redis(_))
         ));
+    }
+
+    #[test]
+    fn a_waiter_with_no_event_ahead_waits_for_its_grant_alone_and_a_lapsed_one_is_told() {
+        let keys = keys();
+        assert_eq!(
+            parse_acquire(&keys, &ints(&[0, 3, -1])).unwrap(),
+            Asked::Waiting {
+                position: 3,
+                next: None
+            }
+        );
+        assert_eq!(parse_acquire(&keys, &ints(&[-2])).unwrap(), Asked::Lapsed);
+        let t0 = Instant::now();
+        let waiting = Asked::Waiting {
+            position: 3,
+            next: None,
+        };
+        assert_eq!(
+            QueueWait::new(&ask(), None).asked(t0, waiting, t0),
+            Next::Block { until: None }
+        );
+        assert_eq!(
+            QueueWait::new(&ask(), Some(t0 + secs(5))).asked(t0, waiting, t0),
+            Next::Block {
+                until: Some(t0 + secs(5))
+            }
+        );
+    }
+
+    #[test]
+    fn an_inbox_element_names_the_waiter_granted_or_wakes_them_all() {
+        assert_eq!(
+            parse_mail(b"12:w:3@0123456789abcdef"),
+            Mail::Granted {
+                token: 12,
+                waiter: "w:3@0123456789abcdef".into()
+            }
+        );
+        assert_eq!(parse_mail(b"reset"), Mail::Wake);
+        assert_eq!(parse_mail(b"x:w"), Mail::Wake);
+    }
+
+    #[test]
+    fn a_waiter_id_ends_in_its_process() {
+        let id = waiter_id("h:1", "0123456789abcdef");
+        assert_eq!(id, "h:1@0123456789abcdef");
+        assert_eq!(id.len() - id.rfind('@').unwrap() - 1, PROCESS_ID_LEN);
     }
 
     #[test]
@@ -619,26 +724,26 @@ mod tests {
         let t0 = Instant::now();
         let waiting = |ms| Asked::Waiting {
             position: 2,
-            next: Duration::from_millis(ms),
+            next: Some(Duration::from_millis(ms)),
         };
         let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
         assert_eq!(
             wait.asked(t0, waiting(1000), t0),
             Next::Block {
-                until: t0 + secs(1)
+                until: Some(t0 + secs(1))
             }
         );
         assert_eq!(
             wait.asked(t0, waiting(9000), t0),
             Next::Block {
-                until: t0 + secs(5)
+                until: Some(t0 + secs(5))
             }
         );
         let mut forever = QueueWait::new(&ask(), None);
         assert_eq!(
             forever.asked(t0, waiting(1000), t0),
             Next::Block {
-                until: t0 + secs(1)
+                until: Some(t0 + secs(1))
             }
         );
     }
@@ -651,7 +756,7 @@ mod tests {
         assert_eq!(wait.popped(None, t0 + secs(5)), Next::Leave);
         let waiting = Asked::Waiting {
             position: 1,
-            next: secs(1),
+            next: Some(secs(1)),
         };
         assert_eq!(wait.asked(t0, waiting, t0 + secs(6)), Next::Leave);
     }
@@ -667,7 +772,7 @@ mod tests {
         let mut wait = QueueWait::new(&ask(), None);
         let waiting = Asked::Waiting {
             position: 1,
-            next: secs(1),
+            next: Some(secs(1)),
         };
         wait.asked(t0, waiting, t0);
         wait.asked(t0 + secs(1), waiting, t0 + secs(1));

@@ -54,6 +54,8 @@ pub(crate) static RESET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset.lua")));
 pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));
+pub(crate) static QUEUE_BEAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/queue_beat.lua")));
 pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/queue_reset_all.lua")));
 

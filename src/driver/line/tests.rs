@@ -11,6 +11,9 @@ use crate::protocol::queue::{Asked, QueueState};
 use crate::transport::send::now;
 use crate::transport::Transport;
 
+/// A lapse window no test's wait outlives by much: heartbeats keep the waiters in line.
+const TWO_S: Duration = Duration::from_secs(2);
+
 /// A private `redis-server` on a free port, killed on drop.
 pub(super) struct Server {
     child: Mutex<Child>,
@@ -94,6 +97,7 @@ pub(super) struct Fixture {
     pub(super) server: Server,
     pub(super) transport: Arc<dyn Transport>,
     pub(super) keys: QueueKeys,
+    pub(super) hub: Arc<Hub>,
 }
 
 impl Fixture {
@@ -101,17 +105,31 @@ impl Fixture {
         let server = Server::start();
         let transport = crate::backend::transport_of(&server.client).unwrap();
         let keys = QueueKeys::new(Primitive::Semaphore, "db");
+        let hub = Hub::of(&transport, &keys, Duration::from_secs(5));
         Fixture {
             server,
             transport,
             keys,
+            hub,
         }
+    }
+
+    /// The id of waiter `id` of this process.
+    pub(super) fn id(&self, id: &str) -> String {
+        queue::waiter_id(id, self.hub.process())
+    }
+
+    /// A waiter of this process for 1 of a capacity of 1, whose heartbeat lapses only after
+    /// `lapse`.
+    pub(super) fn waiter(&self, id: &str, lapse: Duration) -> Ask {
+        Ask::new(&self.id(id), 1, 1, None, lapse).unwrap()
     }
 
     pub(super) fn line(&self) -> Line<'_, Blocking> {
         Line {
             transport: &self.transport,
             keys: &self.keys,
+            hub: &self.hub,
             name: "db",
             io_timeout: Duration::from_secs(5),
         }
@@ -154,30 +172,13 @@ impl Fixture {
         }
     }
 
+    /// The keys left for good: those that expire by themselves (heartbeats, inboxes) aside.
     pub(super) fn keys_left(&self) -> Vec<String> {
         let mut conn = self.server.client.get_connection().unwrap();
         let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        keys.retain(|key| redis::cmd("PTTL").arg(key).query::<i64>(&mut conn) == Ok(-1));
         keys.sort();
         keys
-    }
-}
-
-pub(super) fn waiter() -> Ask {
-    Ask::new("w", 1, 1, None, Duration::from_secs(2)).unwrap()
-}
-
-#[test]
-fn a_pop_reply_is_a_token_or_nothing() {
-    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-    assert_eq!(token(&Value::Nil).unwrap(), None);
-    let popped = Value::Array(vec![bulk("semaphore:{db}:signal:w"), bulk("7")]);
-    assert_eq!(token(&popped).unwrap(), Some(7));
-    for garbage in [
-        Value::Array(vec![bulk("k"), bulk("x")]),
-        Value::Array(vec![bulk("k")]),
-        Value::Int(7),
-    ] {
-        assert!(matches!(token(&garbage), Err(Error::UnexpectedReply(_))));
     }
 }
 
@@ -221,7 +222,7 @@ fn a_waiter_gets_the_token_a_release_hands_it() {
     thread::scope(|s| {
         let waiting = s.spawn(|| {
             let line = fixture.line();
-            now(line.wait(&waiter(), None, &CancelToken::new()))
+            now(line.wait(&fixture.waiter("w", TWO_S), None, &CancelToken::new()))
         });
         fixture.until_waiters(1);
         let released = fixture.call(&queue::release(&fixture.keys, &holder));
@@ -231,14 +232,14 @@ fn a_waiter_gets_the_token_a_release_hands_it() {
             other => panic!("{other:?}"),
         }
     });
-    assert_eq!(fixture.state().holders[0].id, b"w");
+    assert_eq!(fixture.state().holders[0].id, fixture.id("w").as_bytes());
 }
 
 #[test]
 fn a_waiter_heartbeats_past_its_lapse_window_then_leaves_at_its_deadline() {
     let fixture = Fixture::new();
     fixture.hold("h");
-    let ask = Ask::new("w", 1, 1, None, Duration::from_millis(200)).unwrap();
+    let ask = fixture.waiter("w", Duration::from_millis(200));
     let deadline = Instant::now() + Duration::from_millis(1500);
     thread::scope(|s| {
         let waiting = s.spawn(|| {
@@ -268,7 +269,7 @@ fn a_waiter_asks_again_when_a_restarted_server_comes_back() {
         thread::scope(|s| {
             let waiting = s.spawn(|| {
                 let line = fixture.line();
-                now(line.wait(&waiter(), deadline, &CancelToken::new()))
+                now(line.wait(&fixture.waiter("w", TWO_S), deadline, &CancelToken::new()))
             });
             fixture.until_waiters(1);
             // The holder's entry is gone with the old server: the waiter's next ask takes it.
@@ -295,7 +296,7 @@ fn contenders_never_hold_more_than_the_capacity_and_all_are_served() {
             s.spawn(move || {
                 for r in 0..rounds {
                     let id = format!("t{t}r{r}");
-                    let ask = Ask::new(&id, 1, capacity, None, Duration::from_secs(2)).unwrap();
+                    let ask = Ask::new(&fixture.id(&id), 1, capacity, None, TWO_S).unwrap();
                     let line = fixture.line();
                     let waited = now(line.wait(&ask, Some(deadline), &CancelToken::new()));
                     assert!(matches!(waited, Ok(LineEnd::Granted { .. })), "{waited:?}");
@@ -325,8 +326,9 @@ fn a_cancelled_waiter_leaves_the_queue_and_holds_nothing() {
     let fixture = Fixture::new();
     fixture.hold("h");
     let cancel = CancelToken::new();
+    let ask = fixture.waiter("w", TWO_S);
     thread::scope(|s| {
-        let waiting = s.spawn(|| now(fixture.line().wait(&waiter(), None, &cancel)));
+        let waiting = s.spawn(|| now(fixture.line().wait(&ask, None, &cancel)));
         fixture.until_waiters(1);
         cancel.cancel();
         assert!(matches!(
@@ -345,16 +347,15 @@ mod aio {
     use crate::driver::tokio::Tokio;
     use crate::transport::aio::AsyncTransport;
 
-    /// A waiter whose heartbeat lapses only after `lapse`: long enough that nothing in a test
-    /// happens by a lapse.
-    fn patient(id: &str, lapse: Duration) -> Ask {
-        Ask::new(id, 1, 1, None, lapse).unwrap()
-    }
-
-    fn line<'a>(transport: &'a Arc<dyn AsyncTransport>, keys: &'a QueueKeys) -> Line<'a, Tokio> {
+    fn line<'a>(
+        transport: &'a Arc<dyn AsyncTransport>,
+        keys: &'a QueueKeys,
+        hub: &'a Arc<Hub>,
+    ) -> Line<'a, Tokio> {
         Line {
             transport,
             keys,
+            hub,
             name: "db",
             io_timeout: Duration::from_secs(5),
         }
@@ -367,9 +368,9 @@ mod aio {
         cancel: CancelToken,
     ) -> tokio::task::JoinHandle<Result<LineEnd, Error>> {
         let transport = Arc::clone(&fixture.transport).to_async();
-        let keys = fixture.keys.clone();
+        let (keys, hub) = (fixture.keys.clone(), Arc::clone(&fixture.hub));
         tokio::spawn(async move {
-            let line = line(&transport, &keys);
+            let line = line(&transport, &keys, &hub);
             line.wait(&ask, deadline, &cancel).await
         })
     }
@@ -379,9 +380,19 @@ mod aio {
         let fixture = Fixture::new();
         let holder = fixture.hold("h");
         let lapse = Duration::from_secs(60);
-        let first = waiting(&fixture, patient("a", lapse), None, CancelToken::new());
+        let first = waiting(
+            &fixture,
+            fixture.waiter("a", lapse),
+            None,
+            CancelToken::new(),
+        );
         fixture.until_waiters(1);
-        let second = waiting(&fixture, patient("b", lapse), None, CancelToken::new());
+        let second = waiting(
+            &fixture,
+            fixture.waiter("b", lapse),
+            None,
+            CancelToken::new(),
+        );
         fixture.until_waiters(2);
         first.abort();
         assert!(first.await.unwrap_err().is_cancelled());
@@ -391,7 +402,7 @@ mod aio {
         let served = tokio::time::timeout(Duration::from_secs(20), second).await;
         assert!(matches!(served, Ok(Ok(Ok(LineEnd::Granted { .. })))));
         let state = fixture.state();
-        assert_eq!(state.holders[0].id, b"b");
+        assert_eq!(state.holders[0].id, fixture.id("b").as_bytes());
         assert!(state.waiters.is_empty(), "{state:?}");
     }
 
@@ -401,23 +412,28 @@ mod aio {
         let holder = fixture.hold("h");
         let lapse = Duration::from_secs(60);
         let transport = Arc::clone(&fixture.transport).to_async();
-        let line = line(&transport, &fixture.keys);
-        let (first, cancel) = (patient("a", lapse), CancelToken::new());
+        let line = line(&transport, &fixture.keys, &fixture.hub);
+        let (first, cancel) = (fixture.waiter("a", lapse), CancelToken::new());
         let mut dropped = Box::pin(line.wait(&first, None, &cancel));
         // Polled until it waits in line, then no more: it never sees its grant.
         let polled = tokio::time::timeout(Duration::from_millis(500), &mut dropped).await;
         assert!(polled.is_err());
         fixture.until_waiters(1);
-        let second = waiting(&fixture, patient("b", lapse), None, CancelToken::new());
+        let second = waiting(
+            &fixture,
+            fixture.waiter("b", lapse),
+            None,
+            CancelToken::new(),
+        );
         fixture.until_waiters(2);
         let released = fixture.call(&queue::release(&fixture.keys, &holder));
         assert!(queue::parse_held(&fixture.keys, &released.unwrap()).unwrap());
-        assert_eq!(fixture.state().holders[0].id, b"a");
+        assert_eq!(fixture.state().holders[0].id, fixture.id("a").as_bytes());
         drop(dropped);
         // "a" holds without expiry: only its leave hands the grant on to "b".
         let served = tokio::time::timeout(Duration::from_secs(20), second).await;
         assert!(matches!(served, Ok(Ok(Ok(LineEnd::Granted { .. })))));
-        assert_eq!(fixture.state().holders[0].id, b"b");
+        assert_eq!(fixture.state().holders[0].id, fixture.id("b").as_bytes());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,7 +442,7 @@ mod aio {
         fixture.hold("h");
         let cancel = CancelToken::new();
         // Its heartbeat is a minute away: only the cancel ends its `BLPOP`.
-        let ask = patient("w", Duration::from_secs(120));
+        let ask = fixture.waiter("w", Duration::from_secs(120));
         let waiter = waiting(&fixture, ask, None, cancel.clone());
         fixture.until_waiters(1);
         cancel.cancel();
@@ -442,7 +458,7 @@ mod aio {
         let fixture = Fixture::new();
         fixture.hold("h");
         let deadline = Instant::now() + Duration::from_millis(500);
-        let ask = patient("w", Duration::from_secs(120));
+        let ask = fixture.waiter("w", Duration::from_secs(120));
         let waited = waiting(&fixture, ask, Some(deadline), CancelToken::new());
         assert_eq!(waited.await.unwrap().unwrap(), LineEnd::TimedOut);
         let ended = Instant::now();
@@ -461,7 +477,7 @@ mod aio {
             .enable_all()
             .build()
             .unwrap();
-        let ask = patient("w", Duration::from_secs(120));
+        let ask = fixture.waiter("w", Duration::from_secs(120));
         let entered = runtime.enter();
         let _waiter = waiting(&fixture, ask, None, CancelToken::new());
         drop(entered);
