@@ -52,6 +52,7 @@ mod queue_count;
 mod queue_deadlines;
 mod queue_engine;
 mod queue_ops;
+mod queue_process;
 mod quorum;
 mod quorum_faults;
 mod renewals;

@@ -47,7 +47,7 @@ impl Queue {
         }
     }
 
-    fn run(&mut self, script: &redis::Script, args: &[&str]) -> Value {
+    pub(crate) fn run(&mut self, script: &redis::Script, args: &[&str]) -> Value {
         let mut invocation = script.prepare_invoke();
         for part in [
             "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
@@ -128,7 +128,7 @@ impl Queue {
     }
 
     /// The waiters' ids in queue order.
-    fn waiters(&mut self) -> Vec<String> {
+    pub(crate) fn waiters(&mut self) -> Vec<String> {
         self.conn.zrange(key("queue"), 0, -1).unwrap()
     }
 
