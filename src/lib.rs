@@ -448,25 +448,37 @@
 //!   grants go strictly in ticket order: the first waiter whose units do not fit stops the
 //!   ones behind it, so a request for many permits, or a writer, is never starved by later
 //!   small requests. A try ([`Semaphore::try_acquire`], `try_lock`) never passes a waiter.
-//! - **No lost wake-ups.** Each waiter blocks in `BLPOP` on a list of its own. Whatever frees
-//!   units (a release, a waiter leaving, an expiry or lapse found by any script) grants them
-//!   in the same script to exactly the waiters that now fit, pushing each its fencing token:
-//!   k permits released wake k waiters.
+//! - **No lost wake-ups.** Whatever frees units (a release, a waiter leaving, an expiry or
+//!   lapse found by any script) grants them in the same script to exactly the waiters that
+//!   now fit, pushing each grant (its fencing token and the waiter's id) to the inbox of the
+//!   waiter's process: k permits released wake k waiters. A grant stays in the inbox until
+//!   read, and one lost with a connection is found by the waiter's next ask, which reads what
+//!   its id holds.
+//! - **One waiting connection per process.** All the queue engine's waiters of a process on
+//!   one server (blocking threads and async tasks, every primitive and name) share one
+//!   connection, blocked in one `BLPOP` over the process's inboxes, on a thread of its own
+//!   that runs while anyone waits. On a Redis Cluster it is one per hash slot in use, since
+//!   one `BLPOP` cannot span slots: one per name, unless names share a hash tag. A waiter
+//!   wakes by itself only at its next event (the expiry of the holder it waits for, the lapse
+//!   of another process's waiter just ahead) or its deadline, to the millisecond; idle, it
+//!   costs the server nothing. (The plain lock's waiters still block on their own
+//!   connections, or one per name for async tasks; see *Shared waiting*.)
 //! - **Crash safety.** Every hold is a lease (30 s by default, renewed while held, by the
 //!   process's one renewal thread), so a crashed holder's units come back at its expiry, and
-//!   the first waiter's `BLPOP` ends at that instant. Waiters heartbeat (every
-//!   [`heartbeat`](LockBuilder::heartbeat), 1 s by default); one that misses two is taken out
-//!   of the queue by the next script that looks, and the waiter behind it looks exactly then.
-//!   A grant pushed to a waiter lasts only until that waiter's entry would have lapsed, unless
-//!   the waiter claims it (an extend on waking): a waiter killed just before its turn holds
-//!   the queue up no longer than a lapse window.
+//!   the first waiter wakes at that instant. A process heartbeats once for all its waiters in
+//!   a primitive's line (every [`heartbeat`](LockBuilder::heartbeat), 1 s by default); one
+//!   that misses two lapses, and all its waiters with it: each is taken out of the queue by
+//!   the next script that meets it, and a waiter of another process just behind looks
+//!   exactly then. A grant pushed to a waiter lasts only until its process's heartbeat would
+//!   lapse, unless the waiter claims it (an extend on waking): a process killed just before
+//!   its turn holds the queue up no longer than a lapse window.
 //! - **Server time only.** Leases, heartbeats and lapses are counted in the server's `TIME`
 //!   inside the scripts, never a client's clock.
 //! - **Safe to repeat.** Every script is idempotent by acquisition id, so a request whose
 //!   reply was lost is sent again, never settled by guessing: a lost acquire holds exactly one
-//!   grant, a lost release is a release. A waiter stopped past its lapse (`SIGSTOP`, a paused
-//!   VM) finds itself out of the queue when it resumes and joins again at the back; it never
-//!   holds what it was not granted. A waiter that times out or is cancelled leaves the queue,
+//!   grant, a lost release is a release. A process stopped past its lapse (`SIGSTOP`, a paused
+//!   VM) is told so when it resumes (by its heartbeat, or a waiter's ask), and its waiters
+//!   leave and join again at the back; none holds what it was not granted. A waiter that times out or is cancelled leaves the queue,
 //!   handing on any grant that came meanwhile.
 //! - **One primary.** All keys of a primitive share one hash slot (see below), so it works
 //!   on a Redis Cluster (a waiter follows its slot when it moves) and behind [`Sentinel`]. On
@@ -474,7 +486,14 @@
 //!   cannot be kept safely.
 //!
 //! Keys of the primitive `<kind>` (`semaphore`, `fair-lock`, `rwlock`) named `<name>` all
-//! start with one base, the same on one server and on a cluster:
+//! start with one base, the same on one server and on a cluster. An acquisition's id ends in
+//! `@<process id>` (16 hex digits, random for each process and server): its process's
+//! heartbeat keeps it in line, and its grants go to its process's inbox. An id without it (an
+//! earlier version's) is its own process, with a signal list of its own: such waiters are
+//! served, but an earlier version's scripts drop the waiters of this one from the line (they
+//! read heartbeats by waiter id), so run one version's waiters on a name at a time.
+//!
+//! The keys:
 //!
 //! - `<kind>:{<name>}:` for a name without a hash tag of its own (`jobs`: `semaphore:{jobs}:`),
 //!   so the name is their hash tag;
@@ -497,11 +516,11 @@
 //! | `<base>holders` | sorted set | acquisition id → lease expiry (server ms) |
 //! | `<base>held` | hash | acquisition id → `<units>:<fencing token>` |
 //! | `<base>queue` | sorted set | waiter id → ticket |
-//! | `<base>beats` | sorted set | waiter id → when its entry lapses (server ms) |
+//! | `<base>beats` | sorted set | process id → when its waiters lapse (server ms); expires with the last heartbeat |
 //! | `<base>wants` | hash | waiter id → `<units>:<lease ms>` |
 //! | `<base>tickets` | string (counter) | the last ticket (gone with the queue) |
 //! | `<base>fence` | string (counter) | the last fencing token handed out |
-//! | `<base>signal:<id>` | list | a waiter's wake-up: the token of its grant |
+//! | `<base>signal:<process id>` | list | a process's inbox: `<token>:<waiter id>` per grant; expires with its heartbeat |
 //! | `<base>count` | string | `<units in use>:<fencing counter>:<holders>`, kept by the scripts (gone with the last holder) |
 //!
 //! **The kept count.** No script reads every holder: each keeps the units in use in
@@ -1021,8 +1040,10 @@
 //! - **holder**: whoever holds a lease. [`Holder`] describes a lock's, and
 //!   [`inspect::Held`] a lock as a listing finds it.
 //! - **waiter**: an acquisition that waits. On the queue engine it stands in the primitive's
-//!   **line** (its queue of tickets) and proves itself alive by its **heartbeat**; one that
-//!   misses two **lapses**, and leaves the line.
+//!   **line** (its queue of tickets), and its process proves all its waiters alive by one
+//!   **heartbeat**; a process that misses two **lapses**, and its waiters leave the line.
+//!   The process's **inbox** (a list per primitive) brings their grants, read by its
+//!   **hub**: its one waiting connection on that server.
 //!
 //! # Cargo features
 //!

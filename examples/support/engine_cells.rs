@@ -89,7 +89,7 @@ fn engine_cost_cell(
         Duration::from_secs(60),
     )?;
     let parts = [
-        "holders", "held", "queue", "beats", "wants", "tickets", "fence",
+        "holders", "held", "queue", "beats", "wants", "tickets", "fence", "count",
     ];
     let keys: Vec<String> = parts.iter().map(|part| base(&name) + part).collect();
     let _: () = redis::cmd("DEL").arg(keys).query(&mut conn)?;

@@ -198,7 +198,7 @@ pub fn run_permit_crash(
 /// holds the permit; a waiter process queues, then a waiter in the bench behind it; the
 /// process is SIGKILLed and the bench lets go at once, so the permit is pushed to the dead
 /// waiter. Timed: how long the live waiter waited from the kill (`delay`), and how long after
-/// the dead waiter's entry lapsed (its score in `beats`, read after the kill) it was served.
+/// the dead waiter's process lapsed (its score in `beats`, read after the kill) it was served.
 pub fn run_dead_waiter(
     client: &redis::Client,
     url: &str,
@@ -227,8 +227,10 @@ pub fn run_dead_waiter(
                 queue_of(&mut conn, &queue, 2)?;
                 kill(&mut dead)?;
                 let killed = Instant::now();
+                // The heartbeat is its process's: the part of its id after the `@`.
+                let process = first.rsplit_once('@').map_or(first.as_str(), |(_, p)| p);
                 let lapse =
-                    server_instant(&mut conn, &format!("semaphore:{{{name}}}:beats"), &first);
+                    server_instant(&mut conn, &format!("semaphore:{{{name}}}:beats"), process);
                 held.release()?;
                 Ok::<_, Box<dyn std::error::Error>>((killed, lapse?.0))
             })();

@@ -242,11 +242,12 @@ impl<K> LockBuilder<K> {
         self
     }
 
-    /// How often a waiter of a queue primitive ([`Semaphore`](crate::Semaphore),
-    /// [`RwLock`](crate::RwLock), a [fair](LockBuilder::fair) lock) tells the server it is
-    /// still there. One that misses two heartbeats (a crashed or stopped process) is taken
-    /// out of the queue by the next waiter that looks, so it delays the others by at most
-    /// that. Default 1 s (so 2 s at most). Other locks do not queue and ignore it.
+    /// How often a process with waiters of a queue primitive ([`Semaphore`](crate::Semaphore),
+    /// [`RwLock`](crate::RwLock), a [fair](LockBuilder::fair) lock) tells the server they are
+    /// still there: one heartbeat per process and primitive, for all its waiters there. A
+    /// process that misses two (it crashed or was stopped) loses its waiters' places, each
+    /// taken out of the queue by the next script that meets it, so it delays the others by
+    /// at most that. Default 1 s (so 2 s at most). Other locks do not queue and ignore it.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {
