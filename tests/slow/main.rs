@@ -14,6 +14,8 @@ mod aio_lock;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "tokio")]
+mod hub_faults;
 #[cfg(feature = "sentinel")]
 mod queue_sentinel;
 mod quorum_soak;
@@ -34,6 +36,8 @@ fn child_process_role() {
     };
     let client = redis::Client::open(url).expect("a valid URL");
     match role.as_str() {
+        #[cfg(feature = "tokio")]
+        "hub_faults::waiters" => hub_faults::waiters(&client, &args),
         "quorum_soak::worker" => quorum_soak::worker(&client, &args),
         "renewals::many" => renewals::many(&client),
         "soak::worker" => soak::worker(&client, &args),
