@@ -103,6 +103,7 @@ impl Mailbox {
         self.notify.notify_one();
     }
 
+    #[cfg(feature = "tokio")]
     pub(crate) fn take(&self) -> Option<Told> {
         self.told.lock().take()
     }
