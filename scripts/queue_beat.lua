@@ -2,8 +2,9 @@
 -- ms more (KEYS as in queue_engine.lua, of which it needs only the beats and the inboxes'
 -- prefix; it runs alone, to stay cheap: one per process and primitive every half window).
 -- ARGV[1] process id. Safe to send again.
--- Returns 1 when the process was live, 0 when it had lapsed (or never joined): then nothing
--- is written, and the process makes its waiters join again.
+-- Returns the server's time (ms) when the process was live, which dates the claim expiries
+-- of the grants in its inbox; 0 when it had lapsed (or never joined): then nothing is
+-- written, and the process makes its waiters join again.
 local time = redis.call("time")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local beat = redis.pcall("zscore", KEYS[4], ARGV[1])
@@ -22,4 +23,4 @@ if redis.call("pttl", KEYS[4]) < lapse then
 end
 -- Grants not yet read last as long as the waiters they are for.
 redis.call("pexpire", KEYS[8] .. ARGV[1], lapse)
-return 1
+return now

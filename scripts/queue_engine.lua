@@ -9,8 +9,8 @@
 -- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
 -- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
 -- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
--- pushes "<fencing token>:<waiter id>" there (an older version's waiter: the token alone, to
--- its own list).
+-- pushes "<fencing token>:<claim expiry, server ms>:<waiter id>" there (an older version's
+-- waiter: the token alone, to its own list).
 -- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
 -- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
 -- written. It spares each script a read of all holders; `queue_state` checks it against a
@@ -390,7 +390,7 @@ local function apply(s, grants, me)
             if of == g.id then
                 redis.call("lpush", list, g.token)
             else
-                redis.call("lpush", list, int(g.token) .. ":" .. g.id)
+                redis.call("lpush", list, int(g.token) .. ":" .. expiry .. ":" .. g.id)
             end
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
         end

@@ -47,6 +47,10 @@ pub(crate) struct Hub {
     process: String,
     io_timeout: Duration,
     state: Mutex<State>,
+    /// The last heartbeat that found the process live: when it was sent, and the server's
+    /// time (ms) when it ran, which came after. A grant's claim expiry, in server ms, is then
+    /// no earlier than the send plus its distance from that server time.
+    clock: Mutex<Option<(Instant, u64)>>,
 }
 
 #[derive(Default)]
@@ -75,8 +79,9 @@ struct Name {
 /// What a waiter is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Told {
-    /// Granted, with this token.
-    Granted(u64),
+    /// Granted, with this token, held at least until then unless claimed, where the hub
+    /// could date the grant's claim window.
+    Granted(u64, Option<Instant>),
     /// Ask again: a wake (`reset_all`), the hub's connection failed (a grant may have been
     /// lost with it), or its process lapsed (the ask then leaves and joins again).
     AskAgain,
@@ -94,7 +99,7 @@ pub(crate) struct Mailbox {
 impl Mailbox {
     fn tell(&self, told: Told) {
         let mut slot = self.told.lock();
-        if !matches!(*slot, Some(Told::Granted(_))) {
+        if !matches!(*slot, Some(Told::Granted(..))) {
             *slot = Some(told);
         }
         self.arrived.notify_all();
@@ -170,6 +175,7 @@ impl Hub {
             process: random_hex(PROCESS_ID_LEN),
             io_timeout,
             state: Mutex::default(),
+            clock: Mutex::default(),
         });
         hubs.push(Arc::downgrade(&hub));
         hub
@@ -347,15 +353,27 @@ impl Hub {
             return;
         }
         match queue::parse_mail(element) {
-            Mail::Granted { token, waiter } => {
+            Mail::Granted {
+                token,
+                expiry,
+                waiter,
+            } => {
                 // A waiter no longer seated gave its grant back when it left.
                 let seat = state.names.get(inbox).and_then(|n| n.seats.get(&waiter));
                 if let Some(mailbox) = seat {
-                    mailbox.tell(Told::Granted(token));
+                    mailbox.tell(Told::Granted(token, self.date(expiry)));
                 }
             }
             Mail::Wake => Hub::tell_all(&state, Some(inbox), Told::AskAgain),
         }
+    }
+
+    /// The earliest instant a claim expiry of `expiry` (server ms) can be, by the last live
+    /// heartbeat; `None` before the first.
+    fn date(&self, expiry: u64) -> Option<Instant> {
+        let (sent, server_ms) = (*self.clock.lock())?;
+        let ahead = Duration::from_millis(expiry.checked_sub(server_ms)?);
+        sent.checked_add(ahead)
     }
 
     /// Sends the heartbeats due; a primitive where the process lapsed starts a new epoch.
@@ -372,11 +390,17 @@ impl Hub {
         };
         for (inbox, keys, lapse) in due {
             let request = queue::beat(&keys, &self.process, lapse);
-            let deadline = Instant::now() + self.io_timeout.min(lapse / 2);
+            let sent = Instant::now();
+            let deadline = sent + self.io_timeout.min(lapse / 2);
             let live = send_repeatable(&*self.transport, &request, deadline)
                 .map_err(crate::Error::Redis)
-                .and_then(|mut answered| {
-                    queue::parse_held(&keys, &answered.replies.swap_remove(0))
+                .and_then(|mut answered| queue::parse_beat(&keys, &answered.replies.swap_remove(0)))
+                .map(|server_ms| {
+                    // Sent again after a lost reply, it still ran after the first send.
+                    if let Some(server_ms) = server_ms {
+                        *self.clock.lock() = Some((sent, server_ms));
+                    }
+                    server_ms.is_some()
                 });
             let mut state = self.state.lock();
             let Some(name) = state.names.get_mut(&inbox) else {

@@ -88,7 +88,7 @@ impl<R: Runtime> Line<'_, R> {
                 Next::Block { until } => self
                     .mail(&seat, until, cancel)
                     .await
-                    .map(|token| wait.popped(token, Instant::now())),
+                    .map(|(token, dated)| wait.popped(token, dated, Instant::now())),
                 Next::Leave => {
                     in_line.leave(by.now()).await?;
                     return Ok(LineEnd::TimedOut);
@@ -183,18 +183,19 @@ impl<R: Runtime> Line<'_, R> {
         Ok((sent, asked))
     }
 
-    /// Waits for the seat's mail until `until`: the token of a grant, or none (its time came,
-    /// or it was told to ask again).
+    /// Waits for the seat's mail until `until`: the token of a grant and when its claim
+    /// window ends at the earliest, if its hub could date it; or none (its time came, or it
+    /// was told to ask again).
     async fn mail(
         &self,
         seat: &Seat,
         until: Option<Instant>,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<(Option<u64>, Option<Instant>), Error> {
         seat.block().map_err(Error::Thread)?;
         Ok(match R::mail(&seat.mailbox, until, cancel).await {
-            Some(Told::Granted(token)) => Some(token),
-            Some(Told::AskAgain) | None => None,
+            Some(Told::Granted(token, dated)) => (Some(token), dated),
+            Some(Told::AskAgain) | None => (None, None),
         })
     }
 }

@@ -157,28 +157,49 @@ pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
 }
 
 /// Process `process`'s heartbeat in the queue of `keys` for `lapse` more (`queue_beat.lua`):
-/// [`parse_held`] says whether it was still live.
+/// [`parse_beat`] says whether it was still live, and the server's time then.
 pub(crate) fn beat(keys: &QueueKeys, process: &str, lapse: Duration) -> Request {
     let ms = whole_ms(lapse).unwrap_or(MAX_NUMBER).max(2);
     script(keys, &QUEUE_BEAT, &[process.as_bytes(), &num(ms)])
 }
 
+/// The server's time (ms) when a live process's heartbeat ran; `None` when the process had
+/// lapsed.
+pub(crate) fn parse_beat(keys: &QueueKeys, reply: &Value) -> Result<Option<u64>, Error> {
+    match reply {
+        Value::Int(0) => Ok(None),
+        Value::Int(now) => u64::try_from(*now)
+            .map(Some)
+            .map_err(|_| Error::unexpected(reply)),
+        other => Err(array(keys, other)
+            .err()
+            .unwrap_or_else(|| Error::unexpected(other))),
+    }
+}
+
 /// What a process's inbox holds: a grant to one of its waiters, or a wake for them all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Mail {
-    /// Waiter `waiter` was granted, with this fencing token.
-    Granted { token: u64, waiter: String },
+    /// Waiter `waiter` was granted, with this fencing token, held until `expiry` (server ms)
+    /// unless it claims it.
+    Granted {
+        token: u64,
+        expiry: u64,
+        waiter: String,
+    },
     /// `reset_all` took every entry away (or the process's own wake): its waiters ask again.
     Wake,
 }
 
-/// An element popped from a process's inbox: `<token>:<waiter id>`, or anything else (the
-/// wake of `reset_all`, or of the process itself), which wakes its waiters.
+/// An element popped from a process's inbox: `<token>:<expiry>:<waiter id>`, or anything else
+/// (the wake of `reset_all`, or of the process itself), which wakes its waiters.
 pub(crate) fn parse_mail(element: &[u8]) -> Mail {
     let text = String::from_utf8_lossy(element);
-    let granted = text.split_once(':').and_then(|(token, waiter)| {
+    let granted = text.split_once(':').and_then(|(token, rest)| {
+        let (expiry, waiter) = rest.split_once(':')?;
         Some(Mail::Granted {
             token: token.parse().ok()?,
+            expiry: expiry.parse().ok()?,
             waiter: waiter.to_owned(),
         })
     });
@@ -469,13 +490,22 @@ impl QueueWait {
     }
 
     /// After a wait for the inbox that ended at `now`, with the token a grant pushed, or none
-    /// (its time ran out, or it was woken to ask again).
-    pub(crate) fn popped(&mut self, token: Option<u64>, now: Instant) -> Next {
+    /// (its time ran out, or it was woken to ask again). `dated`: when the grant's claim
+    /// window ends at the earliest, where its process could date it (see the hub).
+    pub(crate) fn popped(
+        &mut self,
+        token: Option<u64>,
+        dated: Option<Instant>,
+        now: Instant,
+    ) -> Next {
         match token {
             // Granted after the last ask that found it waiting, until its claim runs out.
             Some(token) => Next::Granted {
                 token,
-                valid_until: Some(self.waiting_since.unwrap_or(now) + self.claim),
+                valid_until: {
+                    let asked = self.waiting_since.unwrap_or(now) + self.claim;
+                    Some(dated.map_or(asked, |dated| dated.max(asked)))
+                },
             },
             None if self.deadline.is_some_and(|d| now >= d) => Next::Leave,
             None => Next::Ask,
@@ -612,14 +642,16 @@ mod tests {
     #[test]
     fn an_inbox_element_names_the_waiter_granted_or_wakes_them_all() {
         assert_eq!(
-            parse_mail(b"12:w:3@0123456789abcdef"),
+            parse_mail(b"12:1795654395312:w:3@0123456789abcdef"),
             Mail::Granted {
                 token: 12,
+                expiry: 1_795_654_395_312,
                 waiter: "w:3@0123456789abcdef".into()
             }
         );
         assert_eq!(parse_mail(b"reset"), Mail::Wake);
-        assert_eq!(parse_mail(b"x:w"), Mail::Wake);
+        assert_eq!(parse_mail(b"12:w:3"), Mail::Wake);
+        assert_eq!(parse_mail(b"x:1:w"), Mail::Wake);
     }
 
     #[test]
@@ -752,8 +784,8 @@ mod tests {
     fn a_waiter_that_pops_nothing_asks_again_until_its_deadline_then_leaves() {
         let t0 = Instant::now();
         let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
-        assert_eq!(wait.popped(None, t0 + secs(1)), Next::Ask);
-        assert_eq!(wait.popped(None, t0 + secs(5)), Next::Leave);
+        assert_eq!(wait.popped(None, None, t0 + secs(1)), Next::Ask);
+        assert_eq!(wait.popped(None, None, t0 + secs(5)), Next::Leave);
         let waiting = Asked::Waiting {
             position: 1,
             next: Some(secs(1)),
@@ -777,11 +809,37 @@ mod tests {
         wait.asked(t0, waiting, t0);
         wait.asked(t0 + secs(1), waiting, t0 + secs(1));
         assert_eq!(
-            wait.popped(Some(4), t0 + secs(2)),
+            wait.popped(Some(4), None, t0 + secs(2)),
             Next::Granted {
                 token: 4,
                 valid_until: Some(t0 + secs(5))
             }
+        );
+    }
+
+    #[test]
+    fn a_pushed_grant_its_process_dated_lasts_until_the_later_of_the_two_bounds() {
+        let t0 = Instant::now();
+        let mut wait = QueueWait::new(&ask(), None);
+        let waiting = Asked::Waiting {
+            position: 1,
+            next: None,
+        };
+        wait.asked(t0, waiting, t0);
+        let granted = |valid_until| Next::Granted {
+            token: 4,
+            valid_until: Some(valid_until),
+        };
+        // Asked long ago: the date its process put on the grant is the better bound.
+        let dated = t0 + secs(60);
+        assert_eq!(
+            wait.popped(Some(4), Some(dated), t0 + secs(59)),
+            granted(dated)
+        );
+        // A date earlier than the ask's bound does not shorten it.
+        assert_eq!(
+            wait.popped(Some(4), Some(t0), t0 + secs(1)),
+            granted(t0 + secs(4))
         );
     }
 
