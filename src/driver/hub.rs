@@ -438,20 +438,20 @@ impl Seat {
     /// The ask found it waiting: the process has joined.
     pub(crate) fn joined(&self) {
         let mut state = self.hub.state.lock();
-        if let Some(name) = state.names.get_mut(&self.inbox) {
-            if name.epoch == self.epoch {
-                name.joined = true;
-            }
+        if let Some(name) = state.names.get_mut(&self.inbox)
+            && name.epoch == self.epoch
+        {
+            name.joined = true;
         }
     }
 
     /// The ask found its process lapsed.
     pub(crate) fn lapsed(&self) {
         let mut state = self.hub.state.lock();
-        if let Some(name) = state.names.get_mut(&self.inbox) {
-            if name.epoch == self.epoch {
-                name.lapsed();
-            }
+        if let Some(name) = state.names.get_mut(&self.inbox)
+            && name.epoch == self.epoch
+        {
+            name.lapsed();
         }
     }
 
