@@ -9,14 +9,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{aio, CancelToken, Error};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::{connections, eventually, secs, RedisServer};
+use crate::support::{connections, eventually, lasting_keys, secs, RedisServer};
 
-/// Long enough for a task to block on a loaded machine; the tests wait for the server to say
-/// it did.
+/// Long enough for a task to join the line on a loaded machine; the tests wait for the server
+/// to show it there.
 const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Longer than any key the queue engine leaves to expire by itself lasts with the default
+/// heartbeat: a process's heartbeats and inbox (a lapse window, 2 s), a wake (10 s).
+const EXPIRES_WITHIN: Duration = Duration::from_secs(10);
+
+/// The lapse window of a waiter with [`SLOW_HEARTBEAT`]: what its process's heartbeats and
+/// inbox may last.
+const SLOW_LAPSE: Duration = Duration::from_secs(120);
 
 /// A heartbeat no test outlives: a waiter that missed its hand-off would wait a minute for its
 /// next ask, and a dropped one would stay in line two.
@@ -29,6 +38,11 @@ fn semaphore(server: &RedisServer, permits: u32) -> Arc<aio::Semaphore> {
         .build()
         .unwrap();
     Arc::new(semaphore)
+}
+
+/// Waits until semaphore `s` has `n` tasks in its line, as the server shows it.
+fn until_in_line(server: &RedisServer, n: u64) {
+    server.until_queued(Primitive::Semaphore, "s", n, BLOCK_LIMIT, || false);
 }
 
 /// A task that takes a permit of `semaphore` within a minute, says so on `done` with its
@@ -68,7 +82,7 @@ async fn tasks_are_served_in_the_order_they_came() {
         let (release, released) = oneshot::channel();
         tasks.push(waiter(&semaphore, name, &done, released));
         releases.push(release);
-        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+        until_in_line(&server, n as u64 + 1);
     }
     first.release().await.unwrap();
     let mut served = Vec::new();
@@ -106,8 +120,9 @@ async fn no_more_tasks_hold_than_there_are_permits_and_all_are_served() {
         tokio::time::timeout(secs(60), task).await.unwrap().unwrap();
     }
     assert_eq!(most.load(Ordering::SeqCst), 3);
-    // Nothing is left but the fencing counter, and the waiters' connections close once idle.
-    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    // Nothing is left but the fencing counter and keys that expire by themselves, and the
+    // waiters' connections close once idle.
+    let keys = lasting_keys(&mut server.conn(), "semaphore:*", EXPIRES_WITHIN);
     assert_eq!(keys, ["semaphore:{s}:fence"]);
     eventually(secs(10), "the idle waiters' connections to close", || {
         connections(&server) <= 1
@@ -124,7 +139,7 @@ async fn permits_released_together_wake_as_many_tasks() {
     for (n, name) in ["a", "b", "c"].into_iter().enumerate() {
         let (release, released) = oneshot::channel();
         held.push((release, waiter(&semaphore, name, &done, released)));
-        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+        until_in_line(&server, n as u64 + 1);
     }
     all.release().await.unwrap();
     // All three hold at once, long before the next heartbeat: each was handed its permit.
@@ -150,11 +165,11 @@ async fn a_dropped_acquire_leaves_the_queue_and_the_task_behind_is_served_at_onc
         let semaphore = Arc::clone(&semaphore);
         tokio::spawn(async move { semaphore.acquire().await.map(drop) })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || false);
+    until_in_line(&server, 1);
     let (done, mut served) = mpsc::unbounded_channel();
     let (release, released) = oneshot::channel();
     let behind = waiter(&semaphore, "behind", &done, released);
-    server.until_blocked(2, BLOCK_LIMIT, || false);
+    until_in_line(&server, 2);
     dropped.abort();
     assert!(dropped.await.unwrap_err().is_cancelled());
     holder.release().await.unwrap();
@@ -163,7 +178,7 @@ async fn a_dropped_acquire_leaves_the_queue_and_the_task_behind_is_served_at_onc
     assert_eq!(next(&mut served, secs(20)).await, "behind");
     release.send(()).unwrap();
     behind.await.unwrap();
-    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    let keys = lasting_keys(&mut server.conn(), "semaphore:*", SLOW_LAPSE);
     assert_eq!(keys, ["semaphore:{s}:fence"]);
 }
 
@@ -220,7 +235,9 @@ async fn a_cancel_token_ends_a_waiting_tasks_wait_and_it_leaves_the_queue() {
         let semaphore = Arc::clone(&semaphore);
         tokio::spawn(async move { semaphore.acquire().await.map(drop) })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    server.until_queued(Primitive::Semaphore, "s", 1, BLOCK_LIMIT, || {
+        waiting.is_finished()
+    });
     cancel.cancel();
     let ended = tokio::time::timeout(secs(20), waiting).await;
     assert!(matches!(ended, Ok(Ok(Err(Error::Cancelled { .. })))));
@@ -238,7 +255,9 @@ async fn a_waiting_writer_is_not_passed_by_readers_that_come_after_it() {
         let lock = Arc::clone(&lock);
         tokio::spawn(async move { lock.write().await.unwrap().unlock().await })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || writer.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        writer.is_finished()
+    });
     // A reader now would share with the first, but the writer came before it.
     assert!(lock.try_read().await.unwrap().is_none());
     let late = lock.try_read_for(Duration::from_millis(300)).await.unwrap();
@@ -261,7 +280,9 @@ async fn a_downgraded_writer_lets_queued_readers_in_but_not_a_writer() {
         let lock = Arc::clone(&lock);
         tokio::spawn(async move { lock.read().await.unwrap().unlock().await })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        reader.is_finished()
+    });
     let read = write.downgrade().await.unwrap();
     tokio::time::timeout(secs(20), reader)
         .await
@@ -287,7 +308,9 @@ async fn a_write_lock_asked_for_by_a_task_that_reads_is_refused() {
         let lock = Arc::clone(&lock);
         tokio::spawn(async move { lock.try_write_for(secs(60)).await.map(|w| w.is_some()) })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || other.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        other.is_finished()
+    });
     read.unlock().await.unwrap();
     assert!(other.await.unwrap().unwrap());
 }
@@ -313,7 +336,9 @@ async fn a_newcomer_does_not_take_the_fair_lock_ahead_of_a_waiting_task() {
         let _ = until_done.await;
         guard.unlock().await
     });
-    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    server.until_queued(Primitive::FairLock, "f", 1, BLOCK_LIMIT, || {
+        waiter.is_finished()
+    });
     guard.unlock().await.unwrap();
     // The lock is handed to the waiter, not taken by a newcomer trying in between.
     assert!(fair().try_lock().await.unwrap().is_none());
@@ -335,7 +360,6 @@ async fn an_async_semaphore_hands_off_on_a_cluster() {
     let semaphore = Arc::new(semaphore);
     let permit = semaphore.acquire().await.unwrap();
     let primary = cluster.primary_for("semaphore:{aio-cluster-permits}:holders");
-    let before = primary.blocked_clients();
     let waiter = {
         let semaphore = Arc::clone(&semaphore);
         tokio::spawn(async move {
@@ -345,7 +369,10 @@ async fn an_async_semaphore_hands_off_on_a_cluster() {
                 .map(|p| p.is_some())
         })
     };
-    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    let name = "aio-cluster-permits";
+    primary.until_queued(Primitive::Semaphore, name, 1, BLOCK_LIMIT, || {
+        waiter.is_finished()
+    });
     permit.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap());
 }
@@ -367,9 +394,15 @@ async fn a_waiting_task_follows_its_slot_to_another_primary() {
         let lock = Arc::clone(&lock);
         tokio::spawn(async move { lock.try_read_for(secs(60)).await.map(|r| r.is_some()) })
     };
+    source.until_queued(Primitive::RwLock, "moving", 1, BLOCK_LIMIT, || {
+        reader.is_finished()
+    });
+    // The process's waiting connection for the slot (one for all its waiters there) blocks
+    // on the source too.
     source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     cluster.migrate_slot(cluster.slot_of(key), target.port);
-    // Its heartbeat (every 1 s) is turned away from the old primary and asks the new one.
+    // Its heartbeat (every 1 s) is turned away from the old primary and asks the new one, where
+    // the waiting connection blocks again.
     target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     write.unlock().await.unwrap();
     assert!(reader.await.unwrap().unwrap());

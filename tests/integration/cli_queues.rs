@@ -10,7 +10,7 @@ use redis_blpop_lock::{Lock, Semaphore};
 
 use crate::cli::{finish, list_json, redis_lock, redis_lock_over, stderr, stdout, HUNG};
 use crate::queue_ops::{in_line, semaphore};
-use crate::support::{eventually, secs, send_signal, RedisServer};
+use crate::support::{eventually, secs, send_signal, strip_process, RedisServer};
 
 #[test]
 fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
@@ -28,6 +28,16 @@ fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
         1,
         2,
     );
+    // The ids as the server has them: each ends in `@<process id>`.
+    let queue = inspect::queue(&client, Primitive::Semaphore, "db", secs(5)).unwrap();
+    let (holder_id, first_id, second_id) = match (&queue.holders[..], &queue.waiters[..]) {
+        ([holder], [first, second]) => (&holder.id, &first.id, &second.id),
+        _ => panic!("not 1 holder and 2 waiters: {queue:?}"),
+    };
+    assert_eq!(
+        [holder_id, first_id, second_id].map(|id| strip_process(id)),
+        ["holder:0", "first:0", "second:0"]
+    );
 
     let output = redis_lock(&server)
         .args(["status", "--semaphore", "db", "--json"])
@@ -41,10 +51,10 @@ fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
         status,
         serde_json::json!({
             "kind": "semaphore", "name": "db", "held": true, "used": 1,
-            "holders": [{"id": "holder:0", "units": 1, "ttl_ms": ttl,
+            "holders": [{"id": holder_id, "units": 1, "ttl_ms": ttl,
                          "token": permit.fencing_token()}],
-            "waiters": [{"id": "first:0", "units": 1, "lapses_in_ms": lapses(0)},
-                        {"id": "second:0", "units": 1, "lapses_in_ms": lapses(1)}],
+            "waiters": [{"id": first_id, "units": 1, "lapses_in_ms": lapses(0)},
+                        {"id": second_id, "units": 1, "lapses_in_ms": lapses(1)}],
         })
     );
     let text = stdout(
@@ -56,15 +66,17 @@ fn status_of_a_semaphore_shows_its_holders_and_its_line_in_order() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "semaphore \"db\": 1 holder, 2 waiting");
     assert!(
-        lines[1].starts_with("  held by \"holder:0\", expires in "),
+        lines[1].starts_with(&format!("  held by \"{holder_id}\", expires in ")),
         "{text}"
     );
     assert!(
-        lines[2].starts_with("  waiting 1: \"first:0\", 1 permit, lapses in "),
+        lines[2].starts_with(&format!(
+            "  waiting 1: \"{first_id}\", 1 permit, lapses in "
+        )),
         "{text}"
     );
     assert!(
-        lines[3].starts_with("  waiting 2: \"second:0\", 1 permit, "),
+        lines[3].starts_with(&format!("  waiting 2: \"{second_id}\", 1 permit, ")),
         "{text}"
     );
 
@@ -151,16 +163,31 @@ fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
         .build()
         .unwrap();
     let kept = holders.acquire().unwrap();
-    let _ended = holders.acquire().unwrap();
+    let ended = holders.acquire().unwrap();
     let waiter = in_line(&server, semaphore(&client, "s", 2, "waiter", secs(2)), 1, 1);
+    // The ended hold's id, `holder:1@<process id>`, as the server has it.
+    let queue = inspect::queue(&client, Primitive::Semaphore, "s", secs(5)).unwrap();
+    let ended_id = queue
+        .holders
+        .iter()
+        .find(|h| Some(h.token) == ended.fencing_token())
+        .map(|h| h.id.clone())
+        .expect("the ended hold is a holder");
+    assert_eq!(strip_process(&ended_id), "holder:1");
 
     for (args, saying) in [
         (
             &["--semaphore", "s", "--permits", "2"][..],
             "name one with --id",
         ),
-        (&["--semaphore", "s", "--id", "holder:1"], "--permits N"),
-        (&["s", "--id", "holder:1"], "--id and --permits are for"),
+        (
+            &["--semaphore", "s", "--id", ended_id.as_str()],
+            "--permits N",
+        ),
+        (
+            &["s", "--id", ended_id.as_str()],
+            "--id and --permits are for",
+        ),
     ] {
         let output = redis_lock(&server)
             .arg("reset")
@@ -178,21 +205,21 @@ fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
             "--permits",
             "2",
             "--id",
-            "holder:1",
+            ended_id.as_str(),
         ])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(
         stdout(&output),
-        "semaphore \"s\": released \"holder:1\"'s hold (the first waiters take it)\n"
+        format!("semaphore \"s\": released \"{ended_id}\"'s hold (the first waiters take it)\n")
     );
     waiter
         .got
         .recv_timeout(HUNG)
         .expect("the waiter took the permit");
     let queue = inspect::queue(&client, Primitive::Semaphore, "s", secs(5)).unwrap();
-    let mut ids: Vec<&str> = queue.holders.iter().map(|h| h.id.as_str()).collect();
+    let mut ids: Vec<&str> = queue.holders.iter().map(|h| strip_process(&h.id)).collect();
     ids.sort_unstable();
     assert_eq!(ids, ["holder:0", "waiter:0"]);
     drop(kept);

@@ -5,10 +5,13 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{Error, Lock};
 
 use crate::support::{secs, RedisServer};
 
+/// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
+/// server to show it there.
 const BLOCK_LIMIT: Duration = Duration::from_secs(10);
 
 fn fair(client: &redis::Client) -> Lock {
@@ -30,7 +33,9 @@ fn waiters_take_the_fair_lock_in_the_order_they_came() {
             done.send(name).unwrap();
             lock.release().unwrap();
         }));
-        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+        server.until_queued(Primitive::FairLock, "f", n as u64 + 1, BLOCK_LIMIT, || {
+            false
+        });
     }
     holder.release().unwrap();
     let served: Vec<_> = (0..3)
@@ -52,7 +57,9 @@ fn a_newcomer_does_not_take_the_fair_lock_ahead_of_a_waiter() {
         let lock = fair(&client);
         thread::spawn(move || lock.acquire_timeout(secs(60)).unwrap())
     };
-    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    server.until_queued(Primitive::FairLock, "f", 1, BLOCK_LIMIT, || {
+        waiter.is_finished()
+    });
     holder.release().unwrap();
     // The lock is free for a moment at most, and then the waiter's.
     let newcomer = fair(&client);

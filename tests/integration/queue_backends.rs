@@ -6,15 +6,15 @@ use std::thread;
 use std::time::Duration;
 
 use redis::Commands;
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{RwLock, Semaphore, SemaphorePermit};
 
 use crate::support::{secs, RedisCluster, RedisServer};
 
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
-/// Releases `permit` of `semaphore` (one permit) to a waiter blocked on `primary`.
+/// Releases `permit` of `semaphore` (one permit) to a waiter in its line on `primary`.
 fn hands_off(semaphore: &Arc<Semaphore>, permit: SemaphorePermit<'_>, primary: &RedisServer) {
-    let before = primary.blocked_clients();
     let waiter = {
         let semaphore = semaphore.clone();
         thread::spawn(move || {
@@ -24,7 +24,10 @@ fn hands_off(semaphore: &Arc<Semaphore>, permit: SemaphorePermit<'_>, primary: &
                 .map(|p| p.release())
         })
     };
-    primary.until_blocked(before + 1, BLOCK_LIMIT, || waiter.is_finished());
+    let name = semaphore.name();
+    primary.until_queued(Primitive::Semaphore, name, 1, BLOCK_LIMIT, || {
+        waiter.is_finished()
+    });
     permit.release().unwrap();
     assert!(waiter.join().unwrap().is_some());
 }
@@ -70,9 +73,15 @@ fn a_queued_waiter_follows_its_slot_to_another_primary() {
         let lock = lock.clone();
         thread::spawn(move || lock.try_read_for(secs(60)).unwrap().map(|r| r.unlock()))
     };
+    source.until_queued(Primitive::RwLock, "moving", 1, BLOCK_LIMIT, || {
+        reader.is_finished()
+    });
+    // The process's waiting connection for the slot (one for all its waiters there) blocks
+    // on the source too.
     source.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     cluster.migrate_slot(cluster.slot_of(key), target.port);
-    // Its heartbeat (every 1 s) is turned away from the old primary and asks the new one.
+    // Its heartbeat (every 1 s) is turned away from the old primary and asks the new one, where
+    // the waiting connection blocks again.
     target.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
     write.unlock().unwrap();
     assert!(reader.join().unwrap().is_some());

@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{Error, Lock, RwLock, Semaphore};
 
 use crate::support::{free_port, ms, secs, RedisServer};
@@ -23,7 +24,7 @@ const SLACK: Duration = Duration::from_secs(3);
 /// The grace a timed wait has past its deadline (the crate's, for a 1 s I/O timeout).
 const GRACE: Duration = Duration::from_millis(250);
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Semaphore,
     FairLock,
@@ -32,6 +33,17 @@ enum Kind {
 }
 
 const KINDS: [Kind; 4] = [Kind::Semaphore, Kind::FairLock, Kind::Read, Kind::Write];
+
+impl Kind {
+    /// The primitive whose line a waiter of this kind joins.
+    fn primitive(self) -> Primitive {
+        match self {
+            Kind::Semaphore => Primitive::Semaphore,
+            Kind::FairLock => Primitive::FairLock,
+            Kind::Read | Kind::Write => Primitive::RwLock,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Call {
@@ -335,6 +347,15 @@ fn name(_: usize, kind: Kind) -> String {
     format!("{kind:?}")
 }
 
+/// Waits until each of `waiters` is in the line of its kind's name ([`name`]), as the server
+/// shows it: the waiters of one process share one blocked client, which cannot tell.
+fn until_all_queued(server: &RedisServer, waiters: &[(Kind, Call)]) {
+    for kind in KINDS {
+        let n = waiters.iter().filter(|(k, _)| *k == kind).count() as u64;
+        server.until_queued(kind.primitive(), &name(0, kind), n, secs(10), || false);
+    }
+}
+
 #[test]
 fn a_server_killed_under_queued_waiters_ends_every_wait_with_an_error() {
     let mut server = RedisServer::start();
@@ -361,10 +382,17 @@ fn a_server_killed_under_queued_waiters_ends_every_wait_with_an_error() {
         }
         holding.wait();
         let killing = s.spawn(|| {
-            server.until_blocked(waiters.len() as u64, secs(10), || false);
+            // The holders wait for the kill: a wait that fails still kills and meets them, so
+            // that the failure ends the test rather than hanging it.
+            let queued = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                until_all_queued(&server, &waiters);
+            }));
             server.kill();
             let kill = Instant::now();
             killed.wait();
+            if let Err(failure) = queued {
+                std::panic::resume_unwind(failure);
+            }
             kill
         });
         let ended = run_blocking(&client, &waiters, name);
@@ -396,7 +424,7 @@ async fn a_server_killed_under_queued_async_waiters_ends_every_wait_with_an_erro
     let killing = async {
         tokio::task::block_in_place(|| {
             let mut server = server.lock().unwrap();
-            server.until_blocked(waiters.len() as u64, secs(10), || false);
+            until_all_queued(&server, &waiters);
             server.kill();
         });
         let kill = Instant::now();

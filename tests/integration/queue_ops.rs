@@ -10,12 +10,12 @@ use redis::Commands;
 use redis_blpop_lock::inspect::{self, Primitive, Queue};
 use redis_blpop_lock::{reset_all, Lock, Semaphore};
 
-use crate::support::{secs, RedisServer};
+use crate::support::{secs, strip_process, RedisServer};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Long enough for a waiter to block on a loaded machine; the tests wait for the server to
-/// say it did.
+/// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
+/// server to show it there.
 const BLOCK_LIMIT: Duration = Duration::from_secs(10);
 
 /// A semaphore handle whose acquisitions' ids start with `id`, with a lease of `expire`
@@ -54,8 +54,9 @@ impl Drop for Waiter {
 }
 
 /// Puts a thread in line for `units` of `semaphore` (waiting up to 60 s), once the server
-/// counts it as the `nth` blocked client.
+/// shows it as the `nth` waiter in the semaphore's queue.
 pub(crate) fn in_line(server: &RedisServer, semaphore: Semaphore, units: u32, nth: u64) -> Waiter {
+    let name = semaphore.name().to_owned();
     let (done, got) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
     let thread = thread::spawn(move || {
@@ -67,7 +68,9 @@ pub(crate) fn in_line(server: &RedisServer, semaphore: Semaphore, units: u32, nt
         let _ = released.recv();
         permit.release().unwrap();
     });
-    server.until_blocked(nth, BLOCK_LIMIT, || false);
+    server.until_queued(Primitive::Semaphore, &name, nth, BLOCK_LIMIT, || {
+        thread.is_finished()
+    });
     Waiter {
         got,
         release: Some(release),
@@ -78,12 +81,13 @@ pub(crate) fn in_line(server: &RedisServer, semaphore: Semaphore, units: u32, nt
 /// (id, units) of each of some holders or waiters.
 type Entries<'a> = Vec<(&'a str, u64)>;
 
-/// (id, units) of each holder, sorted by id, and of each waiter of `queue`, in line.
+/// (id, units) of each holder, sorted by id, and of each waiter of `queue`, in line; each id
+/// as its handle was built with, less the `@<process id>` that ends it.
 fn holders_and_line(queue: &Queue) -> (Entries<'_>, Entries<'_>) {
     let mut holders: Entries = queue
         .holders
         .iter()
-        .map(|h| (h.id.as_str(), h.units))
+        .map(|h| (strip_process(&h.id), h.units))
         .collect();
     holders.sort_unstable();
     (
@@ -91,7 +95,7 @@ fn holders_and_line(queue: &Queue) -> (Entries<'_>, Entries<'_>) {
         queue
             .waiters
             .iter()
-            .map(|w| (w.id.as_str(), w.units))
+            .map(|w| (strip_process(&w.id), w.units))
             .collect(),
     )
 }
@@ -196,18 +200,19 @@ fn reset_all_leaves_nothing_of_a_queue_but_its_fence_and_wake_ups_that_expire() 
     let permits = semaphore(&client, "gone", 2, "holder", secs(2));
     let _one = permits.acquire().unwrap();
     let _two = permits.acquire().unwrap();
-    assert_eq!(reset_all(&client).unwrap(), 2);
     let mut conn = server.conn();
+    // Both holders are of this process: the wake-up goes to its one inbox.
+    let holders: Vec<String> = conn.zrange("semaphore:{gone}:holders", 0, -1).unwrap();
+    let processes: std::collections::BTreeSet<&str> = holders
+        .iter()
+        .map(|id| &id[strip_process(id).len() + 1..])
+        .collect();
+    assert_eq!(processes.len(), 1, "{holders:?}");
+    let inbox = format!("semaphore:{{gone}}:signal:{}", processes.first().unwrap());
+    assert_eq!(reset_all(&client).unwrap(), 2);
     let mut keys: Vec<String> = conn.keys("semaphore:*").unwrap();
     keys.sort();
-    assert_eq!(
-        keys,
-        [
-            "semaphore:{gone}:fence",
-            "semaphore:{gone}:signal:holder:0",
-            "semaphore:{gone}:signal:holder:1"
-        ]
-    );
+    assert_eq!(keys, ["semaphore:{gone}:fence", inbox.as_str()]);
     for key in &keys[1..] {
         let ttl: i64 = conn.pttl(key).unwrap();
         assert!(ttl > 0, "{key} expires");
@@ -232,12 +237,21 @@ fn reset_queue_ends_only_the_named_hold_and_hands_it_to_the_first_in_line() {
         1,
         1,
     );
+    // The ended hold's id, `holder:1@<process id>`, as the server has it.
+    let before = inspect::queue(&client, Primitive::Semaphore, "s", IO_TIMEOUT).unwrap();
+    let ended_id = before
+        .holders
+        .iter()
+        .find(|h| Some(h.token) == ended.fencing_token())
+        .map(|h| h.id.clone())
+        .expect("the ended hold is a holder");
+    assert_eq!(strip_process(&ended_id), "holder:1");
 
     let removed = inspect::reset_queue(
         &client,
         Primitive::Semaphore,
         "s",
-        Some("holder:1"),
+        Some(&ended_id),
         2,
         IO_TIMEOUT,
     )

@@ -6,10 +6,13 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{Error, RwLock};
 
 use crate::support::{secs, RedisServer};
 
+/// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
+/// server to show it there.
 const BLOCK_LIMIT: Duration = Duration::from_secs(10);
 
 #[test]
@@ -26,7 +29,9 @@ fn readers_share_the_lock_and_a_writer_waits_for_them() {
         let lock = lock.clone();
         thread::spawn(move || lock.try_write_for(secs(60)).unwrap().is_some())
     };
-    server.until_blocked(1, BLOCK_LIMIT, || writer.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        writer.is_finished()
+    });
     drop(a);
     thread::sleep(Duration::from_millis(200));
     assert!(!writer.is_finished(), "the writer got in beside a reader");
@@ -49,7 +54,9 @@ fn a_waiting_writer_is_not_passed_by_readers_that_come_after_it() {
             drop(write);
         })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || writer.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        writer.is_finished()
+    });
     // A reader now would share with the first, but the writer came before it.
     assert!(lock.try_read().unwrap().is_none());
     let reader = {
@@ -59,7 +66,9 @@ fn a_waiting_writer_is_not_passed_by_readers_that_come_after_it() {
             done.send("reader").unwrap();
         })
     };
-    server.until_blocked(2, BLOCK_LIMIT, || reader.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 2, BLOCK_LIMIT, || {
+        reader.is_finished()
+    });
     drop(reading);
     assert_eq!(order.recv_timeout(secs(30)).unwrap(), "writer");
     assert_eq!(order.recv_timeout(secs(30)).unwrap(), "reader");
@@ -76,7 +85,9 @@ fn a_downgraded_writer_lets_queued_readers_in_but_not_a_writer() {
         let lock = lock.clone();
         thread::spawn(move || lock.try_read_for(secs(60)).unwrap().map(|r| r.unlock()))
     };
-    server.until_blocked(1, BLOCK_LIMIT, || reader.is_finished());
+    server.until_queued(Primitive::RwLock, "rw", 1, BLOCK_LIMIT, || {
+        reader.is_finished()
+    });
     let read = write.downgrade().unwrap();
     assert!(reader.join().unwrap().is_some());
     assert!(lock.try_write().unwrap().is_none());

@@ -108,6 +108,11 @@ pub(crate) fn everything(server: &RedisServer, client: &redis::Client) -> Result
             None => Ok(false),
         }
     });
+    server.until_queued(Primitive::Semaphore, "permits", 1, secs(30), || {
+        queued.is_finished()
+    });
+    // Its process's waiting connection, one for all its queue waiters, blocks in BLPOP too
+    // (the plain lock's waiter above is done).
     server.until_blocked(1, secs(30), || queued.is_finished());
     if queued.is_finished() {
         // Refused while it asked: that refusal is the outcome.

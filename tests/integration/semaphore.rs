@@ -8,13 +8,20 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
+use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{Error, Quorum, Semaphore};
 
-use crate::support::{secs, ChildProcess, Proxy, RedisServer};
+use crate::support::{
+    eventually, lasting_keys, secs, strip_process, ChildProcess, Proxy, RedisServer,
+};
 
-/// Long enough for a waiter to block on a loaded machine; the tests wait for the server to
-/// say it did.
+/// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
+/// server to show it there.
 const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Longer than any key the queue engine leaves to expire by itself here lasts: a process's
+/// heartbeats and inbox (a lapse window, 2 s by default), a wake (10 s).
+const EXPIRES_WITHIN: Duration = Duration::from_secs(10);
 
 /// Holds permit(s) of semaphore `args[0]` (`args[1]` permits, expiry `args[2]` ms, renewed
 /// when `args[3]` is "renew"), says so, and holds until told (or killed).
@@ -33,8 +40,8 @@ pub fn hold(client: &redis::Client, args: &[String]) {
     println!("released");
 }
 
-/// Waits for a permit of semaphore `args[0]` (`args[1]` permits), says when it is queued
-/// (from the outside: blocked) and when it got one.
+/// Waits for a permit of semaphore `args[0]` (`args[1]` permits), says when it starts to
+/// wait (from the outside: in the queue) and when it got one.
 /// With `args[2]`, its heartbeat in ms.
 pub fn wait(client: &redis::Client, args: &[String]) {
     let permits: u32 = args[1].parse().unwrap();
@@ -47,6 +54,12 @@ pub fn wait(client: &redis::Client, args: &[String]) {
     let permit = semaphore.acquire().unwrap();
     println!("acquired");
     drop(permit);
+}
+
+/// Waits until semaphore `s` has `n` waiters in its line, as the server shows it, or
+/// `gave_up()` says there is no point.
+fn until_in_line(server: &RedisServer, n: u64, gave_up: impl FnMut() -> bool) {
+    server.until_queued(Primitive::Semaphore, "s", n, BLOCK_LIMIT, gave_up);
 }
 
 /// A thread that takes a permit of `semaphore` within 60 s and reports it on `done`, with
@@ -90,8 +103,8 @@ fn no_more_holders_than_permits_at_once() {
         worker.join().unwrap();
     }
     assert_eq!(most.load(Ordering::SeqCst), 3);
-    // Nothing is left but the fencing counter.
-    let keys: Vec<String> = server.conn().keys("semaphore:*").unwrap();
+    // Nothing is left but the fencing counter, and keys that expire by themselves.
+    let keys = lasting_keys(&mut server.conn(), "semaphore:*", EXPIRES_WITHIN);
     assert_eq!(keys, ["semaphore:{s}:fence"]);
 }
 
@@ -126,7 +139,7 @@ fn waiters_are_served_in_the_order_they_came() {
         let (release, released) = mpsc::channel();
         threads.push(waiter(&semaphore, name, &done, released));
         releases.push(release);
-        server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+        until_in_line(&server, n as u64 + 1, || false);
     }
     first.release().unwrap();
     let mut served = Vec::new();
@@ -152,7 +165,7 @@ fn permits_released_together_wake_as_many_waiters() {
         .map(|(n, name)| {
             let (release, released) = mpsc::channel();
             let thread = waiter(&semaphore, name, &done, released);
-            server.until_blocked(n as u64 + 1, BLOCK_LIMIT, || false);
+            until_in_line(&server, n as u64 + 1, || false);
             (release, thread)
         })
         .collect();
@@ -183,7 +196,7 @@ fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
                 .is_some()
         })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || big.is_finished());
+    until_in_line(&server, 1, || big.is_finished());
     // One permit is free, but the request for two came first.
     assert!(semaphore
         .try_acquire_for(Duration::from_millis(300))
@@ -242,7 +255,7 @@ fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
     // A waiter process, first in line, killed while it waits.
     let mut dead = ChildProcess::spawn("semaphore::wait", &server.url(), &["s", "1"]);
     dead.expect_line("waiting");
-    server.until_blocked(1, BLOCK_LIMIT, || false);
+    until_in_line(&server, 1, || false);
     let live = Arc::new(
         Semaphore::builder(&client, "s", 1)
             .heartbeat(Duration::from_millis(500))
@@ -253,7 +266,7 @@ fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
         let live = live.clone();
         thread::spawn(move || live.try_acquire_for(secs(60)).unwrap().map(|p| p.release()))
     };
-    server.until_blocked(2, BLOCK_LIMIT, || next.is_finished());
+    until_in_line(&server, 2, || next.is_finished());
     dead.child.kill().unwrap();
     let killed = Instant::now();
     permit.release().unwrap();
@@ -313,7 +326,9 @@ fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_g
     let permit = holder.acquire().unwrap();
     let mut stopped = ChildProcess::spawn("semaphore::wait", &server.url(), &["s", "1", "200"]);
     stopped.expect_line("waiting");
-    server.until_blocked(1, BLOCK_LIMIT, || false);
+    until_in_line(&server, 1, || false);
+    let line = || -> Vec<String> { server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap() };
+    let stopped_id = line().remove(0);
     stopped.signal("STOP");
     // Its entry lapses 400 ms after its last heartbeat; a waiter that comes later is first.
     thread::sleep(Duration::from_millis(1200));
@@ -329,7 +344,11 @@ fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_g
             permit.release().unwrap();
         })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || later.is_finished());
+    // The stopped waiter's lapsed entry stays in the queue until a script purges it: the later
+    // one is in line once the queue holds another id.
+    eventually(BLOCK_LIMIT, "the later waiter in line", || {
+        line().iter().any(|id| *id != stopped_id) || later.is_finished()
+    });
     permit.release().unwrap();
     taken.recv_timeout(secs(30)).unwrap();
     stopped.signal("CONT");
@@ -362,6 +381,7 @@ fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
         .conn()
         .zrange("semaphore:{s}:holders", 0, -1)
         .unwrap();
+    let holders: Vec<&str> = holders.iter().map(|id| strip_process(id)).collect();
     assert_eq!(holders, ["me:0"]);
     assert_eq!(semaphore.available().unwrap(), 1);
     permit.release().unwrap();
@@ -399,7 +419,7 @@ fn a_cancelled_waiter_leaves_the_queue() {
         .build()
         .unwrap();
     let waiting = thread::spawn(move || waiter.acquire().map(drop));
-    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    until_in_line(&server, 1, || waiting.is_finished());
     token.cancel();
     assert!(matches!(
         waiting.join().unwrap(),
@@ -454,7 +474,7 @@ fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry() {
             permit.release().map(|()| (lost, token))
         })
     };
-    server.until_blocked(1, BLOCK_LIMIT, || waiting.is_finished());
+    until_in_line(&server, 1, || waiting.is_finished());
     // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
     thread::sleep(Duration::from_millis(1500));
     permit.release().unwrap();

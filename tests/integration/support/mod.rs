@@ -62,6 +62,39 @@ pub fn eventually(limit: Duration, what: impl Display, mut done: impl FnMut() ->
     }
 }
 
+/// An acquisition id of a queue primitive (a semaphore, a fair lock, a read-write lock) less
+/// the `@<process id>` (16 hex digits) the queue engine ends it with: the id as its handle
+/// was built with (`holder:0` of a semaphore with `.id("holder")`). Panics on an id that
+/// does not end so.
+pub fn strip_process(id: &str) -> &str {
+    let (own, process) = id
+        .rsplit_once('@')
+        .unwrap_or_else(|| panic!("{id:?} does not end in @<process id>"));
+    assert!(
+        process.len() == 16 && process.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id:?} does not end in @<16 hex digits>"
+    );
+    own
+}
+
+/// The keys matching `pattern` that last (no TTL), sorted. Every other one must expire
+/// within `limit`: the queue engine's heartbeats (`<base>beats`) and a process's inbox
+/// (`<base>signal:<process id>`) are left to expire by themselves.
+pub fn lasting_keys(conn: &mut redis::Connection, pattern: &str, limit: Duration) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
+    keys.sort();
+    keys.retain(|key| {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        // -2: it expired since KEYS listed it.
+        assert!(
+            ttl < 0 || ttl <= limit.as_millis() as i64,
+            "{key} expires in {ttl} ms, later than {limit:?}"
+        );
+        ttl == -1
+    });
+    keys
+}
+
 /// Runs `release` and checks that `waiter` took the lock soon after: woken, not timed out (a
 /// waiter that missed its wake-up tries again only after a 5 s block, or at the holder's
 /// expiry; one turned away by a moved slot is told within about a second).

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
+use redis_blpop_lock::inspect::Primitive;
+
 use super::{eventually, secs, send_signal};
 
 pub(super) const INSTALL_HINT: &str =
@@ -230,6 +232,28 @@ impl RedisServer {
         });
     }
 
+    /// Waits until the queue of the `kind` primitive `name` holds at least `n` waiters (its
+    /// entries: `ZCARD <kind>:{<name>}:queue`), or `gave_up()` says there is no point (a
+    /// waiter already returned); panics after `limit`. For the queue engine's waiters, where
+    /// [`until_blocked`](Self::until_blocked) cannot tell: those of one process share one
+    /// blocked client.
+    pub fn until_queued(
+        &self,
+        kind: Primitive,
+        name: &str,
+        n: u64,
+        limit: Duration,
+        mut gave_up: impl FnMut() -> bool,
+    ) {
+        let mut conn = self.conn();
+        let what = format!("{n} waiters in the queue of {} {name:?}", kind.word());
+        eventually(limit, self.failure(what), || {
+            let found = queued(&mut conn, kind, name)
+                .unwrap_or_else(|e| panic!("{}", self.failure(format!("ZCARD: {e}"))));
+            found >= n || gave_up()
+        });
+    }
+
     /// Waits until the server answers; false if it exited instead.
     fn until_answering(&self) -> bool {
         let mut exited = false;
@@ -280,6 +304,30 @@ impl<W: fmt::Display> fmt::Display for Failure<'_, W> {
             tail.join("\n")
         )
     }
+}
+
+/// The queue (`ZSET` waiter id -> ticket) of the `kind` primitive `name`, as the crate names
+/// it: `<kind>:{<name>}:queue`, or `<kind>:=<name>:queue` for a name with a hash tag of its
+/// own.
+fn queue_key(kind: Primitive, name: &str) -> String {
+    let tagged = name
+        .find('{')
+        .and_then(|open| name[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    if tagged {
+        format!("{}:={name}:queue", kind.word())
+    } else {
+        format!("{}:{{{name}}}:queue", kind.word())
+    }
+}
+
+/// How many waiters the `kind` primitive `name` has in line at `conn`'s server.
+fn queued(
+    conn: &mut impl redis::ConnectionLike,
+    kind: Primitive,
+    name: &str,
+) -> redis::RedisResult<u64> {
+    redis::cmd("ZCARD").arg(queue_key(kind, name)).query(conn)
 }
 
 /// A loopback port that was free a moment ago, and that no server or proxy of this run had.
