@@ -7,9 +7,11 @@
 //! primitive's hash slot) as `<token>:<waiter id>`. The hub's thread blocks in one `BLPOP`
 //! over the inboxes of every primitive its waiters wait on, hands each grant to its waiter's
 //! [`Mailbox`], and sends each primitive's heartbeat (`queue_beat.lua`) every half lapse
-//! window. To change the set of inboxes, or to stop, it pushes a wake to an inbox it is
-//! blocked on: no `CLIENT UNBLOCK`, no `CLIENT KILL`. On a cluster there is one hub per hash
-//! slot in use, since one `BLPOP` cannot span slots.
+//! window, all over its one connection. A waiter on a primitive it does not listen on yet
+//! pushes a wake to an inbox it is blocked on, so that it listens again: no `CLIENT UNBLOCK`,
+//! no `CLIENT KILL`. With no waiter left it stops at the end of its `BLPOP` (a half lapse
+//! window at the latest), closing its connection. On a cluster there is one hub per hash slot
+//! in use, since one `BLPOP` cannot span slots.
 //!
 //! Faults: a `BLPOP` whose reply is lost may have popped a grant, so when the connection
 //! fails every waiter asks again, which finds what its id holds. A heartbeat that finds the
@@ -30,7 +32,7 @@ use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{self, Mail, Mode, PROCESS_ID_LEN};
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, FIRST_PAUSE};
-use crate::transport::{send_repeatable, Transport, Waiter};
+use crate::transport::{Transport, Waiter};
 
 /// The hubs alive, by transport and hash slot.
 static HUBS: LazyLock<Mutex<Vec<Weak<Hub>>>> = LazyLock::new(Default::default);
@@ -150,6 +152,8 @@ pub(crate) struct Seat {
     waiter: String,
     epoch: u64,
     pub(crate) mailbox: Arc<Mailbox>,
+    /// See [`Seat::wake`].
+    wake: Option<Request>,
 }
 
 impl Hub {
@@ -203,34 +207,18 @@ impl Hub {
         name.lapse = name.lapse.min(lapse);
         name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
         let epoch = name.epoch;
+        // A new inbox while the thread blocks on the others: it must listen again.
         let wake = (new_name && state.running)
-            .then(|| state.listening.first().cloned())
-            .flatten();
-        drop(state);
-        if let Some(listening) = wake {
-            self.wake(&listening);
-        }
+            .then(|| state.listening.first())
+            .flatten()
+            .map(|listening| queue::wake(listening, self.slot, WAKE_EXPIRE_MS));
         Seat {
             hub: Arc::clone(self),
             inbox,
             waiter: waiter.to_owned(),
             epoch,
             mailbox,
-        }
-    }
-
-    /// Ends the thread's `BLPOP` by pushing a wake to `inbox`, one it listens on.
-    fn wake(&self, inbox: &str) {
-        let mut push = redis::cmd("LPUSH");
-        push.arg(inbox).arg("hub");
-        let mut expire = redis::cmd("PEXPIRE");
-        expire.arg(inbox).arg(WAKE_EXPIRE_MS);
-        // Sent twice, it wakes twice: no harm.
-        let request = Request::repeatable(vec![push, expire]).on_slot(self.slot);
-        if let Err(e) =
-            send_repeatable(&*self.transport, &request, Instant::now() + self.io_timeout)
-        {
-            log::debug!("the waiting connection could not be woken: {e}");
+            wake,
         }
     }
 
@@ -259,7 +247,8 @@ impl Hub {
     }
 
     /// The thread: heartbeats when due, and one `BLPOP` over the inboxes in between, until
-    /// no waiter is left.
+    /// no waiter is left (found at the end of a `BLPOP`: at the latest a half lapse window
+    /// after the last one leaves). Everything goes over its one connection, closed then.
     fn run(self: Arc<Hub>) {
         let mut conn: Option<Box<dyn Waiter + '_>> = None;
         let mut pause = FIRST_PAUSE;
@@ -269,6 +258,10 @@ impl Hub {
                 if state.names.is_empty() {
                     state.running = false;
                     state.listening.clear();
+                    drop(state);
+                    if let Some(conn) = conn.take() {
+                        conn.close();
+                    }
                     return;
                 }
                 let inboxes: Vec<String> = state.names.keys().cloned().collect();
@@ -277,7 +270,7 @@ impl Hub {
                 (inboxes, due.unwrap_or_else(Instant::now))
             };
             if due <= Instant::now() {
-                self.beat_all();
+                self.beat_all(&mut conn);
                 continue;
             }
             match self.pop(&mut conn, &inboxes, due) {
@@ -297,6 +290,33 @@ impl Hub {
         }
     }
 
+    /// `request` on the thread's connection (opened when there is none), its reply by
+    /// `deadline` after it is sent by `sent_by`. A connection that failed is dropped.
+    fn exchange<'t>(
+        &'t self,
+        conn: &mut Option<Box<dyn Waiter + 't>>,
+        request: &Request,
+        sent_by: Instant,
+        deadline: Instant,
+    ) -> Result<Value, String> {
+        let waiter = match conn {
+            Some(waiter) => waiter,
+            None => conn.insert(
+                self.transport
+                    .waiter(self.slot, sent_by)
+                    .map_err(|f| f.into_error().to_string())?,
+            ),
+        };
+        let reply = waiter
+            .ready(sent_by)
+            .and_then(|()| waiter.send(request, sent_by))
+            .and_then(|()| waiter.recv(deadline));
+        reply.map_err(|f| {
+            *conn = None;
+            f.into_error().to_string()
+        })
+    }
+
     /// One `BLPOP` over `inboxes` until `until`: the inbox and element popped, if any.
     fn pop<'t>(
         &'t self,
@@ -304,18 +324,6 @@ impl Hub {
         inboxes: &[String],
         until: Instant,
     ) -> Result<Option<(String, Vec<u8>)>, String> {
-        let deadline = Instant::now() + self.io_timeout;
-        let waiter = match conn {
-            Some(waiter) => waiter,
-            None => conn.insert(
-                self.transport
-                    .waiter(self.slot, deadline)
-                    .map_err(|f| f.into_error().to_string())?,
-            ),
-        };
-        waiter
-            .ready(deadline)
-            .map_err(|f| f.into_error().to_string())?;
         let ms = until
             .saturating_duration_since(Instant::now())
             .as_millis()
@@ -325,12 +333,8 @@ impl Hub {
             .arg(inboxes)
             .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
         let request = Request::single(blpop, false).on_slot(self.slot);
-        waiter
-            .send(&request, deadline)
-            .map_err(|f| f.into_error().to_string())?;
-        let reply = waiter
-            .recv(until + self.io_timeout)
-            .map_err(|f| f.into_error().to_string())?;
+        let sent_by = Instant::now() + self.io_timeout;
+        let reply = self.exchange(conn, &request, sent_by, until + self.io_timeout)?;
         match reply {
             Value::Nil => Ok(None),
             Value::Array(pair) => match pair.as_slice() {
@@ -376,8 +380,9 @@ impl Hub {
         sent.checked_add(ahead)
     }
 
-    /// Sends the heartbeats due; a primitive where the process lapsed starts a new epoch.
-    fn beat_all(&self) {
+    /// Sends the heartbeats due, on the thread's connection; a primitive where the process
+    /// lapsed starts a new epoch.
+    fn beat_all<'t>(&'t self, conn: &mut Option<Box<dyn Waiter + 't>>) {
         let now = Instant::now();
         let due: Vec<(String, QueueKeys, Duration)> = {
             let state = self.state.lock();
@@ -392,11 +397,10 @@ impl Hub {
             let request = queue::beat(&keys, &self.process, lapse);
             let sent = Instant::now();
             let deadline = sent + self.io_timeout.min(lapse / 2);
-            let live = send_repeatable(&*self.transport, &request, deadline)
-                .map_err(crate::Error::Redis)
-                .and_then(|mut answered| queue::parse_beat(&keys, &answered.replies.swap_remove(0)))
+            let live = self
+                .exchange(conn, &request, deadline, deadline)
+                .and_then(|reply| queue::parse_beat(&keys, &reply).map_err(|e| e.to_string()))
                 .map(|server_ms| {
-                    // Sent again after a lost reply, it still ran after the first send.
                     if let Some(server_ms) = server_ms {
                         *self.clock.lock() = Some((sent, server_ms));
                     }
@@ -484,6 +488,12 @@ impl Seat {
         }
     }
 
+    /// The wake its thread needs to listen on this seat's inbox too, once: for the waiter to
+    /// send, on its own runtime.
+    pub(crate) fn wake(&mut self) -> Option<Request> {
+        self.wake.take()
+    }
+
     /// It blocks: the hub's thread must run to bring its mail.
     pub(crate) fn block(&self) -> std::io::Result<()> {
         self.hub.start()
@@ -497,17 +507,8 @@ impl Drop for Seat {
             return;
         };
         name.seats.remove(&self.waiter);
-        if !name.seats.is_empty() {
-            return;
-        }
-        state.names.remove(&self.inbox);
-        // The last one: the thread stops, woken on an inbox it listens on.
-        let wake = (state.names.is_empty() && state.running)
-            .then(|| state.listening.first().cloned())
-            .flatten();
-        drop(state);
-        if let Some(inbox) = wake {
-            self.hub.wake(&inbox);
+        if name.seats.is_empty() {
+            state.names.remove(&self.inbox);
         }
     }
 }

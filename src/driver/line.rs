@@ -75,6 +75,12 @@ impl<R: Runtime> Line<'_, R> {
         let mut backoff = Backoff::new(self.io_timeout, deadline);
         let in_line = self.in_line(ask);
         let mut seat = self.hub.seat(self.keys, ask.id(), ask.lapse());
+        if let Some(wake) = seat.wake() {
+            // Not heard, the inbox is listened on at the thread's next heartbeat.
+            if let Err(e) = send(&**self.transport, &wake, backoff.by().now()).await {
+                log::debug!("{:?}: the waiting connection was not woken: {e}", self.name);
+            }
+        }
         let mut wait = QueueWait::new(ask, deadline);
         let mut next = Next::Ask;
         loop {

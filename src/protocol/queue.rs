@@ -156,11 +156,25 @@ pub(crate) fn acquire(keys: &QueueKeys, ask: &Ask, mode: Mode) -> Request {
     )
 }
 
-/// Process `process`'s heartbeat in the queue of `keys` for `lapse` more (`queue_beat.lua`):
+/// Process `process`'s heartbeat in the queue of `keys` for `lapse` more (`queue_beat.lua`,
+/// sent as text: its process's waiting connection sends it, which answers nothing else):
 /// [`parse_beat`] says whether it was still live, and the server's time then.
 pub(crate) fn beat(keys: &QueueKeys, process: &str, lapse: Duration) -> Request {
     let ms = whole_ms(lapse).unwrap_or(MAX_NUMBER).max(2);
-    script(keys, &QUEUE_BEAT, &[process.as_bytes(), &num(ms)])
+    let names = keys.all().map(str::as_bytes);
+    let eval = QUEUE_BEAT.eval(&names, &[process.as_bytes(), &num(ms)]);
+    Request::repeatable(vec![eval]).on_slot(keys.slot)
+}
+
+/// A wake for the process's waiting connection, pushed to `inbox`, one it listens on: it then
+/// listens again, on the inboxes it has now. Kept `expire_ms` if nobody pops it.
+pub(crate) fn wake(inbox: &str, slot: u16, expire_ms: u64) -> Request {
+    let mut push = redis::cmd("LPUSH");
+    push.arg(inbox).arg("hub");
+    let mut expire = redis::cmd("PEXPIRE");
+    expire.arg(inbox).arg(expire_ms);
+    // Sent twice, it wakes twice: no harm.
+    Request::repeatable(vec![push, expire]).on_slot(slot)
 }
 
 /// The server's time (ms) when a live process's heartbeat ran; `None` when the process had

@@ -21,6 +21,12 @@ impl Script {
         self.command("EVALSHA", &self.sha, keys, args)
     }
 
+    /// `EVAL` with the script's text, `keys` and `args`: for a connection that cannot answer
+    /// `NOSCRIPT` by sending the text again (a small script, sent rarely).
+    pub(crate) fn eval(&self, keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
+        self.command("EVAL", self.code, keys, args)
+    }
+
     /// The call `evalsha` made, with the script's text instead of its SHA, for a server that
     /// answered `NOSCRIPT`. Built only then: the text is not copied on every call.
     pub(crate) fn eval_of(&self, evalsha: &Cmd) -> Cmd {

@@ -201,6 +201,10 @@ pub(crate) trait Waiter: Send {
     /// the process has none, so the holder is sure of one for its release. (Dropped, a waiter
     /// goes back to the waits' connections.)
     fn keep_for_holder(self: Box<Self>);
+
+    /// Done with it for good (a waiting connection whose process stops waiting): closed, not
+    /// kept idle.
+    fn close(self: Box<Self>) {}
 }
 
 /// Sends a repeatable request, once more if the first reply was lost:

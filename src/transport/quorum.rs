@@ -436,6 +436,12 @@ impl Waiter for QuorumWaiter<'_> {
             conn.keep_for_holder();
         }
     }
+
+    fn close(self: Box<Self>) {
+        if let Some(conn) = self.conn {
+            conn.close();
+        }
+    }
 }
 
 fn no_server() -> Fault {

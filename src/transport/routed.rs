@@ -449,6 +449,13 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
             conn.keep_for_holder();
         }
     }
+
+    fn close(mut self: Box<Self>) {
+        self.unlist();
+        if let Some((_, conn)) = self.conn.take() {
+            conn.close();
+        }
+    }
 }
 
 impl<T: Topology> RoutedWaiter<'_, T> {

@@ -263,6 +263,10 @@ impl Waiter for WaitConn<'_> {
             drop(self.server.short.lend_new(conn));
         }
     }
+
+    fn close(mut self: Box<Self>) {
+        self.loan.discard();
+    }
 }
 
 /// What tells one server, database and login apart from another: the key of every cache of
