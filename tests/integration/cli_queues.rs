@@ -9,7 +9,7 @@ use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{Lock, Semaphore};
 
 use crate::cli::{finish, list_json, redis_lock, redis_lock_over, stderr, stdout, HUNG};
-use crate::queue_ops::{in_line, semaphore};
+use crate::queue_ops::{id_of_hold, in_line, semaphore};
 use crate::support::{eventually, secs, send_signal, strip_process, RedisServer};
 
 #[test]
@@ -165,14 +165,7 @@ fn reset_of_a_semaphore_ends_the_named_hold_and_the_first_in_line_takes_it() {
     let kept = holders.acquire().unwrap();
     let ended = holders.acquire().unwrap();
     let waiter = in_line(&server, semaphore(&client, "s", 2, "waiter", secs(2)), 1, 1);
-    // The ended hold's id, `holder:1@<process id>`, as the server has it.
-    let queue = inspect::queue(&client, Primitive::Semaphore, "s", secs(5)).unwrap();
-    let ended_id = queue
-        .holders
-        .iter()
-        .find(|h| Some(h.token) == ended.fencing_token())
-        .map(|h| h.id.clone())
-        .expect("the ended hold is a holder");
+    let ended_id = id_of_hold(&client, "s", ended.fencing_token());
     assert_eq!(strip_process(&ended_id), "holder:1");
 
     for (args, saying) in [

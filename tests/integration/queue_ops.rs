@@ -78,6 +78,18 @@ pub(crate) fn in_line(server: &RedisServer, semaphore: Semaphore, units: u32, nt
     }
 }
 
+/// The id of the hold of semaphore `name` with fencing token `token`, as the server has it
+/// (`<handle id>:<count>@<process id>`).
+pub(crate) fn id_of_hold(client: &redis::Client, name: &str, token: Option<u64>) -> String {
+    let queue = inspect::queue(client, Primitive::Semaphore, name, IO_TIMEOUT).unwrap();
+    queue
+        .holders
+        .iter()
+        .find(|h| Some(h.token) == token)
+        .map(|h| h.id.clone())
+        .expect("the hold is a holder")
+}
+
 /// (id, units) of each of some holders or waiters.
 type Entries<'a> = Vec<(&'a str, u64)>;
 
@@ -237,14 +249,7 @@ fn reset_queue_ends_only_the_named_hold_and_hands_it_to_the_first_in_line() {
         1,
         1,
     );
-    // The ended hold's id, `holder:1@<process id>`, as the server has it.
-    let before = inspect::queue(&client, Primitive::Semaphore, "s", IO_TIMEOUT).unwrap();
-    let ended_id = before
-        .holders
-        .iter()
-        .find(|h| Some(h.token) == ended.fencing_token())
-        .map(|h| h.id.clone())
-        .expect("the ended hold is a holder");
+    let ended_id = id_of_hold(&client, "s", ended.fencing_token());
     assert_eq!(strip_process(&ended_id), "holder:1");
 
     let removed = inspect::reset_queue(
