@@ -51,7 +51,8 @@ pub(crate) struct Hub {
     state: Mutex<State>,
     /// The last heartbeat that found the process live: when it was sent, and the server's
     /// time (ms) when it ran, which came after. A grant's claim expiry, in server ms, is then
-    /// no earlier than the send plus its distance from that server time.
+    /// no earlier than the send plus its distance from that server time. Forgotten with the
+    /// connection, which may come back to another server.
     clock: Mutex<Option<(Instant, u64)>>,
 }
 
@@ -313,6 +314,8 @@ impl Hub {
             .and_then(|()| waiter.recv(deadline));
         reply.map_err(|f| {
             *conn = None;
+            // The next connection may reach another server (a failover), on another clock.
+            *self.clock.lock() = None;
             f.into_error().to_string()
         })
     }
