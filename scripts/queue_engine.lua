@@ -97,6 +97,11 @@ local function counter(k)
     return n or "0"
 end
 
+-- The reply naming holder `id`'s entry in KEYS[2] as corrupt.
+local function no_entry(id)
+    return {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+end
+
 -- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
 -- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
 -- version of these scripts, a hand) moves one of the two, or leaves no count, or one below
@@ -159,7 +164,7 @@ local function live_holders()
     end
     if not used then
         local id = ids[#holders + 1]
-        return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+        return nil, no_entry(id)
     end
     return holders, used
 end
@@ -239,7 +244,7 @@ local function holding(id)
     end
     local units, token = pair(entry)
     if not units then
-        return nil, {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+        return nil, no_entry(id)
     end
     return {units = units, token = token, expiry = score}
 end

@@ -20,7 +20,7 @@ if not expiry or expiry <= NOW then
     return 0
 end
 if not pair(entry) then
-    return {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
+    return no_entry(id)
 end
 if lease > 0 then
     redis.call("zadd", KEYS[1], "xx", int(NOW + lease), id)

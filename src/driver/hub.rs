@@ -284,6 +284,8 @@ impl Hub {
                     log::debug!("the waiting connection failed ({e}); its waiters ask again");
                     conn = None;
                     Hub::tell_all(&self.state.lock(), None, Told::AskAgain);
+                    // ok: a backoff before connecting again to a server that is away; the
+                    // waiters keep their own deadlines meanwhile, asking on their own.
                     std::thread::sleep(pause);
                     pause = longer(pause);
                 }

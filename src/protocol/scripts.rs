@@ -62,8 +62,6 @@ pub(crate) static RESET_ALL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/reset_all.lua")));
 pub(crate) static QUEUE_BEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/queue_beat.lua")));
-pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/queue_reset_all.lua")));
 
 /// A fair queue engine script: the engine's shared part, then the script's own.
 macro_rules! queue_script {
@@ -82,3 +80,4 @@ pub(crate) static QUEUE_EXTEND: LazyLock<Script> = queue_script!("queue_extend.l
 pub(crate) static QUEUE_SHRINK: LazyLock<Script> = queue_script!("queue_shrink.lua");
 pub(crate) static QUEUE_RESET: LazyLock<Script> = queue_script!("queue_reset.lua");
 pub(crate) static QUEUE_STATE: LazyLock<Script> = queue_script!("queue_state.lua");
+pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> = queue_script!("queue_reset_all.lua");

@@ -25,9 +25,7 @@ fn script(file: &str) -> redis::Script {
         "queue_beat.lua" => {
             return redis::Script::new(include_str!("../../scripts/queue_beat.lua"))
         }
-        "queue_reset_all.lua" => {
-            return redis::Script::new(include_str!("../../scripts/queue_reset_all.lua"))
-        }
+        "queue_reset_all.lua" => include_str!("../../scripts/queue_reset_all.lua"),
         other => panic!("no script {other}"),
     };
     redis::Script::new(&format!("{engine}{own}"))
