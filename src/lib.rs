@@ -305,9 +305,10 @@
 //!   grace); a refused connection on its first request is `Error::Redis` at once.
 //!
 //! Waits end to the millisecond at the holder's expiry or the caller's deadline, whatever the
-//! server's `hz` setting: the client keeps the time itself and ends its `BLPOP` with
-//! `CLIENT UNBLOCK <id> TIMEOUT` (see [Least privilege](#least-privilege) for the rights this
-//! needs, and what happens without them).
+//! server's `hz` setting: the waiter keeps the time itself, and tries (or gives up) at its own
+//! time, while its process's one waiting connection blocks on for the others (see [One waiting
+//! connection per process](#one-waiting-connection-per-process)). No other client's command
+//! ends a wait, so no wait needs a `CLIENT` right.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -368,6 +369,33 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## One waiting connection per process
+//!
+//! All the waiters of a process on one server share one connection: blocking threads and
+//! async tasks, plain locks and the queue engine's primitives, every name. It belongs to a
+//! thread of the process's own (its *hub*), which runs while anyone waits and blocks in one
+//! `BLPOP` over python-redis-lock's `lock-signal:<name>` of every plain lock waited on, the
+//! process's inboxes of the queue engine, and `lock-hub:<process id>`, a list only it listens
+//! on: a waiter on a name it does not listen on yet pushes there, so that it listens again.
+//!
+//! - **A release's signal** wakes the process's first waiter of that name (in arrival order)
+//!   that was not woken already, which then tries, about one round trip after the hub popped
+//!   the signal. A signal no waiter of the process takes (its waiter left, or each was woken
+//!   already) is pushed back to the list for another process's waiter. python-redis-lock's
+//!   waiters and this crate's keep waking each other, as each release still pushes one
+//!   element to `lock-signal:<name>`.
+//! - **Each waiter keeps its own time**: at the holder's expiry (a crashed holder) or its
+//!   deadline it tries, or gives up, by itself. No wait is ended by `CLIENT UNBLOCK` or
+//!   `CLIENT KILL`.
+//! - **Faults.** When the hub's connection fails (a `BLPOP` whose reply is lost may have
+//!   popped a signal), every waiter tries once, and the hub connects again. A signal list of
+//!   the wrong type is found with `TYPE`, left out, and its waiters get [`Error::Corrupt`];
+//!   the others wait on.
+//! - **Where.** On a Redis Cluster there is one waiting connection per hash slot in use, since
+//!   one `BLPOP` cannot span slots: one per name, unless names share a hash tag. Behind a
+//!   [`Quorum`] it blocks on one of its servers, as a python-redis-lock waiter would. With
+//!   no waiter left the hub stops within a second, and closes its connection.
 //!
 //! ## Owned guards for threads
 //!
@@ -456,13 +484,10 @@
 //!   its id holds.
 //! - **One waiting connection per process.** All the queue engine's waiters of a process on
 //!   one server (blocking threads and async tasks, every primitive and name) share one
-//!   connection, blocked in one `BLPOP` over the process's inboxes, on a thread of its own
-//!   that runs while anyone waits. On a Redis Cluster it is one per hash slot in use, since
-//!   one `BLPOP` cannot span slots: one per name, unless names share a hash tag. A waiter
-//!   wakes by itself only at its next event (the expiry of the holder it waits for, the lapse
-//!   of another process's waiter just ahead) or its deadline, to the millisecond; idle, it
-//!   costs the server nothing. (The plain lock's waiters still block on their own
-//!   connections, or one per name for async tasks; see *Shared waiting*.)
+//!   connection with the plain locks' waiters: see [One waiting connection per
+//!   process](#one-waiting-connection-per-process). A waiter wakes by itself only at its next
+//!   event (the expiry of the holder it waits for, the lapse of another process's waiter just
+//!   ahead) or its deadline, to the millisecond; idle, it costs the server nothing.
 //! - **Crash safety.** Every hold is a lease (30 s by default, renewed while held, by the
 //!   process's one renewal thread), so a crashed holder's units come back at its expiry, and
 //!   the first waiter wakes at that instant. A process heartbeats once for all its waiters in
@@ -632,7 +657,7 @@
 //!
 //! | call | dropped at any `.await` |
 //! |---|---|
-//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a grant that lands after the drop is released, which wakes the next waiter (a try waiting behind the shared `BLPOP` is sent at once, its `BLPOP` ended with `CLIENT UNBLOCK`) |
+//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a lock it took after the drop is released, which wakes the next waiter; a signal brought to the dropped wait goes to the next waiter of the process, or back to the signal list |
 //! | `release`, `LockGuard::unlock` | the release still happens: it is sent again from a task of its own, or, as the runtime ends, from the thread that drops it (releasing twice does no more than once) |
 //! | `extend`, `LockGuard::extend` | the extension may or may not have happened; the handle keeps believing the old expiry, so `lost()` is never late |
 //! | `reset` | it may or may not have reset; either way it deleted only the owner it read |
@@ -661,23 +686,19 @@
 //! 250 ms) and is then `false` or `None`; a release waits for it at most 250 ms too. Handles are
 //! cheap: tasks that should not wait on each other's calls each build their own.
 //!
-//! **Shared waiting.** In one process, all tasks waiting on the same name on the same server
-//! share one connection blocked in `BLPOP lock-signal:<name>`; the tasks queue in arrival
-//! order, and the first one's try goes behind the `BLPOP` in the same pipeline, as a blocking
-//! waiter's does, so Redis hands the lock over in the instant it wakes the queue (a task whose
-//! try finds the lock taken keeps its place). Each other task also wakes by itself at the
-//! holder's expiry, at its own deadline or after 5 s, and tries once, as a blocking waiter
-//! does. On a [`redis::Client`], tries, releases and reads go over one multiplexed connection
-//! per server. So a process holds one multiplexed connection plus one connection per name that
-//! tasks are waiting on (up to 4 of them kept idle for a second after their waits, to be lent
-//! again), however many tasks wait. What it costs: the repository's `docs/performance.md`.
+//! **Shared waiting.** Async tasks wait as blocking threads do, on their process's one waiting
+//! connection (see [One waiting connection per
+//! process](#one-waiting-connection-per-process)). On a [`redis::Client`], tries, releases
+//! and reads go over one multiplexed connection per server. So a process holds one
+//! multiplexed connection plus one waiting connection per server, however many tasks wait on
+//! however many names. What it costs: the repository's `docs/performance.md`.
 //!
-//! **Fairness.** Within a process, waiting tasks get the lock in arrival order, except that a
-//! task's first try, made before it queues, can take a lock just released ahead of the queue,
-//! as a new thread can in the blocking API. Between processes it is Redis's first come, first
-//! served among blocked clients, but a process's waiters on a name are one blocked client:
-//! after each signal its connection blocks again behind the others, so processes take turns
-//! rather than every task of the fleet being served in its own arrival order.
+//! **Fairness.** Within a process, the waiters of a name (tasks and threads) get the lock in
+//! arrival order, except that a first try, made before its waiter listens, can take a lock just
+//! released ahead of them. Between processes it is Redis's first come, first served among
+//! blocked clients, but a process's waiters are one blocked client: after each signal its
+//! connection blocks again behind the others, so processes take turns rather than every
+//! waiter of the fleet being served in its own arrival order.
 //!
 //! **Backends.** On a [`redis::Client`] requests run natively on tokio. On a
 //! [`redis::cluster::ClusterClient`], a [`Sentinel`] and a [`Quorum`] they run on tokio's
@@ -704,8 +725,8 @@
 //! # }
 //! ```
 //!
-//! **Keys on a cluster.** The unlock script and a waiter's `BLPOP` + try need all of a lock's
-//! keys in one hash slot, so on a cluster the name is their hash tag: `lock:{name}`,
+//! **Keys on a cluster.** The unlock script and the fencing try need all of a lock's keys in
+//! one hash slot, so on a cluster the name is their hash tag: `lock:{name}`,
 //! `lock-signal:{name}`, `lock-fence:{name}`. A name that already has a tag (`{tenant7}:jobs`)
 //! is used as it is, and its tag decides the slot. A python-redis-lock user on the same cluster
 //! reaches the same lock by naming it `{name}` (python-redis-lock adds no braces of its own),
@@ -716,11 +737,10 @@
 //!
 //! **Routing and failover.** The client learns which primary serves which slot (`CLUSTER
 //! SLOTS`), sends each request there, and follows `MOVED` and `ASK` during a resharding. A
-//! waiter blocks on a connection of its own to its key's primary; when the slot moves, Redis
-//! turns the `BLPOP` away with `MOVED` (it checks blocked clients about once a second) and the
-//! waiter carries on at the slot's new primary, until its own deadline. While a slot is being
-//! migrated, an `ASK` sends only the waiter's `BLPOP` to the importing node; its try goes to
-//! wherever the lock key lives. A script whose keys are split across the two nodes meanwhile
+//! process's waiters block on one connection per hash slot in use, to its primary; when the
+//! slot moves, Redis turns the `BLPOP` away with `MOVED` (it checks blocked clients about once
+//! a second), every waiter there tries once, and the connection carries on at the slot's new
+//! primary. A waiter's try goes to wherever the lock key lives. A script whose keys are split across the two nodes meanwhile
 //! (a release: the lock key not moved yet, its signal list at the target) is answered
 //! `TRYAGAIN` and retried until the call's deadline, so keep migrations of lock slots short. When a primary dies,
 //! requests that could not have run (a refused connection, `CLUSTERDOWN`, `TRYAGAIN`,
@@ -757,9 +777,9 @@
 //! asynchronous. [`Quorum`] takes the lock on a majority of N ≥ 3 independent servers (not
 //! replicas of each other), so it survives the loss of a minority: the Redlock algorithm of the
 //! Redis documentation, with waiting that stays blocking. Every peer implementation polls
-//! (redsync retries 32 times at random 50–250 ms intervals); here a waiter blocks in `BLPOP` on
-//! one server's signal list, which every release pushes to, and tries the quorum again when
-//! woken or at the holder's shortest remaining TTL.
+//! (redsync retries 32 times at random 50–250 ms intervals); here a process's waiting
+//! connection blocks in `BLPOP` on one server's signal list, which every release pushes to,
+//! and a waiter tries the quorum again when woken or at the holder's shortest remaining TTL.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -794,7 +814,7 @@
 //!   server). A frozen server costs its own timeout, never the others' answers.
 //! - **Split votes.** When no contender reached a majority, every contender gives its keys back
 //!   at once, without a wake-up signal (it would wake the very waiters that hold them), and
-//!   waits a random 1–10 ms in its `BLPOP`, so the next round is not in lock-step. A majority
+//!   waits a random 1–10 ms, so the next round is not in lock-step. A majority
 //!   won too late to be valid is given back with a signal, and its taker waits likewise.
 //! - **Renewal.** An extend goes to every server and holds if the key is still ours on a
 //!   majority, within the validity; the key is then taken again where it went missing (a
@@ -869,10 +889,10 @@
 //! - **Safe to send twice**, because a second run does no more than the first: reads (owner and
 //!   TTL in one `MULTI`, `SCAN`, `MGET`); the unlock, which deletes only the owner it is given
 //!   (also `reset`'s delete, with the owner it read); `extend`, which checks the owner; `CLIENT
-//!   UNBLOCK` and `CLIENT KILL`. When its reply is lost, it is sent once more on a new
+//!   KILL`. When its reply is lost, it is sent once more on a new
 //!   connection.
-//! - **Not safe to send twice**: a try at the lock (`SET NX`, or `acquire.lua` with fencing,
-//!   alone or behind a waiter's `BLPOP`), since a second run could take a lock freed after the
+//! - **Not safe to send twice**: a try at the lock (`SET NX`, or `acquire.lua` with fencing),
+//!   since a second run could take a lock freed after the
 //!   first. When its reply is lost it is never sent again. First the connection it went out on
 //!   is closed at the server (`CLIENT KILL ID`), so the try cannot still run later; then the
 //!   outcome is settled by reading whose id `lock:<name>` holds (ours: the lock was taken, and
@@ -909,24 +929,12 @@
 //!
 //! The lock runs on Redis 6.2 and later and on Valkey; `.ci/matrix` runs a compatibility suite
 //! (every primitive, sync and async, the CLI and a chaos run of pauses and kills) against
-//! Redis 6.2.14, 7.0.15 and 8.2.3 and Valkey 8.1.8 on every CI run. They differ in one thing
-//! the lock must care about: how a wait that reaches its deadline is ended. The lock reads each
-//! connection's server with `HELLO` (no arguments: the connection stays on RESP2) when it opens
-//! it, and then:
-//!
-//! | server | a wait is ended at its time by | |
-//! |---|---|---|
-//! | Redis 7.4.6+, 8.0.4+, 8.2+; Valkey 8.0.5+, 8.1.8+, 9+ | `CLIENT UNBLOCK <id> TIMEOUT` | the try pipelined behind the `BLPOP` runs at once |
-//! | Redis 6.2, 7.0, 7.2, older 7.4 and 8.0; older Valkey; a server that does not answer `HELLO` | `CLIENT KILL ID <id>` | the wait reads the lock on a new connection: one round trip and a connect more |
-//! | any, without `CLIENT` (an ACL, `rename-command`, a proxy) | the server's own timer | up to 1/hz late; said once in the log |
-//!
-//! The older servers crash, losing every key, when `CLIENT UNBLOCK` reaches a client whose
-//! command `CLIENT PAUSE` holds back (redis/redis#14164, valkey-io/valkey#2117), and any pause
-//! holds back a waiter's `BLPOP`: an operator's, `FAILOVER`, a manual `CLUSTER FAILOVER`. So
-//! they never get the command. Closing the connection instead also ends a `BLPOP` whose timeout
-//! a pause made those servers forget (redis/redis#14165). Valkey's `server` field says `redis`
-//! under `extended-redis-compatibility`, with a Redis version number: such a server is taken
-//! for that Redis version.
+//! Redis 6.2.14, 7.0.15 and 8.2.3 and Valkey 8.1.8 on every CI run. No wait is ever ended by
+//! a command of another client: the older servers crash, losing every key, when `CLIENT
+//! UNBLOCK` reaches a client whose command `CLIENT PAUSE` holds back (redis/redis#14164,
+//! valkey-io/valkey#2117), and any pause holds back a waiter's `BLPOP` (an operator's,
+//! `FAILOVER`, a manual `CLUSTER FAILOVER`). A waiter keeps its own time, and a process's
+//! waiting connection is woken by a push to a list it listens on, the same on every server.
 //!
 //! # Least privilege
 //!
@@ -934,7 +942,7 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +hello +client|id +client|unblock +client|kill +info
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|kill +info
 //! ```
 //!
 //! - `~semaphore:* ~fair-lock:* ~rwlock:*` and `+time +zadd +zrem +zrange +zrangebyscore
@@ -948,17 +956,15 @@
 //! - `+info` reads the server's eviction policy (see
 //!   [Servers that evict keys](#servers-that-evict-keys)); without it the lock works, and
 //!   says nothing of eviction.
-//! - `+hello +client|id +client|unblock +client|kill` let the client end its own `BLPOP` on
-//!   time, let a [`CancelToken`] end a wait, and close a connection whose reply was lost (see
-//!   [Deadlines](#deadlines), [Outcome rules](#outcome-rules) and [Server
-//!   versions](#server-versions): without `+hello` a wait is ended by closing its connection).
-//!   Without them the lock still works, as it does where the server does not know `CLIENT`
-//!   (`rename-command CLIENT ""`, some proxies): waits end at the server's own timer (up to
-//!   100 ms late at the default `hz 10`; a higher `hz` keeps that well inside a deadline's
-//!   250 ms grace on a loaded server), a cancel takes effect when the current `BLPOP` ends, and
-//!   lost replies are settled by reading state only; the lock says so once in its log. These
-//!   rights are not limited by key patterns: a user holding them may unblock or kill any
-//!   connection on the server. Leave them out where that matters more than the lateness.
+//! - `~lock-hub:*` is the list each process's waiting connection always listens on (see
+//!   [One waiting connection per process](#one-waiting-connection-per-process)): a waiter on a
+//!   new name pushes there so that it listens on that name too.
+//! - `+client|id +client|kill` close a connection whose reply was lost (see [Outcome
+//!   rules](#outcome-rules)). Without them the lock still works, as it does where the server
+//!   does not know `CLIENT` (`rename-command CLIENT ""`, some proxies): lost replies are
+//!   settled by reading state only, and the lock says so once in its log. These rights are
+//!   not limited by key patterns: a user holding them may kill any connection on the server.
+//!   Leave them out where that matters more.
 //!
 //! A missing right is an [`Error::Redis`]: `NOPERM` for a command the client sends (`EXECABORT`
 //! naming `NOPERM` inside a `MULTI`); for a command inside a script Redis 7.0 answers

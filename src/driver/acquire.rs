@@ -1,6 +1,7 @@
-//! The acquire path: one try on a short connection, then waits for a wake-up signal (the
-//! runtime's) and tries again, until the lock is ours, the wait is over or it is cancelled. A
-//! lock taken is confirmed (replicas, a try that followed a wait) before it counts.
+//! The acquire path: one try on a short connection, then waits for a wake-up signal (brought
+//! by the process's [`Hub`](super::hub::Hub)) and tries again, until the lock is ours, the wait is over or it
+//! is cancelled. A lock taken is confirmed (replicas, a try that followed a wait) before it
+//! counts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,15 +9,14 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::hub::{Listener, Told};
 use super::settle::Claim;
 use super::{Confirmed, Inner, Runtime, Tried};
 use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
-use crate::protocol::lock::{self, Attempt, Extended, Observed, Pttl};
-use crate::protocol::redirect;
-use crate::protocol::request::Request;
+use crate::protocol::lock::{self, Attempt, Extended, Observed};
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
 use crate::{CancelToken, Error};
@@ -48,9 +48,9 @@ impl<R: Runtime> Inner<R> {
             return Ok(Some(epoch));
         }
         log::debug!("lock {:?}: acquiring", self.name());
-        let mut waiting_slot: Option<R::Waiting<'_>> = None;
+        let mut listener: Option<Listener> = None;
         let mut waiting = Waiting::new(wait);
-        let mut tried = self.try_short(wait, cancel).await?;
+        let mut tried = self.try_short(wait, cancel, false).await?;
         let mut woken = false;
         loop {
             match tried {
@@ -60,6 +60,10 @@ impl<R: Runtime> Inner<R> {
                     attempt,
                     mut acks,
                 } => {
+                    // A signal told meanwhile is stale: the lock is ours.
+                    if let Some(listener) = listener.take() {
+                        listener.leave();
+                    }
                     // A lock found ours by a read was not acknowledged by replicas yet: an
                     // extend, with its `WAIT`, confirms it.
                     let unacknowledged =
@@ -81,7 +85,7 @@ impl<R: Runtime> Inner<R> {
                                 }
                             }
                             Ok(None) => {
-                                tried = self.try_short(wait, cancel).await?;
+                                tried = self.try_short(wait, cancel, false).await?;
                                 continue;
                             }
                             // Taken but not confirmed: give it back rather than leave it.
@@ -102,9 +106,6 @@ impl<R: Runtime> Inner<R> {
                         self.unlock_quietly().await;
                         return Err(self.error(|name| Error::Cancelled { name }));
                     }
-                    if let Some(waiting) = waiting_slot.take() {
-                        R::keep_for_holder(waiting);
-                    }
                     if woken {
                         observe::handoff(&self.settings.label);
                     }
@@ -113,11 +114,11 @@ impl<R: Runtime> Inner<R> {
                 Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
                     return Err(self.error(|name| Error::AlreadyAcquired { name }));
                 }
-                Tried::Busy { owner, pttl, at } => {
+                Tried::Busy { pttl, at, .. } => {
                     let leaving = cancel.is_cancelled();
                     let next = waiting.after_busy(at, pttl);
-                    if woken && owner.is_none() && (leaving || matches!(next, Next::GiveUp)) {
-                        self.pass_on(wait).await;
+                    if leaving || matches!(next, Next::GiveUp) {
+                        self.stop_listening(listener.take(), wait).await;
                     }
                     if leaving {
                         return Err(self.error(|name| Error::Cancelled { name }));
@@ -127,10 +128,11 @@ impl<R: Runtime> Inner<R> {
                             log::debug!("lock {:?}: not acquired in time", self.name());
                             return Ok(None);
                         }
-                        Next::TryNow => self.try_short(wait, cancel).await?,
+                        Next::TryNow => self.try_short(wait, cancel, false).await?,
                         Next::Block(block) => {
                             woken = true;
-                            R::wait_once(self, &mut waiting_slot, at + block, wait, cancel).await?
+                            self.wait_for_signal(&mut listener, at + block, wait, cancel)
+                                .await?
                         }
                     };
                 }
@@ -138,11 +140,79 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// Passes a wake-up on for a wait that leaves without the lock after a read found it free:
-    /// a read means its `BLPOP`'s reply was lost (the connection closed at its end or on a
-    /// cancel, or failed), and that `BLPOP` may have taken the release's one wake-up with it,
-    /// which would leave the next waiter asleep until its own time. At worst a spurious wake:
-    /// a waiter tries, finds the lock taken, and waits again.
+    /// Waits for a release's signal, which the process's hub brings, until `until` at the
+    /// latest (the holder's expiry, or the deadline: the waiter keeps its own time), then
+    /// tries. The first wait takes a place among the process's waiters on the lock.
+    async fn wait_for_signal(
+        &self,
+        listener: &mut Option<Listener>,
+        until: Instant,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        let listening = listener.get_or_insert_with(|| self.hub.listen(&self.keys));
+        if let Some(wake) = listening.wake() {
+            // Not heard, the signal list is listened on at the end of the hub's `BLPOP`; a
+            // signal waits there until then.
+            if let Err(e) = send(&*self.transport, &wake, self.io_deadline(wait)).await {
+                log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
+            }
+        }
+        listening.block().map_err(Error::Thread)?;
+        let told = R::mail(&listening.mailbox, Some(until), cancel).await;
+        if told.is_none() && cancel.is_cancelled() {
+            self.stop_listening(listener.take(), wait).await;
+            return Err(self.error(|name| Error::Cancelled { name }));
+        }
+        let refused = matches!(told, Some(Told::Refused)).then(|| listening.refused());
+        // Told (a signal, or the hub's connection failed and a signal may be lost with it) or
+        // at its time, it tries. Should the caller's future be dropped meanwhile (its runtime
+        // ended), what the try may take is given back.
+        let mut unattended = GiveBack(Some(self));
+        let tried = self.try_short(wait, cancel, true).await;
+        unattended.0 = None;
+        match (tried, refused.flatten()) {
+            // Refused the wait, it may still have found the lock free.
+            (Ok(Tried::Busy { .. }), Some(e)) => Err(self.refused(e)),
+            // The try never went out, the server being away: it looks at the lock again
+            // after pauses until the server is back.
+            (Err(Error::Redis(e)), _) if e.is_io_error() || e.is_connection_refusal() => {
+                self.look(wait, cancel).await
+            }
+            (tried, _) => tried,
+        }
+    }
+
+    /// Leaves the lock's waiters without the lock, passing on a signal it was told and did
+    /// not act on, which no other waiter of the process can take; and, the last of them,
+    /// sees that the hub no longer holds a signal of the lock (see [`Inner::unlisten`]).
+    async fn stop_listening(&self, listener: Option<Listener>, wait: Wait) {
+        let Some(listener) = listener else { return };
+        if listener.leave() {
+            self.pass_on(wait).await;
+        }
+        self.unlisten(wait).await;
+    }
+
+    /// When the process's hub still blocks on the lock's signal list with no waiter of it
+    /// left here, wakes it and waits until any signal it popped there has been pushed back,
+    /// so that the process may exit without swallowing another process's wake-up (by the
+    /// I/O deadline; a hub that cannot be reached pushes nothing back either way).
+    pub(super) async fn unlisten(&self, wait: Wait) {
+        let Some((wake, settled)) = self.hub.lingering(&self.keys.signal) else {
+            return;
+        };
+        let deadline = self.io_deadline(wait);
+        match send(&*self.transport, &wake, deadline).await {
+            Ok(_) => {
+                R::mail(&settled, Some(deadline), &CancelToken::new()).await;
+            }
+            Err(e) => log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name()),
+        }
+    }
+
+    /// Passes a wake-up on, for another waiter: at worst a spurious wake, after which a waiter
+    /// tries, finds the lock taken, and waits again.
     async fn pass_on(&self, wait: Wait) {
         let request = lock::pass_on(&self.keys);
         if let Err(fault) = send(&*self.transport, &request, self.io_deadline(wait)).await {
@@ -150,8 +220,15 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// One try on a short connection; a lost reply is settled by reading the owner.
-    pub(crate) async fn try_short(&self, wait: Wait, cancel: &CancelToken) -> Result<Tried, Error> {
+    /// One try on a short connection; a lost reply is settled by reading the owner. `woken`:
+    /// it follows a wait, and is confirmed if its reply was slow (see
+    /// [`Attempting::needs_confirming`]).
+    pub(crate) async fn try_short(
+        &self,
+        wait: Wait,
+        cancel: &CancelToken,
+        woken: bool,
+    ) -> Result<Tried, Error> {
         let request = lock::try_lock(
             &self.keys,
             &self.settings.id,
@@ -165,72 +242,10 @@ impl<R: Runtime> Inner<R> {
             Ok(mut replies) => {
                 // The `WAIT`'s reply comes off first; if it failed, a lock taken is given back.
                 let acks = request.acks(&mut replies);
-                self.tried(&replies, Attempting::new(sent, false), acks)
+                self.tried(&replies, Attempting::new(sent, woken), acks)
             }
             Err(Fault::NotSent(e)) => Err(e.into()),
             Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait, cancel).await,
-        }
-    }
-
-    /// What a wait's `BLPOP` + try came to: `replies` are all of `request`'s (the `BLPOP`'s
-    /// first), or the fault that cut them off, the try having been sent at `sent`.
-    pub(crate) async fn after_wait(
-        &self,
-        request: &Request,
-        sent: Instant,
-        replies: Result<Vec<Value>, Fault>,
-        wait: Wait,
-        cancel: &CancelToken,
-    ) -> Result<Tried, Error> {
-        let mut replies = match replies {
-            Ok(replies) => replies,
-            Err(Fault::NotSent(e)) => return Err(e.into()),
-            Err(Fault::Lost { conn, error }) => {
-                return self.settle_try(conn, error, wait, cancel).await
-            }
-        };
-        // The `BLPOP`'s own reply says only whether it was refused (the signal key is not a
-        // list) or turned away by a cluster or a changing primary, in which case it did not
-        // wait and the try says what to do.
-        let blpop = if replies.is_empty() {
-            Value::Nil
-        } else {
-            replies.remove(0)
-        };
-        let refused = match blpop {
-            Value::ServerError(e) if redirect::of(&e).is_none() => Some(e),
-            _ => None,
-        };
-        // The try's NOSCRIPT: the `BLPOP` is done, so the try alone goes again.
-        if let Some((at, retry)) = request.noscript_retry(&replies, 1) {
-            match self
-                .transport
-                .exchange(&retry, self.io_deadline(wait))
-                .await
-            {
-                Ok(retried) => request.patch(&mut replies, at, retried),
-                Err(Fault::NotSent(e)) => return Err(e.into()),
-                Err(Fault::Lost { conn, error }) => {
-                    return self.settle_try(conn, error, wait, cancel).await
-                }
-            }
-        }
-        // Turned away whole after the wait (the key moved, the primary is changing): the
-        // next try goes by the short path, which finds where the key lives now.
-        if lock::try_redirected(&replies) {
-            return Ok(Tried::Busy {
-                owner: None,
-                pttl: Pttl::Gone,
-                at: Instant::now(),
-            });
-        }
-        let acks = request.acks(&mut replies);
-        match (
-            self.tried(&replies, Attempting::new(sent, true), acks)?,
-            refused,
-        ) {
-            (Tried::Busy { .. }, Some(e)) => Err(self.refused(e)),
-            (tried, _) => Ok(tried),
         }
     }
 
@@ -510,5 +525,20 @@ impl<R: Runtime> Inner<R> {
         self.lease_changed();
         log::debug!("lock {:?}: acquired", self.name());
         Ok(epoch)
+    }
+}
+
+/// A try after a wait, on its way: should its future be dropped before its reply (its
+/// runtime ended), the lock it may take for nobody is given back, unattended. A try still on
+/// its way may yet take it after that; the lock then expires, or is found by the handle's next
+/// call, as after any lost reply.
+struct GiveBack<'a, R: Runtime>(Option<&'a Inner<R>>);
+
+impl<R: Runtime> Drop for GiveBack<'_, R> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0 {
+            let deadline = Instant::now() + inner.settings.io_timeout;
+            R::settle_dropped(&inner.transport, None, inner.leasing.release(), deadline);
+        }
     }
 }

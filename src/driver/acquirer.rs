@@ -49,7 +49,7 @@ impl<R: Runtime> Acquirer<R> {
     ) -> Self {
         let keys = QueueKeys::new(kind, &settings.name);
         Acquirer {
-            hub: Hub::of(&transport, &keys, settings.io_timeout),
+            hub: Hub::of(&transport, keys.slot, settings.io_timeout),
             keys,
             settings,
             transport: R::over(transport),

@@ -109,6 +109,7 @@ impl<R: Runtime> Inner<R> {
             }
         };
         self.lease_changed();
+        self.unlisten(Wait::Never).await;
         outcome
     }
 
@@ -122,6 +123,7 @@ impl<R: Runtime> Inner<R> {
         {
             log::error!("lock {:?}: release failed: {e}", self.name());
         }
+        self.unlisten(Wait::Never).await;
     }
 
     /// Gives the lock a new expiry: `expire`, or the configured one when `None`.

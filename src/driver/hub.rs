@@ -1,17 +1,26 @@
-//! The process's inbox on one server: one waiting connection for all the queue engine's
-//! waiters of the process there, blocking threads and async tasks alike, and one heartbeat
-//! per primitive for all of them.
+//! The process's inbox on one server: one waiting connection for all the waiters of the
+//! process there, plain locks and the queue engine's, blocking threads and async tasks alike,
+//! and one heartbeat per queue primitive for all of them.
+//!
+//! A plain lock's waiters listen on python-redis-lock's `lock-signal:<name>`, as its own
+//! waiters do, but through the hub: a signal it pops goes to the first of the process's
+//! waiters on that name that has not been told yet, which then tries. A signal nobody here
+//! takes (its waiter left, or every one was told already) is pushed back for another
+//! process's waiter, so a release's one wake-up is never swallowed. The waiters keep their
+//! own time: at the holder's expiry, or their deadline, each tries or leaves by itself.
 //!
 //! A waiter's id ends in the hub's process id ([`queue::waiter_id`]). A grant to it is pushed
 //! to the process's inbox of that primitive (`<base>signal:<process id>`, in the
 //! primitive's hash slot) as `<token>:<waiter id>`. The hub's thread blocks in one `BLPOP`
-//! over the inboxes of every primitive its waiters wait on, hands each grant to its waiter's
-//! [`Mailbox`], and sends each primitive's heartbeat (`queue_beat.lua`) every half lapse
-//! window, all over its one connection. A waiter on a primitive it does not listen on yet
-//! pushes a wake to an inbox it is blocked on, so that it listens again: no `CLIENT UNBLOCK`,
-//! no `CLIENT KILL`. With no waiter left it stops at the end of its `BLPOP` (a half lapse
-//! window at the latest), closing its connection. On a cluster there is one hub per hash slot
-//! in use, since one `BLPOP` cannot span slots.
+//! over the inboxes of every primitive its waiters wait on (and the plain locks' signal
+//! lists), hands each grant to its waiter's [`Mailbox`], and sends each primitive's heartbeat
+//! (`queue_beat.lua`) every half lapse window, all over its one connection. A waiter on a key
+//! it does not listen on yet pushes a wake to the hub's own list ([`keys::hub_home`]), which
+//! it always listens on, so that it listens again: no `CLIENT UNBLOCK`, no `CLIENT KILL`.
+//! With no waiter left it stops at the end of its `BLPOP` (a half lapse window, or
+//! [`LISTEN_MAX`], at the latest), closing its connection. On a cluster there is one hub per
+//! hash slot in use, since one `BLPOP` cannot span slots; on a quorum it blocks on one of the
+//! servers, as python-redis-lock's waiters would.
 //!
 //! Faults: a `BLPOP` whose reply is lost may have popped a grant, so when the connection
 //! fails every waiter asks again, which finds what its id holds. A heartbeat that finds the
@@ -19,7 +28,7 @@
 //! primitive: its waiters leave and join again at the back, so that none keeps a place the
 //! process lost.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,8 +37,10 @@ use redis::Value;
 
 use crate::cancel::Interrupt;
 use crate::config::id::random_hex;
-use crate::protocol::keys::QueueKeys;
+use crate::protocol::keys::{self, Keys, QueueKeys};
+use crate::protocol::lock;
 use crate::protocol::queue::{self, Mail, Mode, PROCESS_ID_LEN};
+use crate::protocol::redirect;
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, FIRST_PAUSE};
 use crate::transport::{Transport, Waiter};
@@ -37,8 +48,13 @@ use crate::transport::{Transport, Waiter};
 /// The hubs alive, by transport and hash slot.
 static HUBS: LazyLock<Mutex<Vec<Weak<Hub>>>> = LazyLock::new(Default::default);
 
-/// How long a wake pushed to an inbox lasts if no hub pops it (its hub stopped meanwhile).
+/// How long a wake pushed to a hub's own list lasts if no hub pops it (it stopped meanwhile).
 const WAKE_EXPIRE_MS: u64 = 10_000;
+
+/// The longest `BLPOP` of a hub with no heartbeat due sooner: how long it may go on listening
+/// on keys nobody here waits on any more (a signal it pops there is pushed back), and keep
+/// its connection once the last waiter left.
+const LISTEN_MAX: Duration = Duration::from_secs(1);
 
 /// The waiting connection, inboxes and heartbeats of this process on one server (or one hash
 /// slot of a cluster).
@@ -47,6 +63,8 @@ pub(crate) struct Hub {
     slot: u16,
     /// This process's id in the queues, while the hub lives.
     process: String,
+    /// The list it always listens on, for wakes.
+    home: String,
     io_timeout: Duration,
     state: Mutex<State>,
     /// The last heartbeat that found the process live: when it was sent, and the server's
@@ -60,9 +78,27 @@ pub(crate) struct Hub {
 struct State {
     /// The primitives waited on, by inbox key.
     names: HashMap<String, Name>,
-    /// The inboxes of the `BLPOP` in flight, while the thread runs.
+    /// The plain locks waited on, by signal key.
+    signals: HashMap<String, Signal>,
+    /// Signals popped that no waiter here took, to push back, with their hash slots.
+    owed: Vec<(String, u16)>,
+    /// Keys the server refused to `BLPOP`, while their waiters last: why, and whether they
+    /// are left out of the `BLPOP` (not a list; an ACL's refusal may be lifted).
+    refused: HashMap<String, (redis::ServerError, bool)>,
+    /// How many listeners have arrived: their places among a lock's waiters.
+    arrivals: u64,
+    /// Told once the `BLPOP` in flight has ended and what it popped has been handed on: see
+    /// [`Hub::lingering`].
+    settling: Vec<Arc<Mailbox>>,
+    /// The keys of the `BLPOP` in flight, while the thread runs.
     listening: Vec<String>,
     running: bool,
+}
+
+/// One plain lock's waiters of this process, by arrival.
+struct Signal {
+    slot: u16,
+    seats: BTreeMap<u64, Arc<Mailbox>>,
 }
 
 /// One primitive's waiters of this process.
@@ -79,6 +115,14 @@ struct Name {
     seats: HashMap<String, Arc<Mailbox>>,
 }
 
+/// Why a `BLPOP` brought nothing.
+enum Failed {
+    /// The connection failed, or the key moved: a grant or signal may be lost with it.
+    Io(String),
+    /// The server refused it.
+    Refused(redis::ServerError),
+}
+
 /// What a waiter is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Told {
@@ -88,6 +132,8 @@ pub(crate) enum Told {
     /// Ask again: a wake (`reset_all`), the hub's connection failed (a grant may have been
     /// lost with it), or its process lapsed (the ask then leaves and joins again).
     AskAgain,
+    /// The server refused the `BLPOP` for this waiter's key (see [`Listener::refused`]).
+    Refused,
 }
 
 /// One waiter's mail: what it was told last, a grant over anything else.
@@ -111,9 +157,12 @@ impl Mailbox {
         self.notify.notify_one();
     }
 
-    #[cfg(feature = "tokio")]
     pub(crate) fn take(&self) -> Option<Told> {
         self.told.lock().take()
+    }
+
+    fn is_told(&self) -> bool {
+        self.told.lock().is_some()
     }
 
     /// Blocks until told, `until` (`None`: no limit) or an interrupt (a cancel): what it was
@@ -146,6 +195,16 @@ impl Interrupt for Mailbox {
     }
 }
 
+/// A plain lock waiter's place at its hub, from its first wait to the end of its acquire.
+pub(crate) struct Listener {
+    hub: Arc<Hub>,
+    signal: String,
+    arrival: u64,
+    pub(crate) mailbox: Arc<Mailbox>,
+    /// See [`Seat::wake`].
+    wake: Option<Request>,
+}
+
 /// A waiter's place at its hub, from before its first ask to the end of its wait.
 pub(crate) struct Seat {
     hub: Arc<Hub>,
@@ -158,13 +217,10 @@ pub(crate) struct Seat {
 }
 
 impl Hub {
-    /// This process's hub for the queue of `keys` on `transport`.
-    pub(crate) fn of(
-        transport: &Arc<dyn Transport>,
-        keys: &QueueKeys,
-        io_timeout: Duration,
-    ) -> Arc<Hub> {
-        let slot = if transport.hash_tags() { keys.slot } else { 0 };
+    /// This process's hub for keys in hash slot `slot` on `transport`.
+    pub(crate) fn of(transport: &Arc<dyn Transport>, slot: u16, io_timeout: Duration) -> Arc<Hub> {
+        let tagged = transport.hash_tags();
+        let slot = if tagged { slot } else { 0 };
         let mut hubs = HUBS.lock();
         hubs.retain(|hub| hub.strong_count() > 0);
         let found = hubs.iter().filter_map(Weak::upgrade).find(|hub| {
@@ -174,10 +230,12 @@ impl Hub {
         if let Some(hub) = found {
             return hub;
         }
+        let process = random_hex(PROCESS_ID_LEN);
         let hub = Arc::new(Hub {
             transport: Arc::clone(transport),
             slot,
-            process: random_hex(PROCESS_ID_LEN),
+            home: keys::hub_home(&process, slot, tagged),
+            process,
             io_timeout,
             state: Mutex::default(),
             clock: Mutex::default(),
@@ -208,11 +266,7 @@ impl Hub {
         name.lapse = name.lapse.min(lapse);
         name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
         let epoch = name.epoch;
-        // A new inbox while the thread blocks on the others: it must listen again.
-        let wake = (new_name && state.running)
-            .then(|| state.listening.first())
-            .flatten()
-            .map(|listening| queue::wake(listening, self.slot, WAKE_EXPIRE_MS));
+        let wake = self.wake(&state, new_name);
         Seat {
             hub: Arc::clone(self),
             inbox,
@@ -221,6 +275,55 @@ impl Hub {
             mailbox,
             wake,
         }
+    }
+
+    /// A listener for a signal of the plain lock of `keys`, behind this process's earlier
+    /// ones there.
+    pub(crate) fn listen(self: &Arc<Hub>, keys: &Keys) -> Listener {
+        let mailbox = Arc::new(Mailbox::default());
+        let mut state = self.state.lock();
+        state.arrivals += 1;
+        let arrival = state.arrivals;
+        let new_name = !state.signals.contains_key(&keys.signal);
+        let signal = state
+            .signals
+            .entry(keys.signal.clone())
+            .or_insert_with(|| Signal {
+                slot: keys.slot,
+                seats: BTreeMap::new(),
+            });
+        signal.seats.insert(arrival, Arc::clone(&mailbox));
+        let wake = self.wake(&state, new_name);
+        Listener {
+            hub: Arc::clone(self),
+            signal: keys.signal.clone(),
+            arrival,
+            mailbox,
+            wake,
+        }
+    }
+
+    /// When the thread blocks on the signal list `signal` though no waiter of it is left here
+    /// (they left, or took the lock), it would pop a release's signal there and push it back;
+    /// a process that exits meanwhile would swallow it. Then this gives a wake for the caller
+    /// to send, and a mailbox told once that `BLPOP` has ended and what it popped has been
+    /// pushed back: after that the process may exit.
+    pub(crate) fn lingering(&self, signal: &str) -> Option<(Request, Arc<Mailbox>)> {
+        let mut state = self.state.lock();
+        let lingers = state.running
+            && !state.signals.contains_key(signal)
+            && state.listening.iter().any(|key| key == signal);
+        if !lingers {
+            return None;
+        }
+        let settled = Arc::new(Mailbox::default());
+        state.settling.push(Arc::clone(&settled));
+        Some((queue::wake(&self.home, self.slot, WAKE_EXPIRE_MS), settled))
+    }
+
+    /// The wake a waiter sends when its key is new while the thread blocks on others.
+    fn wake(&self, state: &State, new_name: bool) -> Option<Request> {
+        (new_name && state.running).then(|| queue::wake(&self.home, self.slot, WAKE_EXPIRE_MS))
     }
 
     /// Starts the thread if it does not run.
@@ -236,11 +339,19 @@ impl Hub {
         Ok(())
     }
 
-    /// Tells every waiter of the inboxes `which` (all with `None`) `told`.
+    /// Tells every waiter of the inboxes `which` (all, and every listener, with `None`)
+    /// `told`.
     fn tell_all(state: &State, which: Option<&str>, told: Told) {
         for (inbox, name) in &state.names {
             if which.is_none_or(|w| w == inbox) {
                 for mailbox in name.seats.values() {
+                    mailbox.tell(told);
+                }
+            }
+        }
+        if which.is_none() {
+            for signal in state.signals.values() {
+                for mailbox in signal.seats.values() {
                     mailbox.tell(told);
                 }
             }
@@ -254,9 +365,16 @@ impl Hub {
         let mut conn: Option<Box<dyn Waiter + '_>> = None;
         let mut pause = FIRST_PAUSE;
         loop {
-            let (inboxes, due) = {
+            let owed = std::mem::take(&mut self.state.lock().owed);
+            for (signal, slot) in owed {
+                self.push_back(&mut conn, &signal, slot);
+            }
+            let (keys, signals, due) = {
                 let mut state = self.state.lock();
-                if state.names.is_empty() {
+                for settled in state.settling.drain(..) {
+                    settled.tell(Told::AskAgain);
+                }
+                if state.names.is_empty() && state.signals.is_empty() && state.owed.is_empty() {
                     state.running = false;
                     state.listening.clear();
                     drop(state);
@@ -265,22 +383,41 @@ impl Hub {
                     }
                     return;
                 }
-                let inboxes: Vec<String> = state.names.keys().cloned().collect();
-                state.listening.clone_from(&inboxes);
-                let due = state.names.values().map(|n| n.beat_due).min();
-                (inboxes, due.unwrap_or_else(Instant::now))
+                let listening: Vec<String> = (state.names.keys())
+                    .chain(state.signals.keys())
+                    .filter(|key| !state.refused.get(*key).is_some_and(|(_, out)| *out))
+                    .cloned()
+                    .collect();
+                state.listening.clone_from(&listening);
+                let beat_due = state.names.values().map(|n| n.beat_due).min();
+                let listen_end = Instant::now() + LISTEN_MAX;
+                let due = beat_due.map_or(listen_end, |due| due.min(listen_end));
+                let keys: Vec<String> = std::iter::once(self.home.clone())
+                    .chain(listening)
+                    .collect();
+                let signals: HashMap<String, u16> = (state.signals.iter())
+                    .map(|(key, signal)| (key.clone(), signal.slot))
+                    .collect();
+                (keys, signals, due)
             };
             if due <= Instant::now() {
                 self.beat_all(&mut conn);
                 continue;
             }
-            match self.pop(&mut conn, &inboxes, due) {
-                Ok(Some((inbox, element))) => {
+            match self.pop(&mut conn, &keys, due) {
+                Ok(Some((key, element))) => {
                     pause = FIRST_PAUSE;
-                    self.deliver(&inbox, &element);
+                    self.deliver(&key, &element, signals.get(&key).copied());
                 }
                 Ok(None) => pause = FIRST_PAUSE,
-                Err(e) => {
+                Err(Failed::Refused(e)) => {
+                    self.refused(&mut conn, &keys, e);
+                    // ok: a backoff before listening again, for a refusal the server may
+                    // repeat (an ACL); the waiters keep their own deadlines meanwhile.
+                    std::thread::sleep(pause);
+                    pause = longer(pause);
+                }
+                Err(Failed::Io(e)) => {
                     log::debug!("the waiting connection failed ({e}); its waiters ask again");
                     conn = None;
                     Hub::tell_all(&self.state.lock(), None, Told::AskAgain);
@@ -322,13 +459,52 @@ impl Hub {
         })
     }
 
-    /// One `BLPOP` over `inboxes` until `until`: the inbox and element popped, if any.
+    /// The server refused a `BLPOP` of `keys` with `e`. A key of the wrong type is found and
+    /// left out, its waiters told; any other refusal (an ACL) is told to every waiter.
+    fn refused<'t>(
+        &'t self,
+        conn: &mut Option<Box<dyn Waiter + 't>>,
+        keys: &[String],
+        e: redis::ServerError,
+    ) {
+        log::warn!("the server refused the waiting connection's BLPOP: {e:?}");
+        let culprits: Vec<&String> = if e.code() == "WRONGTYPE" {
+            let deadline = Instant::now() + self.io_timeout;
+            (keys.iter())
+                .filter(|key| {
+                    let request = Request::single(redis::cmd("TYPE").arg(key).clone(), true)
+                        .on_slot(self.slot);
+                    let kind = self.exchange(conn, &request, deadline, deadline);
+                    !matches!(kind, Ok(Value::SimpleString(k)) if k == "list" || k == "none")
+                })
+                .collect()
+        } else {
+            keys.iter().collect()
+        };
+        let wrong_type = e.code() == "WRONGTYPE";
+        let mut state = self.state.lock();
+        for key in culprits {
+            state.refused.insert(key.clone(), (e.clone(), wrong_type));
+            if let Some(signal) = state.signals.get(key) {
+                for mailbox in signal.seats.values() {
+                    mailbox.tell(Told::Refused);
+                }
+            }
+            if let Some(name) = state.names.get(key) {
+                for mailbox in name.seats.values() {
+                    mailbox.tell(Told::AskAgain);
+                }
+            }
+        }
+    }
+
+    /// One `BLPOP` over `keys` until `until`: the key and element popped, if any.
     fn pop<'t>(
         &'t self,
         conn: &mut Option<Box<dyn Waiter + 't>>,
         inboxes: &[String],
         until: Instant,
-    ) -> Result<Option<(String, Vec<u8>)>, String> {
+    ) -> Result<Option<(String, Vec<u8>)>, Failed> {
         let ms = until
             .saturating_duration_since(Instant::now())
             .as_millis()
@@ -339,7 +515,8 @@ impl Hub {
             .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
         let request = Request::single(blpop, false).on_slot(self.slot);
         let sent_by = Instant::now() + self.io_timeout;
-        let reply = self.exchange(conn, &request, sent_by, until + self.io_timeout)?;
+        let reply = (self.exchange(conn, &request, sent_by, until + self.io_timeout))
+            .map_err(Failed::Io)?;
         match reply {
             Value::Nil => Ok(None),
             Value::Array(pair) => match pair.as_slice() {
@@ -347,17 +524,46 @@ impl Hub {
                     String::from_utf8_lossy(inbox).into_owned(),
                     element.clone(),
                 ))),
-                _ => Err(format!("an unexpected reply {pair:?}")),
+                _ => Err(Failed::Io(format!("an unexpected reply {pair:?}"))),
             },
             // A slot that moved, a primary that changed: the connection goes where it is now.
-            Value::ServerError(e) => Err(format!("{e:?}")),
-            other => Err(format!("an unexpected reply {other:?}")),
+            Value::ServerError(e) if redirect::of(&e).is_some() => {
+                *conn = None;
+                Err(Failed::Io(format!("{e:?}")))
+            }
+            Value::ServerError(e) => Err(Failed::Refused(e)),
+            other => Err(Failed::Io(format!("an unexpected reply {other:?}"))),
         }
     }
 
-    /// Hands what was popped from `inbox` to its waiter, or wakes them all.
-    fn deliver(&self, inbox: &str, element: &[u8]) {
-        let state = self.state.lock();
+    /// Pushes back a signal popped from `signal` that no waiter here takes, for another
+    /// process's waiter; failing that, the waiters elsewhere try at their own time.
+    fn push_back<'t>(&'t self, conn: &mut Option<Box<dyn Waiter + 't>>, signal: &str, slot: u16) {
+        let request = lock::pass_on_to(signal, slot);
+        let deadline = Instant::now() + self.io_timeout;
+        if let Err(e) = self.exchange(conn, &request, deadline, deadline) {
+            log::debug!("{signal}: a wake-up nobody here takes was not pushed back: {e}");
+        }
+    }
+
+    /// Hands what was popped from `key` to its waiter, or wakes them all. `signal` is the
+    /// hash slot of a plain lock's signal list, which `key` was when the `BLPOP` was sent.
+    fn deliver(&self, key: &str, element: &[u8], signal: Option<u16>) {
+        let mut state = self.state.lock();
+        if key == self.home {
+            return;
+        }
+        if let Some(slot) = signal {
+            // The first waiter not told yet: each signal is one waiter's turn to try.
+            let mailbox = (state.signals.get(key))
+                .and_then(|signal| signal.seats.values().find(|m| !m.is_told()));
+            match mailbox {
+                Some(mailbox) => mailbox.tell(Told::AskAgain),
+                None => state.owed.push((key.to_owned(), slot)),
+            }
+            return;
+        }
+        let inbox = key;
         if element == b"hub" {
             return;
         }
@@ -505,6 +711,69 @@ impl Seat {
     }
 }
 
+impl Listener {
+    /// The wake its thread needs to listen on this lock's signal too, once: for the waiter to
+    /// send, on its own runtime.
+    pub(crate) fn wake(&mut self) -> Option<Request> {
+        self.wake.take()
+    }
+
+    /// It blocks: the hub's thread must run to bring its signal.
+    pub(crate) fn block(&self) -> std::io::Result<()> {
+        self.hub.start()
+    }
+
+    /// Why the server refused to wait on its lock's signal, when it did.
+    pub(crate) fn refused(&self) -> Option<redis::ServerError> {
+        let state = self.hub.state.lock();
+        state.refused.get(&self.signal).map(|(e, _)| e.clone())
+    }
+
+    /// Leaves, without the lock: true if it owes a signal it was told and did not act on,
+    /// which no other waiter here can take, for the caller to push back now.
+    pub(crate) fn leave(mut self) -> bool {
+        self.part().is_some()
+    }
+
+    /// Out of its lock's waiters: a signal it was told and did not act on goes to the next
+    /// one here not told yet, or else is returned, with its hash slot, to be pushed back.
+    fn part(&mut self) -> Option<(String, u16)> {
+        let mut state = self.hub.state.lock();
+        let told = self.mailbox.take();
+        let signal = state.signals.get_mut(&self.signal)?;
+        signal.seats.remove(&self.arrival);
+        let slot = signal.slot;
+        let next = signal.seats.values().find(|m| !m.is_told()).cloned();
+        if signal.seats.is_empty() {
+            state.signals.remove(&self.signal);
+            state.refused.remove(&self.signal);
+        }
+        // A wake for the connection's fault, like a signal, asks one more waiter to try: at
+        // worst a waiter tries once more than it needed to.
+        told?;
+        match next {
+            Some(next) => {
+                next.tell(Told::AskAgain);
+                None
+            }
+            None => Some((self.signal.clone(), slot)),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Left without a word (a future dropped, a lock taken by a try of its own): the hub
+        // pushes back what it owes, at the end of its `BLPOP` at the latest.
+        if let Some(owed) = self.part() {
+            self.hub.state.lock().owed.push(owed);
+            if let Err(e) = self.hub.start() {
+                log::error!("{}: a wake-up owed is not pushed back: {e}", self.signal);
+            }
+        }
+    }
+}
+
 impl Drop for Seat {
     fn drop(&mut self) {
         let mut state = self.hub.state.lock();
@@ -514,6 +783,7 @@ impl Drop for Seat {
         name.seats.remove(&self.waiter);
         if name.seats.is_empty() {
             state.names.remove(&self.inbox);
+            state.refused.remove(&self.inbox);
         }
     }
 }

@@ -201,7 +201,7 @@ impl<R: Runtime> Line<'_, R> {
         seat.block().map_err(Error::Thread)?;
         Ok(match R::mail(&seat.mailbox, until, cancel).await {
             Some(Told::Granted(token, dated)) => (Some(token), dated),
-            Some(Told::AskAgain) | None => (None, None),
+            Some(Told::AskAgain | Told::Refused) | None => (None, None),
         })
     }
 }

@@ -26,8 +26,6 @@ mod settle;
 mod tests;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
-#[cfg(feature = "tokio")]
-pub(crate) mod waits;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,21 +59,9 @@ pub(crate) trait Runtime: Sized + Send + Sync + 'static {
     /// Where the requests to the servers of `transport` go on this runtime.
     fn over(transport: Arc<dyn Transport>) -> Arc<Self::Transport>;
 
-    /// What an acquire keeps between its waits (a connection, a place in a queue).
-    type Waiting<'a>: Send;
-
     /// Pauses for `pause` (a backoff while the server is away); true if `cancel` was
     /// cancelled by the end.
     fn pause(pause: Duration, cancel: &CancelToken) -> impl Future<Output = bool> + Send;
-
-    /// Waits for a wake-up signal until `until` at the latest, then tries the lock.
-    fn wait_once<'a>(
-        inner: &'a Inner<Self>,
-        slot: &mut Option<Self::Waiting<'a>>,
-        until: Instant,
-        wait: Wait,
-        cancel: &'a CancelToken,
-    ) -> impl Future<Output = Result<Tried, Error>> + Send;
 
     /// Waits for `mailbox` to be told something by its hub, until `until` (`None`: no limit)
     /// or a cancel: what it was told, if anything.
@@ -113,9 +99,6 @@ pub(crate) trait Runtime: Sized + Send + Sync + 'static {
     where
         F: Future<Output = ()> + Send + 'static;
 
-    /// Done with what the waits kept, because they took the lock.
-    fn keep_for_holder(waiting: Self::Waiting<'_>);
-
     /// Starts renewing the lock `inner` just took, first after `first`.
     fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error>;
 
@@ -147,6 +130,9 @@ pub(crate) struct Inner<R: Runtime> {
     /// For a primitive on the queue engine, its place there. Its acquire path is then
     /// [`acquire_in_line`](Inner::acquire_in_line), not the lock's.
     place: Option<Place>,
+    /// The process's hub on the lock's server, which brings the release's signal to its
+    /// waits.
+    hub: Arc<Hub>,
     pub(crate) transport: Arc<R::Transport>,
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
@@ -212,10 +198,11 @@ struct Confirmed {
 }
 
 impl<R: Runtime> Inner<R> {
-    pub(crate) fn new(settings: Settings, transport: Arc<R::Transport>) -> Self {
-        let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
+    pub(crate) fn new(settings: Settings, transport: Arc<dyn Transport>) -> Self {
+        let keys = Keys::new(&settings.name, transport.hash_tags());
         let leasing = Box::new(LockLeasing::new(&keys, &settings));
-        Inner::with_leasing(settings, transport, keys, leasing, None)
+        let hub = Hub::of(&transport, keys.slot, settings.io_timeout);
+        Inner::with_leasing(settings, R::over(transport), keys, leasing, None, hub)
     }
 
     /// A lock with `settings` on `transport`: python-redis-lock's, or the queue engine's fair
@@ -225,12 +212,12 @@ impl<R: Runtime> Inner<R> {
         transport: Arc<dyn Transport>,
     ) -> Result<Self, Error> {
         if !settings.on_queue_engine {
-            return Ok(Inner::new(settings, R::over(transport)));
+            return Ok(Inner::new(settings, transport));
         }
         let kind = Primitive::FairLock;
         let keys = QueueKeys::new(kind, &settings.name);
         let capacity = kind.capacity(1)?;
-        let hub = Hub::of(&transport, &keys, settings.io_timeout);
+        let hub = Hub::of(&transport, keys.slot, settings.io_timeout);
         settings.id = queue::waiter_id(&settings.id, hub.process());
         let ask = Ask::new(
             &settings.id,
@@ -251,7 +238,8 @@ impl<R: Runtime> Inner<R> {
     pub(crate) fn for_line(settings: Settings, transport: Arc<R::Transport>, place: Place) -> Self {
         let keys = Keys::new(&settings.name, transport.blocking().hash_tags());
         let leasing = Box::new(QueueLeasing::new(&place.keys, &place.ask));
-        Inner::with_leasing(settings, transport, keys, leasing, Some(place))
+        let hub = Arc::clone(&place.hub);
+        Inner::with_leasing(settings, transport, keys, leasing, Some(place), hub)
     }
 
     fn with_leasing(
@@ -260,11 +248,13 @@ impl<R: Runtime> Inner<R> {
         keys: Keys,
         leasing: Box<dyn Leasing>,
         place: Option<Place>,
+        hub: Arc<Hub>,
     ) -> Self {
         let blocking = transport.blocking();
         Inner {
             leasing,
             place,
+            hub,
             keys,
             drift: settings
                 .expire()

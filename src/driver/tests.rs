@@ -197,13 +197,3 @@ fn a_lost_extend_is_sent_again() {
     assert_eq!(transport.sent(), [TRY, "EVALSHA", "EVALSHA"]);
     assert!(!lock.lost());
 }
-
-#[test]
-fn a_waits_try_turned_away_by_a_redirection_goes_again_by_the_short_path() {
-    let moved = server_error("MOVED 3999 127.0.0.1:6381");
-    let woken = reply([Value::Nil, moved.clone(), moved.clone(), moved]);
-    let transport = Scripted::new([busy("other"), woken, taken()]);
-    let lock = build(&transport);
-    assert!(lock.acquire_timeout(Duration::from_secs(1)).unwrap());
-    assert_eq!(transport.sent(), [TRY, "BLPOP SET GET PTTL", TRY]);
-}

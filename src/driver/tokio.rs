@@ -1,16 +1,15 @@
-//! The driver on tokio: waits share one `BLPOP` per name ([`waits`](super::waits)), renewal
-//! is a task, and a dropped handle settles on a task.
+//! The driver on tokio: a wait is a task awaiting its mailbox (filled by the process's
+//! [hub](super::hub)), renewal is a task, and a dropped handle settles on a task.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::hub::{Mailbox, Told};
-use super::waits::{give_back_unattended, Replied, Ticket, Waits, Woken};
-use super::{Inner, Renewing, Runtime, Tried};
-use crate::protocol::lease::Wait;
+use super::{Inner, Renewing, Runtime};
 use crate::protocol::request::Request;
 use crate::transport::aio::{finish, AsyncTransport};
+use crate::transport::send::{send_repeatable, AnyTransport};
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
 
@@ -29,54 +28,12 @@ impl Runtime for Tokio {
         transport.to_async()
     }
 
-    type Waiting<'a> = Ticket;
-
     async fn pause(pause: Duration, cancel: &CancelToken) -> bool {
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = cancel.cancelled() => {}
         }
         cancel.is_cancelled()
-    }
-
-    async fn wait_once<'a>(
-        inner: &'a Inner<Self>,
-        slot: &mut Option<Ticket>,
-        until: Instant,
-        wait: Wait,
-        cancel: &'a CancelToken,
-    ) -> Result<Tried, Error> {
-        let ticket =
-            slot.get_or_insert_with(|| Waits::join(&inner.transport, &inner.keys, &inner.settings));
-        let reply_by = inner.io_deadline_after(until, wait);
-        let tried = match ticket.wait(until, reply_by, cancel).await {
-            Woken::Replied(replied) => {
-                let Replied {
-                    request,
-                    sent,
-                    replies,
-                } = *replied;
-                inner
-                    .after_wait(&request, sent, replies, wait, cancel)
-                    .await
-            }
-            Woken::Try => inner.try_short(wait, cancel).await,
-            Woken::Look => return inner.look(wait, cancel).await,
-            // Refused for the queue, the try goes alone: it may still find the lock free.
-            Woken::Refused(e) => match inner.try_short(wait, cancel).await {
-                Ok(Tried::Busy { .. }) => Err(inner.refused(e)),
-                tried => tried,
-            },
-            Woken::Cancelled => return Err(inner.error(|name| Error::Cancelled { name })),
-        };
-        match tried {
-            // The try never went out, the server being away: the waiter looks at the lock
-            // again after pauses until it is back, as a blocking waiter settling its wait does.
-            Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => {
-                inner.look(wait, cancel).await
-            }
-            tried => tried,
-        }
     }
 
     async fn mail(
@@ -144,10 +101,6 @@ impl Runtime for Tokio {
     {
         let work = make();
         finish::spawn_or_block(work, make);
-    }
-
-    fn keep_for_holder(waiting: Ticket) {
-        drop(waiting);
     }
 
     fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error> {
@@ -245,5 +198,42 @@ struct RenewalTask(tokio::task::AbortHandle);
 impl Renewing for RenewalTask {
     fn stop(self: Box<Self>) {
         self.0.abort();
+    }
+}
+
+/// Gives back a lock that a request nobody waits for may have taken: closes `conn`, where
+/// that request may yet run, then sends `unlock`, by `deadline`; unattended (see
+/// [`finish`](crate::transport::aio::finish)), a failure logged after `failed`.
+pub(crate) fn give_back_unattended(
+    transport: Arc<dyn AsyncTransport>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    let giving = settle(
+        Arc::clone(&transport),
+        conn,
+        unlock.clone(),
+        deadline,
+        failed.clone(),
+    );
+    finish::spawn_or_block(giving, move || {
+        settle(transport, conn, unlock, deadline, failed)
+    });
+}
+
+async fn settle(
+    transport: Arc<dyn AsyncTransport>,
+    conn: Option<ConnId>,
+    unlock: Request,
+    deadline: Instant,
+    failed: String,
+) {
+    if let Some(conn) = conn {
+        let _ = transport.close(conn, deadline).await;
+    }
+    if let Err(e) = send_repeatable(&*transport, &unlock, deadline).await {
+        log::error!("{failed}: {e}");
     }
 }

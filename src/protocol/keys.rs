@@ -11,6 +11,7 @@ use super::primitive::Primitive;
 const LOCK_PREFIX: &str = "lock:";
 const SIGNAL_PREFIX: &str = "lock-signal:";
 const FENCE_PREFIX: &str = "lock-fence:";
+const HUB_PREFIX: &str = "lock-hub:";
 
 /// The `SCAN MATCH` pattern that finds every lock key.
 pub(crate) const LOCK_PATTERN: &str = "lock:*";
@@ -77,6 +78,22 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
     crc % SLOTS
 }
 
+/// The list a process's hub always listens on, in hash slot `slot` when `tagged` (a
+/// cluster): a push there makes it listen again on a new set of keys. Nothing else uses it,
+/// so no waiter of another process or version pops what is pushed there.
+pub(crate) fn hub_home(process: &str, slot: u16, tagged: bool) -> String {
+    if !tagged {
+        return format!("{HUB_PREFIX}{process}");
+    }
+    // The first short tag that hashes to `slot`: CRC16 spreads the numbers over every slot
+    // within a few tens of thousands of them.
+    let tag = (0u32..)
+        .map(|n| n.to_string())
+        .find(|tag| self::slot(tag.as_bytes()) == slot)
+        .unwrap_or_default();
+    format!("{HUB_PREFIX}{process}:{{{tag}}}")
+}
+
 /// The signal list that belongs to a lock key found by `SCAN` (any bytes after the prefix).
 /// `None` for a key that is not a lock key.
 pub(crate) fn signal_of(lock_key: &[u8]) -> Option<Vec<u8>> {
@@ -111,6 +128,14 @@ pub(crate) fn lock_name_of(lock_key: &[u8], tagged: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hubs_home_on_a_cluster_is_in_its_slot() {
+        for slot in [0, 1, 5000, 16383] {
+            assert_eq!(super::slot(hub_home("p", slot, true).as_bytes()), slot);
+        }
+        assert_eq!(hub_home("p", 7, false), "lock-hub:p");
+    }
 
     #[test]
     fn keys_are_python_redis_locks_with_the_name_as_given() {

@@ -1,5 +1,4 @@
-//! python-redis-lock's wire format for the plain lock: the try (behind a `BLPOP` when it
-//! waits), the owner-checked unlock, extend and reset, the atomic read of owner and TTL, and
+//! python-redis-lock's wire format for the plain lock: the try, the owner-checked unlock, extend and reset, the atomic read of owner and TTL, and
 //! what their replies say about the lock.
 
 use std::time::Duration;
@@ -23,33 +22,12 @@ const GIVE_BACK_SIGNAL_EXPIRE_MS: u64 = 1000;
 /// Not repeatable: a second run could take a lock freed after the first. A lost reply is
 /// settled by reading the owner ([`holder`]).
 pub(crate) fn try_lock(keys: &Keys, id: &str, expire_ms: Option<u64>, fencing: bool) -> Request {
-    wait_then_try(keys, id, expire_ms, fencing, None)
-}
-
-/// [`try_lock`] behind a `BLPOP` of the signal list for `block` when given: in one pipeline,
-/// Redis runs the try the moment the `BLPOP` returns, so a woken waiter has the lock one
-/// network trip after the release.
-pub(crate) fn wait_then_try(
-    keys: &Keys,
-    id: &str,
-    expire_ms: Option<u64>,
-    fencing: bool,
-    block: Option<Duration>,
-) -> Request {
     let kind = Kind::Try {
         keys: keys.clone(),
         id: id.as_bytes().to_vec(),
         expire_ms,
     };
-    let mut cmds = Vec::with_capacity(4);
-    if let Some(block) = block {
-        let ms = block.as_millis().max(1);
-        let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(&keys.signal)
-            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-        cmds.push(blpop);
-    }
+    let mut cmds = Vec::with_capacity(3);
     if fencing {
         let expire = num(expire_ms.unwrap_or(0));
         return Request::new(cmds, false)
@@ -131,24 +109,23 @@ pub(crate) fn give_back(keys: &Keys, id: &[u8], signal: bool) -> Request {
 
 /// Passes a wake-up signal on: a wait that consumed one but could not use it puts it back.
 pub(crate) fn pass_on(keys: &Keys) -> Request {
-    let mut push = redis::cmd("LPUSH");
-    push.arg(&keys.signal).arg(1);
-    let mut expire = redis::cmd("PEXPIRE");
-    expire.arg(&keys.signal).arg(GIVE_BACK_SIGNAL_EXPIRE_MS);
-    Request::new(vec![push, expire], true).on_slot(keys.slot)
+    pass_on_to(&keys.signal, keys.slot)
 }
 
-/// Whether a try was turned away whole, having taken nothing: by a cluster that moved the
-/// key, or a primary that is changing. Where its key lives now, it may be free.
-pub(crate) fn try_redirected(replies: &[Value]) -> bool {
-    replies.first().is_some_and(moved)
+/// [`pass_on`] for the signal list `signal`, in hash slot `slot`.
+pub(crate) fn pass_on_to(signal: &str, slot: u16) -> Request {
+    let mut push = redis::cmd("LPUSH");
+    push.arg(signal).arg(1);
+    let mut expire = redis::cmd("PEXPIRE");
+    expire.arg(signal).arg(GIVE_BACK_SIGNAL_EXPIRE_MS);
+    Request::new(vec![push, expire], true).on_slot(slot)
 }
 
 fn moved(reply: &Value) -> bool {
     matches!(reply, Value::ServerError(e) if redirect::of(e).is_some())
 }
 
-/// The try's replies (after any `BLPOP` reply), for the lock with `keys`.
+/// The try's replies, for the lock with `keys`.
 pub(crate) fn parse_try(keys: &Keys, replies: &[Value]) -> Result<Attempt, Error> {
     match replies {
         // Taken, then the key moved before the reads (a slot migration): the reads do not
@@ -414,20 +391,6 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_puts_the_blpop_first_with_millisecond_timeout() {
-        let req = wait_then_try(
-            &keys(),
-            "me",
-            None,
-            false,
-            Some(Duration::from_millis(1500)),
-        );
-        assert_eq!(req.cmds.len(), 4);
-        let wire = String::from_utf8(req.packed()).unwrap();
-        assert!(wire.starts_with("*3\r\n$5\r\nBLPOP\r\n$13\r\nlock-signal:l\r\n$5\r\n1.500\r\n"));
-    }
-
-    #[test]
     fn a_taken_try_is_acquired() {
         let replies = [Value::Okay, bulk("me"), Value::Int(500)];
         assert_eq!(
@@ -542,8 +505,6 @@ mod tests {
 
     #[test]
     fn a_try_turned_away_whole_took_nothing() {
-        assert!(try_redirected(&[server_error("MOVED 1 127.0.0.1:7000")]));
-        assert!(!try_redirected(&[Value::Okay, Value::Nil, Value::Int(-2)]));
         let partial = [
             Value::Okay,
             server_error("ASK 1 127.0.0.1:7000"),

@@ -4,7 +4,6 @@
 pub(crate) mod admin;
 pub(crate) mod cache;
 pub(crate) mod eviction;
-pub(crate) mod hello;
 pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod lock;
@@ -47,8 +46,4 @@ pub(crate) mod testing {
 pub(crate) struct ConnId {
     pub(crate) node: usize,
     pub(crate) id: u64,
-    /// Whether `CLIENT UNBLOCK` may end its waits: its server said on connecting that it is
-    /// a version that takes the command safely ([`hello`]). Elsewhere a wait is ended by
-    /// closing the connection.
-    pub(crate) unblockable: bool,
 }

@@ -67,21 +67,6 @@ impl Request {
         self
     }
 
-    /// The first command alone, and the rest as a request of the same kind: a quorum's
-    /// waiter blocks on one server, then tries on all.
-    pub(crate) fn split_first(&self) -> (Request, Request) {
-        let first = Request::new(self.cmds.iter().take(1).cloned().collect(), self.repeatable);
-        let rest = Request {
-            cmds: self.cmds.iter().skip(1).cloned().collect(),
-            eval: self
-                .eval
-                .and_then(|(at, script)| Some((at.checked_sub(1)?, script))),
-            kind: self.kind.clone(),
-            ..*self
-        };
-        (first, rest)
-    }
-
     /// The request for the keys of hash slot `slot`.
     pub(crate) fn on_slot(mut self, slot: u16) -> Self {
         self.slot = Some(slot);
@@ -144,17 +129,12 @@ impl Request {
     }
 
     /// When the server answered `NOSCRIPT` to the script call, the request that sends its
-    /// text, and where in `replies` its reply goes (`replies` answer the commands after the
-    /// first `skipped`). The refused call ran nothing, so this is safe whatever the request
+    /// text, and where in `replies` its reply goes. The refused call ran nothing, so this is safe whatever the request
     /// is; the other commands ran and are not sent again, except a `WAIT`, which must follow
     /// the script's write to count it. [`patch`](Self::patch) puts the replies in place.
-    pub(crate) fn noscript_retry(
-        &self,
-        replies: &[Value],
-        skipped: usize,
-    ) -> Option<(usize, Request)> {
-        let (index, script) = self.eval?;
-        let at = index.checked_sub(skipped)?;
+    pub(crate) fn noscript_retry(&self, replies: &[Value]) -> Option<(usize, Request)> {
+        let (at, script) = self.eval?;
+        let index = at;
         match (replies.get(at), self.cmds.get(index)) {
             (Some(Value::ServerError(e)), Some(evalsha)) if e.code() == "NOSCRIPT" => {
                 let mut cmds = vec![script.eval_of(evalsha)];
@@ -265,18 +245,16 @@ pub(super) fn reply_error(reply: &Value) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::protocol::lock::{extend, observe, try_lock, unlock, wait_then_try};
+    use crate::protocol::lock::{extend, observe, try_lock, unlock};
     use crate::protocol::testing::*;
 
     #[test]
     fn noscript_resends_only_the_script_with_its_text() {
-        let req = wait_then_try(&keys(), "me", Some(100), true, Some(Duration::from_secs(1)));
-        let replies = [Value::Nil, server_error("NOSCRIPT No matching script")];
-        let (at, retry) = req.noscript_retry(&replies, 0).unwrap();
-        assert_eq!(at, 1);
+        let req = try_lock(&keys(), "me", Some(100), true);
+        let replies = [server_error("NOSCRIPT No matching script")];
+        let (at, retry) = req.noscript_retry(&replies).unwrap();
+        assert_eq!(at, 0);
         assert_eq!(retry.cmds.len(), 1);
         let wire = String::from_utf8(retry.packed()).unwrap();
         assert!(wire.starts_with("*7\r\n$4\r\nEVAL\r\n"), "{wire}");
@@ -285,11 +263,7 @@ mod tests {
             wire.ends_with(args),
             "the retry keeps the call's keys and arguments: {wire}"
         );
-        assert!(req
-            .noscript_retry(&[Value::Nil, Value::Int(0)], 0)
-            .is_none());
-        let (at, _) = req.noscript_retry(&replies[1..], 1).unwrap();
-        assert_eq!(at, 0, "after the BLPOP's reply is left out");
+        assert!(req.noscript_retry(&[Value::Int(0)]).is_none());
     }
 
     #[test]
@@ -311,7 +285,7 @@ mod tests {
     fn a_noscript_retry_waits_for_replicas_after_the_script() {
         let req = extend(&keys(), "me", 100).replicated(Some((1, 50)));
         let mut replies = vec![server_error("NOSCRIPT No matching script"), Value::Int(1)];
-        let (at, retry) = req.noscript_retry(&replies, 0).unwrap();
+        let (at, retry) = req.noscript_retry(&replies).unwrap();
         assert_eq!(
             retry.cmds.len(),
             2,

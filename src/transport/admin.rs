@@ -1,20 +1,17 @@
-//! The `CLIENT` commands about one connection (`ID`, `UNBLOCK`, `KILL`) and how they came
-//! out, for the blocking and the async connections alike.
+//! The `CLIENT` commands about one connection (`ID`, `KILL`) and how they came out, for the
+//! blocking and the async connections alike.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use redis::{RedisError, ServerError, Value};
 
 use super::send::Answered;
-use super::{Admin, ConnId, Fault, Transport};
-use crate::cancel::Interrupt;
+use super::{Admin, ConnId, Fault};
 use crate::protocol::request::Request;
 
 /// The connection id in a reply to `CLIENT ID`: none when the server will not tell it, for
 /// want of the right (an ACL) or because it does not know the command (`rename-command`, a
-/// proxy). The connection works, but cannot be unblocked or killed by id: the documented
+/// proxy). The connection works, but cannot be killed by id: the documented
 /// degraded mode, said once in the log.
 pub(crate) fn client_id(reply: Value) -> Result<Option<u64>, RedisError> {
     match reply {
@@ -22,9 +19,8 @@ pub(crate) fn client_id(reply: Value) -> Result<Option<u64>, RedisError> {
         Value::ServerError(e) if e.code() == "NOPERM" || unknown_command(&e) => {
             if !NO_ID.swap(true, Ordering::Relaxed) {
                 log::warn!(
-                    "the server will not tell a connection's id ({e}): waits end at its own \
-                     timer, up to 1/hz late, and lost replies are settled by reading state \
-                     only; see the ACL rule in the crate docs"
+                    "the server will not tell a connection's id ({e}): lost replies are \
+                     settled by reading state only; see the ACL rule in the crate docs"
                 );
             }
             Ok(None)
@@ -51,28 +47,6 @@ pub(crate) fn unknown_command(e: &ServerError) -> bool {
     .any(|words| said.starts_with(words))
 }
 
-/// The command that ends connection `conn`'s `BLPOP` now: `CLIENT UNBLOCK`, as if it had
-/// timed out, where its server takes that safely ([`hello`](crate::protocol::hello));
-/// elsewhere `CLIENT KILL`, and the wait ends with its connection, settling what the request
-/// behind the `BLPOP` did by reading state.
-pub(crate) fn end_wait_cmd(conn: ConnId) -> redis::Cmd {
-    let mut cmd = redis::cmd("CLIENT");
-    if conn.unblockable {
-        cmd.arg("UNBLOCK").arg(conn.id).arg("TIMEOUT");
-        cmd
-    } else {
-        kill_cmd(conn)
-    }
-}
-
-/// Whether a wait's `error` on connection `conn`, after the wait was ended, is that ending:
-/// where `CLIENT UNBLOCK` is not safe the wait's connection is closed instead, and the wait
-/// meets the server closing it. Nothing more runs on a connection the server closed, so the
-/// wait settles what the request behind its `BLPOP` did by reading state alone.
-pub(crate) fn closed_by_end(conn: Option<ConnId>, error: &RedisError) -> bool {
-    conn.is_some_and(|conn| !conn.unblockable) && !error.is_timeout()
-}
-
 /// `CLIENT KILL`: closes connection `conn`.
 pub(crate) fn kill_cmd(conn: ConnId) -> redis::Cmd {
     let mut cmd = redis::cmd("CLIENT");
@@ -80,7 +54,7 @@ pub(crate) fn kill_cmd(conn: ConnId) -> redis::Cmd {
     cmd
 }
 
-/// How an administrative `request` (`CLIENT UNBLOCK` or `CLIENT KILL`) came out.
+/// How an administrative `request` (`CLIENT KILL`) came out.
 pub(crate) fn admin_outcome(
     request: &Request,
     answered: Result<Answered, RedisError>,
@@ -112,35 +86,6 @@ pub(crate) fn admin_outcome(
     })
 }
 
-/// How long a cancel's unblock or kill may take.
-const INTERRUPT_DEADLINE: Duration = Duration::from_secs(2);
-
-/// A wait blocked on connection `conn`, as a cancel ends it.
-pub(crate) struct Blocked {
-    pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) conn: ConnId,
-}
-
-impl Interrupt for Blocked {
-    /// Ends the `BLPOP`. When there is none to end, the `BLPOP` has either returned (and the
-    /// try behind it run) or not reached the server yet: closing the connection covers both,
-    /// since what it has not run never runs, and the wait settles what it did by reading the
-    /// lock.
-    fn interrupt(&self, still_waiting: &dyn Fn() -> bool) {
-        let deadline = Instant::now() + INTERRUPT_DEADLINE;
-        if !matches!(
-            self.transport.unblock(self.conn, deadline),
-            Ok(Admin::Nothing)
-        ) {
-            return;
-        }
-        // A wait already over may have handed its connection to another one.
-        if still_waiting() {
-            let _ = self.transport.kill(self.conn, deadline);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,23 +108,5 @@ mod tests {
     fn a_server_that_does_not_know_client_leaves_a_working_connection_without_an_id() {
         let unknown = server_error("ERR unknown command 'CLIENT', with args beginning with: 'ID' ");
         assert_eq!(client_id(unknown).unwrap(), None);
-    }
-
-    #[test]
-    fn a_wait_is_unblocked_only_where_the_server_takes_it_safely() {
-        let conn = |unblockable| ConnId {
-            node: 0,
-            id: 9,
-            unblockable,
-        };
-        let packed = |args: &[&str]| redis::cmd(args[0]).arg(&args[1..]).get_packed_command();
-        assert_eq!(
-            end_wait_cmd(conn(true)).get_packed_command(),
-            packed(&["CLIENT", "UNBLOCK", "9", "TIMEOUT"])
-        );
-        assert_eq!(
-            end_wait_cmd(conn(false)).get_packed_command(),
-            packed(&["CLIENT", "KILL", "ID", "9"])
-        );
     }
 }

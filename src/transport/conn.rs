@@ -21,7 +21,6 @@ use redis::{ConnectionAddr, ConnectionLike, ErrorKind, Parser, RedisError, Value
 
 use super::admin::client_id;
 use super::ConnId;
-use crate::protocol::hello::{hello_cmd, Hello};
 
 /// A socket timeout this much longer than the time left is still close enough: setting it
 /// again would cost a system call on every request.
@@ -32,8 +31,6 @@ pub(crate) struct Conn {
     link: Link,
     /// Its id at the server (`CLIENT ID`), unless the server would not tell it.
     id: Option<u64>,
-    /// Whether `CLIENT UNBLOCK` may end its waits (see [`ConnId::unblockable`]).
-    unblockable: bool,
     /// The socket timeouts last set.
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
@@ -87,14 +84,12 @@ impl Conn {
         let mut conn = Conn {
             link,
             id: None,
-            unblockable: false,
             read_timeout: None,
             write_timeout: None,
         };
         setup.cmd("CLIENT").arg("ID");
-        setup.add_command(hello_cmd());
         conn.send(&setup.get_packed_pipeline(), deadline)?;
-        for _ in 2..setup.len() {
+        for _ in 1..setup.len() {
             match conn.recv(deadline)? {
                 Value::Okay => {}
                 Value::ServerError(e) => return Err(e.into()),
@@ -108,18 +103,13 @@ impl Conn {
             }
         }
         conn.id = client_id(conn.recv(deadline)?)?;
-        conn.unblockable = Hello::parse(&conn.recv(deadline)?).is_some_and(|h| h.unblock_is_safe());
         Ok(conn)
     }
 
     /// Its id for the transport: a single server is node 0 (a transport over several servers
     /// numbers them).
     pub(crate) fn conn_id(&self) -> Option<ConnId> {
-        self.id.map(|id| ConnId {
-            node: 0,
-            id,
-            unblockable: self.unblockable,
-        })
+        self.id.map(|id| ConnId { node: 0, id })
     }
 
     /// Whether a request may go out on it after it sat idle: not if the server closed it or

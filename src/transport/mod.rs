@@ -123,11 +123,6 @@ pub(crate) trait Transport: Send + Sync {
     /// release.
     fn waiter(&self, slot: u16, deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault>;
 
-    /// Ends the `BLPOP` that connection `conn` is blocked in now: as if it had timed out, or,
-    /// where `CLIENT UNBLOCK` could crash the server, by closing the connection
-    /// ([`admin::end_wait_cmd`]).
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault>;
-
     /// Closes connection `conn` at its server: whatever it sent and the server has not run
     /// yet never runs. A server that is down has nothing left to run: `Nothing`.
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault>;
@@ -196,11 +191,6 @@ pub(crate) trait Waiter: Send {
 
     /// The next reply, by `deadline`.
     fn recv(&mut self, deadline: Instant) -> Result<Value, Fault>;
-
-    /// Gives back the connection of a wait that took the lock: to the short requests when
-    /// the process has none, so the holder is sure of one for its release. (Dropped, a waiter
-    /// goes back to the waits' connections.)
-    fn keep_for_holder(self: Box<Self>);
 
     /// Done with it for good (a waiting connection whose process stops waiting): closed, not
     /// kept idle.

@@ -4,7 +4,6 @@
 //! [`quorum`](crate::protocol::quorum) votes. A wait blocks in `BLPOP` on one server and then
 //! tries on all.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,7 +60,7 @@ impl Quorum {
                 let (flight, own) = in_flight?;
                 let mut replies = flight.finish(own.max(Instant::now() + READ_GRACE))?;
                 // A server that forgot the script (restarted empty) gets its text.
-                if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
+                if let Some((at, retry)) = request.noscript_retry(&replies) {
                     let retried = server.call(&retry, Instant::now() + self.server_timeout)?;
                     request.patch(&mut replies, at, retried);
                 }
@@ -239,16 +238,7 @@ impl Transport for Quorum {
             quorum: self,
             node: first,
             conn: None,
-            rest: None,
-            replies: VecDeque::new(),
         }))
-    }
-
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        match self.servers.get(conn.node) {
-            Some(server) => server.unblock(conn, deadline),
-            None => Ok(Admin::Nothing),
-        }
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
@@ -314,17 +304,30 @@ fn said(answers: &Answers) -> Vec<Option<Vec<Value>>> {
     answers.iter().map(|a| a.as_ref().ok().cloned()).collect()
 }
 
-/// A wait of a quorum lock: `BLPOP` on one server's signal list, then the try on all. A
-/// server that cannot be reached hands the wait to the next.
+/// The waiting connection of a quorum's hub: blocks on one server, as python-redis-lock's
+/// waiters of a lock on several servers would (a release signals on every server). A server
+/// that cannot be reached hands the wait to the next.
 struct QuorumWaiter<'a> {
     quorum: &'a Quorum,
     /// The server it blocks on.
     node: usize,
     conn: Option<Box<dyn Waiter + 'static>>,
-    /// The try to run on all once the `BLPOP` has returned.
-    rest: Option<Request>,
-    /// The try's replies, not yet read.
-    replies: VecDeque<Value>,
+}
+
+impl QuorumWaiter<'_> {
+    /// The connection failed: the next wait starts at the next server.
+    fn failed(&mut self, fault: Fault) -> Fault {
+        self.conn = None;
+        let node = self.node;
+        self.node = (node + 1) % self.quorum.servers.len().max(1);
+        match fault {
+            Fault::Lost { conn, error } => Fault::Lost {
+                conn: conn.map(|c| ConnId { node, ..c }),
+                error,
+            },
+            not_sent => not_sent,
+        }
+    }
 }
 
 impl Waiter for QuorumWaiter<'_> {
@@ -363,78 +366,21 @@ impl Waiter for QuorumWaiter<'_> {
 
     fn send(&mut self, request: &Request, deadline: Instant) -> Result<(), Fault> {
         self.ready(deadline)?;
-        let (blpop, rest) = request.split_first();
-        let node = self.node;
         let Some(conn) = self.conn.as_mut() else {
             return Err(no_server());
         };
-        match conn.send(&blpop, deadline) {
-            Ok(()) => {
-                self.rest = Some(rest);
-                self.replies.clear();
-                Ok(())
-            }
-            Err(fault) => {
-                self.conn = None;
-                // The next wait starts at the next server.
-                self.node = (node + 1) % self.quorum.servers.len().max(1);
-                Err(match fault {
-                    Fault::Lost { conn, error } => Fault::Lost {
-                        conn: conn.map(|c| ConnId { node, ..c }),
-                        error,
-                    },
-                    not_sent => not_sent,
-                })
-            }
-        }
+        conn.send(request, deadline)
+            .map_err(|fault| self.failed(fault))
     }
 
     fn recv(&mut self, deadline: Instant) -> Result<Value, Fault> {
-        if let Some(reply) = self.replies.pop_front() {
-            return Ok(reply);
-        }
-        let (Some(rest), Some(conn)) = (self.rest.take(), self.conn.as_mut()) else {
-            return Err(Fault::NotSent(RedisError::from((
-                ErrorKind::Client,
-                "no reply is due",
-            ))));
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Fault::Lost {
+                conn: None,
+                error: RedisError::from((ErrorKind::Io, "the waiting server failed")),
+            });
         };
-        // The `BLPOP`'s own reply comes first; the try follows, on all servers.
-        let blpop = match conn.recv(deadline) {
-            Ok(reply) => reply,
-            // The wait's server failed (down, frozen, or the connection closed). Nothing of
-            // the try went out yet: it goes to all servers now, as after a wait that timed
-            // out, and the next wait blocks on the next server.
-            Err(fault) => {
-                log::debug!("the wait's server failed ({fault:?}); trying on all");
-                self.conn = None;
-                self.node = (self.node + 1) % self.quorum.servers.len().max(1);
-                Value::Nil
-            }
-        };
-        // The try's own round, whatever the wait took out of the deadline.
-        let try_deadline = deadline.max(Instant::now() + self.quorum.server_timeout);
-        match self.quorum.call(&rest, try_deadline) {
-            Ok(replies) => {
-                self.replies = replies.into();
-                Ok(blpop)
-            }
-            Err(fault) => {
-                // A wake-up that was taken but could not be used goes to the next waiter.
-                if let (Value::Array(_), Kind::Try { keys, .. }) = (&blpop, &rest.kind)
-                    && let Some(server) = self.quorum.servers.get(self.node)
-                {
-                    let _ = server.call(&lock::pass_on(keys), try_deadline);
-                }
-                Err(fault)
-            }
-        }
-    }
-
-    fn keep_for_holder(self: Box<Self>) {
-        if let Some(conn) = self.conn {
-            conn.keep_for_holder();
-        }
+        conn.recv(deadline).map_err(|fault| self.failed(fault))
     }
 
     fn close(self: Box<Self>) {

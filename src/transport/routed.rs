@@ -292,13 +292,6 @@ impl<T: Topology> Transport for Routed<T> {
         }))
     }
 
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        match self.nodes.get(conn.node) {
-            Some(server) => server.unblock(conn, deadline),
-            None => Ok(Admin::Nothing),
-        }
-    }
-
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
         match self.nodes.get(conn.node) {
             Some(server) => server.kill(conn, deadline),
@@ -441,13 +434,6 @@ impl<T: Topology> Waiter for RoutedWaiter<'_, T> {
             Ok(_) => {}
         }
         reply
-    }
-
-    fn keep_for_holder(mut self: Box<Self>) {
-        self.unlist();
-        if let Some((_, conn)) = self.conn.take() {
-            conn.keep_for_holder();
-        }
     }
 
     fn close(mut self: Box<Self>) {

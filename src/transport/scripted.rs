@@ -22,11 +22,7 @@ pub(crate) enum Answer {
 }
 
 /// The connection a [`Answer::Lost`] request went out on.
-pub(crate) const CONN: ConnId = ConnId {
-    node: 0,
-    id: 7,
-    unblockable: true,
-};
+pub(crate) const CONN: ConnId = ConnId { node: 0, id: 7 };
 
 #[derive(Default)]
 pub(crate) struct Scripted {
@@ -104,8 +100,6 @@ impl Waiter for ScriptedWaiter<'_> {
             }),
         }
     }
-
-    fn keep_for_holder(self: Box<Self>) {}
 }
 
 fn io_error(kind: std::io::ErrorKind, what: &'static str) -> RedisError {
@@ -133,10 +127,6 @@ impl Transport for Scripted {
             transport: self,
             replies: Ok(VecDeque::new()),
         }))
-    }
-
-    fn unblock(&self, _conn: ConnId, _deadline: Instant) -> Result<Admin, Fault> {
-        Ok(Admin::Done)
     }
 
     fn kill(&self, conn: ConnId, _deadline: Instant) -> Result<Admin, Fault> {

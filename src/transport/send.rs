@@ -120,7 +120,7 @@ pub(crate) async fn send<T: AnyTransport + ?Sized>(
     deadline: Instant,
 ) -> Result<Vec<Value>, Fault> {
     let mut replies = transport.exchange(request, deadline).await?;
-    if let Some((at, retry)) = request.noscript_retry(&replies, 0) {
+    if let Some((at, retry)) = request.noscript_retry(&replies) {
         let retried = transport.exchange(&retry, deadline).await?;
         request.patch(&mut replies, at, retried);
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 use redis::{ErrorKind, RedisError, Value};
 
-use super::admin::{admin_outcome, end_wait_cmd, kill_cmd};
+use super::admin::{admin_outcome, kill_cmd};
 use super::conn::Conn;
 use super::eviction::Eviction;
 use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
@@ -205,11 +205,7 @@ impl Transport for Server {
                 .waiting
                 .lend_new(self.connect(deadline).map_err(Fault::NotSent)?),
         };
-        Ok(Box::new(WaitConn { server: self, loan }))
-    }
-
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
-        self.admin(end_wait_cmd(conn), deadline)
+        Ok(Box::new(WaitConn { loan }))
     }
 
     fn kill(&self, conn: ConnId, deadline: Instant) -> Result<Admin, Fault> {
@@ -226,7 +222,6 @@ impl Transport for Server {
 }
 
 struct WaitConn<'a> {
-    server: &'a Server,
     loan: Loan<'a>,
 }
 
@@ -254,14 +249,6 @@ impl Waiter for WaitConn<'_> {
             self.loan.discard();
             Fault::Lost { conn: id, error }
         })
-    }
-
-    fn keep_for_holder(mut self: Box<Self>) {
-        if self.server.short.live() == 0
-            && let Some(conn) = self.loan.take()
-        {
-            drop(self.server.short.lend_new(conn));
-        }
     }
 
     fn close(mut self: Box<Self>) {

@@ -1,38 +1,20 @@
-//! The process's clock: ends a wait's `BLPOP` at its deadline with `CLIENT UNBLOCK`, and runs
-//! the renewal scheduler's watchdog, from one thread per process.
-//!
-//! Redis checks blocked clients' timeouts only `hz` times a second (every 100 ms by default),
-//! and a socket's read timeout fires late too (tens of milliseconds on a loaded VM). A thread
-//! parked until the earliest deadline wakes within a fraction of a millisecond, and its
-//! `CLIENT UNBLOCK <id> TIMEOUT` makes the server answer the `BLPOP` as timed out, so the try
-//! pipelined behind it runs at once. An unblock that arrives after the `BLPOP` returned on its
-//! own finds nothing to do, or at worst ends the next `BLPOP` of that connection early: a
-//! spurious wake, never a wrong result, since the try that follows reads the truth. Where
-//! `CLIENT UNBLOCK` could crash the server it closes the connection instead
-//! ([`end_wait_cmd`](super::admin::end_wait_cmd)).
+//! The process's clock: runs the renewal scheduler's watchdog from one thread per process,
+//! which wakes within a fraction of a millisecond of its alarm.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::transport::{Admin, ConnId, Transport};
-
 /// How long the thread stays up with nothing to do before it ends.
 const IDLE: Duration = Duration::from_secs(5);
-/// The longest an unblock may take: a frozen server must not hold up the other waits' alarms.
-const UNBLOCK_DEADLINE: Duration = Duration::from_secs(1);
 
 static CLOCK: LazyLock<Clock> = LazyLock::new(|| Clock {
     state: Mutex::new(State::default()),
     changed: Condvar::new(),
 });
-
-/// Logs a refusal of `CLIENT UNBLOCK` once per process.
-static REFUSED: AtomicBool = AtomicBool::new(false);
 
 struct Clock {
     state: Mutex<State>,
@@ -41,40 +23,21 @@ struct Clock {
 
 #[derive(Default)]
 struct State {
-    alarms: BTreeMap<(Instant, u64), Due>,
+    alarms: BTreeMap<(Instant, u64), Box<dyn FnOnce() + Send>>,
     next_key: u64,
     running: bool,
 }
 
-enum Due {
-    /// `CLIENT UNBLOCK` of connection `conn`.
-    Unblock {
-        transport: Arc<dyn Transport>,
-        conn: ConnId,
-    },
-    /// Work that is quick and does no I/O, so the other alarms are not held up.
-    Call(Box<dyn FnOnce() + Send>),
-}
-
-/// A pending unblock; dropping it takes it back.
+/// A pending call; dropping it takes it back.
 pub(crate) struct Alarm {
     slot: Option<(Instant, u64)>,
 }
 
-/// Ends the `BLPOP` of connection `conn` at `at`, unless the alarm is dropped first. Without a
-/// thread to keep the time (the system refused one) the wait ends at the server's timer.
-pub(crate) fn set(at: Instant, transport: &Arc<dyn Transport>, conn: ConnId) -> Alarm {
-    let transport = Arc::clone(transport);
-    schedule(at, Due::Unblock { transport, conn })
-}
-
 /// Runs `call` at `at` on the timer thread, unless the alarm is dropped first; `call` must be
-/// quick and do no I/O. Without a thread to keep the time it never runs.
+/// quick and do no I/O, so the other alarms are not held up. Without a thread to keep the
+/// time it never runs.
 pub(crate) fn call_at(at: Instant, call: impl FnOnce() + Send + 'static) -> Alarm {
-    schedule(at, Due::Call(Box::new(call)))
-}
-
-fn schedule(at: Instant, due: Due) -> Alarm {
+    let due: Box<dyn FnOnce() + Send> = Box::new(call);
     let mut state = CLOCK.state.lock();
     if !state.running {
         let spawned = thread::Builder::new()
@@ -83,7 +46,7 @@ fn schedule(at: Instant, due: Due) -> Alarm {
         match spawned {
             Ok(_) => state.running = true,
             Err(e) => {
-                log::warn!("no timer thread ({e}): waits end at the server's own timer");
+                log::warn!("no timer thread ({e}): the renewals' watchdog does not run");
                 return Alarm { slot: None };
             }
         }
@@ -139,24 +102,7 @@ fn keep_time() {
             continue;
         };
         drop(state);
-        let (transport, conn) = match due {
-            Due::Unblock { transport, conn } => (transport, conn),
-            Due::Call(call) => {
-                call();
-                state = CLOCK.state.lock();
-                continue;
-            }
-        };
-        let deadline = Instant::now() + UNBLOCK_DEADLINE;
-        match transport.unblock(conn, deadline) {
-            Ok(Admin::Refused) if !REFUSED.swap(true, Ordering::Relaxed) => log::warn!(
-                "the server refuses CLIENT UNBLOCK: waits end at its own timer, up to 1/hz \
-                 late; see the ACL rule in the crate docs"
-            ),
-            Ok(_) => {}
-            // The wait's own read meets the same trouble and settles it.
-            Err(fault) => log::debug!("unblock failed: {fault:?}"),
-        }
+        due();
         state = CLOCK.state.lock();
     }
 }
@@ -172,19 +118,8 @@ mod tests {
 
     #[test]
     fn the_thread_ends_its_idle_time_after_the_last_alarm_is_dropped_not_after_its_time() {
-        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
-        let server = crate::transport::server::Server::shared(&client).unwrap();
-        let transport: Arc<dyn Transport> = server.clone();
-        // Never fires: dropped long before its time, as a wait woken by a release drops it.
-        let alarm = set(
-            Instant::now() + Duration::from_secs(3600),
-            &transport,
-            ConnId {
-                node: 0,
-                id: 1,
-                unblockable: true,
-            },
-        );
+        // Never fires: dropped long before its time, as the watchdog of a renewal that ran.
+        let alarm = call_at(Instant::now() + Duration::from_secs(3600), || {});
         assert!(running());
         drop(alarm);
         let dropped = Instant::now();

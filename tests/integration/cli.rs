@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::Lock;
 
-use crate::support::{eventually, send_signal, RedisServer};
+use crate::support::{eventually, send_signal, tries_run, RedisServer};
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
@@ -236,10 +236,13 @@ fn a_run_interrupted_as_the_lock_frees_leaves_no_lock_and_passes_the_wakeup_on()
             .unwrap();
         server.until_blocked(1, HUNG, || false);
         let patient = Lock::new(&client, "l").unwrap();
+        let since = tries_run(&server);
         let next = std::thread::spawn(move || {
             let got = patient.acquire_timeout(Duration::from_secs(20));
             (patient, got, Instant::now())
         });
+        // The run's waiting connection, and this process's.
+        server.until_waiting(1, since, HUNG, || next.is_finished());
         server.until_blocked(2, HUNG, || next.is_finished());
         send_signal(run.id(), "TERM");
         std::thread::sleep(Duration::from_millis(attempt % 4));

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock};
 
-use crate::support::{eventually, field, ms, secs, ChildProcess, Proxy, RedisServer};
+use crate::support::{eventually, field, ms, secs, tries_run, ChildProcess, Proxy, RedisServer};
 
 fn read_stdin_line() -> String {
     let mut line = String::new();
@@ -233,6 +233,7 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
         .unwrap();
     holder.acquire().unwrap();
     let holder_start = base.elapsed();
+    let since = tries_run(&server);
     let waiters: Vec<_> = (0..4)
         .map(|_| {
             let client = client.clone();
@@ -251,7 +252,9 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
             })
         })
         .collect();
-    server.until_blocked(4, secs(30), || waiters.iter().any(|w| w.is_finished()));
+    server.until_waiting(4, since, secs(30), || {
+        waiters.iter().any(|w| w.is_finished())
+    });
     server.restart_after(secs(1));
     // The restarted server is empty: the holder's key is gone, and its renewal finds that.
     eventually(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock};
 
-use crate::support::{spawn_waiter, RedisServer};
+use crate::support::{assert_woken_by, spawn_waiter, tries_run, RedisServer};
 
 fn script_flush(server: &RedisServer) {
     let _: () = redis::cmd("SCRIPT")
@@ -88,6 +88,31 @@ fn a_signal_key_of_the_wrong_type_is_reported_corrupt_to_a_waiter() {
         matches!(result, Err(Error::Corrupt { ref key, .. }) if key == "lock-signal:l"),
         "{result:?}"
     );
+}
+
+#[test]
+fn a_signal_key_of_the_wrong_type_leaves_the_waiters_of_other_names_waiting_and_woken() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let (corrupt, sound) = (
+        Lock::new(&client, "l").unwrap(),
+        Lock::new(&client, "m").unwrap(),
+    );
+    corrupt.acquire().unwrap();
+    sound.acquire().unwrap();
+    let _: () = server.conn().set("lock-signal:l", "x").unwrap();
+    let since = tries_run(&server);
+    // Both wait at this process's one waiting connection, which the corrupt key must not
+    // stop for the other name.
+    let other = spawn_waiter(Lock::new(&client, "m").unwrap(), Duration::from_secs(20));
+    server.until_waiting(1, since, Duration::from_secs(20), || other.is_finished());
+    let waiter = Lock::new(&client, "l").unwrap();
+    let result = waiter.acquire_timeout(Duration::from_secs(5));
+    assert!(
+        matches!(result, Err(Error::Corrupt { ref key, .. }) if key == "lock-signal:l"),
+        "{result:?}"
+    );
+    assert_woken_by(|| sound.release().unwrap(), other);
 }
 
 #[test]

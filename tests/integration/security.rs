@@ -13,10 +13,10 @@ use crate::support::{secs, RedisServer};
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 pub(crate) const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
-     ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha \
-     +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange \
-     +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +hello +client|id \
-     +client|unblock +client|kill +info";
+     ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop \
+     +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem \
+     +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id \
+     +client|kill +info";
 
 fn admin(server: &RedisServer, args: &[&str]) {
     let _: redis::Value = redis::cmd(args[0])
@@ -199,7 +199,7 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         .filter(|p| p.starts_with('+') || p.starts_with('~'))
         // Without these the lock still works, with the fallbacks the next test pins (and
         // without `+info`, no word on the server's eviction policy: `eviction.rs`).
-        .filter(|p| !p.starts_with("+client|") && *p != "+hello" && *p != "+info")
+        .filter(|p| !p.starts_with("+client|") && *p != "+info")
         .collect();
     // Each right's check takes up to a second: eight servers take an eighth of them each.
     let unclear: Vec<String> = std::thread::scope(|scope| {
@@ -240,7 +240,7 @@ fn without_the_client_rights_the_lock_still_works() {
     let server = RedisServer::start();
     let rule: Vec<&str> = LOCKER_ACL
         .split_whitespace()
-        .filter(|p| !p.starts_with("+client|") && *p != "+hello")
+        .filter(|p| !p.starts_with("+client|"))
         .collect();
     let client = locker(&server, &rule.join(" "));
     everything(&server, &client).expect("the lock needs a client right after all");

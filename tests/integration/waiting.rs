@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{reset_all, Lock};
 
-use crate::support::{spawn_waiter, ChildProcess, RedisServer};
+use crate::support::{spawn_waiter, tries_run, ChildProcess, RedisServer};
 
 /// How long a test waits for its waiters to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
@@ -101,6 +101,7 @@ fn a_release_wakes_exactly_one_waiter() {
         .build()
         .unwrap();
     holder.acquire().unwrap();
+    let since = tries_run(&server);
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let client = client.clone();
@@ -111,7 +112,7 @@ fn a_release_wakes_exactly_one_waiter() {
             })
         })
         .collect();
-    server.until_blocked(3, BLOCK_LIMIT, || false);
+    server.until_waiting(3, since, BLOCK_LIMIT, || false);
     holder.release().unwrap();
     let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
     assert_eq!(results.iter().filter(|(got, _)| *got).count(), 1);
@@ -232,4 +233,38 @@ fn a_waiter_that_missed_its_signal_still_gets_the_lock() {
     // Free the lock behind the waiter's back: no signal is ever pushed.
     let _: () = server.conn().del("lock:l").unwrap();
     assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn threads_waiting_on_many_names_share_one_waiting_connection() {
+    const NAMES: usize = 10;
+    const THREADS: usize = 40;
+    let server = RedisServer::start();
+    let client = server.client();
+    let holders: Vec<Lock> = (0..NAMES)
+        .map(|n| {
+            let holder = Lock::new(&client, format!("l{n}")).unwrap();
+            holder.acquire().unwrap();
+            holder
+        })
+        .collect();
+    let since = tries_run(&server);
+    let waiters: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let lock = Lock::new(&client, format!("l{}", i % NAMES)).unwrap();
+            thread::spawn(move || {
+                let got = lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                lock.release().unwrap();
+                got
+            })
+        })
+        .collect();
+    server.until_waiting(THREADS as u64, since, BLOCK_LIMIT, || false);
+    assert_eq!(server.blocked_clients(), 1, "one BLPOP for every name");
+    for holder in &holders {
+        holder.release().unwrap();
+    }
+    for waiter in waiters {
+        assert!(waiter.join().unwrap(), "a waiter was never served");
+    }
 }

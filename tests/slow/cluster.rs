@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock};
 
-use crate::support::{eventually, secs, spawn_waiter, RedisCluster};
+use crate::support::{eventually, secs, spawn_waiter, tries_run, RedisCluster};
 
 /// How long a test waits for a waiter to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
@@ -123,6 +123,7 @@ fn waiters_of_a_killed_primary_each_take_the_lock_once_its_replica_took_over() {
                 .build()
                 .unwrap();
             holder.acquire().unwrap();
+            let since = tries_run(cluster.node(port));
             let waiters: Vec<_> = (0..WAITERS)
                 .map(|_| {
                     let lock = Lock::builder(&client, &name)
@@ -138,9 +139,10 @@ fn waiters_of_a_killed_primary_each_take_the_lock_once_its_replica_took_over() {
                     })
                 })
                 .collect();
+            // Their process's one waiting connection to the primary blocks for them all.
             cluster
                 .node(port)
-                .until_blocked(WAITERS as u64, BLOCK_LIMIT, || false);
+                .until_waiting(WAITERS as u64, since, BLOCK_LIMIT, || false);
             cluster.kill_primary_and_wait_failover(port);
             for waiter in waiters {
                 match waiter.join().unwrap() {

@@ -644,3 +644,55 @@ async fn killing_the_waiting_connection_over_and_over_still_serves_each_waiter_o
     );
     assert!(kills > 0, "no waiting connection was killed");
 }
+
+/// 200 threads wait on a plain lock (python-redis-lock's keys, with fencing) that the test
+/// holds, each taking it in turn for a moment; their process's one waiting connection is
+/// killed with `CLIENT KILL` and the lock released. A signal popped by the killed `BLPOP` is
+/// lost with it, so every waiter tries once: each is still served, once, and never two at a
+/// time (the fencing tokens are 201 distinct ones).
+#[test]
+fn killing_the_waiting_connection_still_serves_200_plain_lock_waiters_once_each() {
+    const WAITERS: usize = 200;
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = |client: &redis::Client| {
+        redis_blpop_lock::Lock::builder(client, "plain-connection-killed")
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
+    let holder = lock(&client);
+    let held = holder.lock().unwrap();
+    let since = crate::support::tries_run(&server);
+    let holding = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let (lock, holding) = (lock(&client), Arc::clone(&holding));
+            thread::spawn(move || {
+                let guard = lock.try_lock_for(WAIT).unwrap().expect("never served");
+                let at_once = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                thread::sleep(ms(1));
+                holding.fetch_sub(1, Ordering::SeqCst);
+                let token = guard.fencing_token().unwrap();
+                guard.unlock().unwrap();
+                (token, at_once)
+            })
+        })
+        .collect();
+    server.until_waiting(WAITERS as u64, since, secs(60), || false);
+    let blpops = blpops(&server);
+    assert_eq!(blpops.len(), 1, "one waiting connection: {blpops:#?}");
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "ID", field(&blpops[0], "id")])
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(killed, 1, "the waiting connection was killed");
+    let first = held.fencing_token().unwrap();
+    held.unlock().unwrap();
+    let served: Vec<(u64, usize)> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    let tokens: HashSet<u64> = served.iter().map(|(token, _)| *token).collect();
+    assert_eq!(tokens.len(), WAITERS, "a token given twice");
+    assert!(!tokens.contains(&first));
+    let most = served.iter().map(|(_, at_once)| *at_once).max().unwrap();
+    assert_eq!(most, 1, "two waiters held the lock at once");
+}

@@ -105,7 +105,7 @@ impl Fixture {
         let server = Server::start();
         let transport = crate::backend::transport_of(&server.client).unwrap();
         let keys = QueueKeys::new(Primitive::Semaphore, "db");
-        let hub = Hub::of(&transport, &keys, Duration::from_secs(5));
+        let hub = Hub::of(&transport, keys.slot, Duration::from_secs(5));
         Fixture {
             server,
             transport,

@@ -40,47 +40,13 @@ pub(crate) trait AsyncTransport: Send + Sync + 'static {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Vec<Value>, Fault>>;
 
-    /// [`Transport::unblock`], as a future.
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>>;
-
     /// [`Transport::kill`], as a future.
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>>;
-
-    /// A connection of its own for the shared waits on keys in `slot`.
-    fn waiter(
-        &self,
-        slot: u16,
-        deadline: Instant,
-    ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>>;
-
-    /// Takes back a waiter whose waits are over and went well, to lend again.
-    fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
-        drop(waiter);
-    }
 
     /// [`Transport::primaries`], as a future.
     fn primaries(&self, deadline: Instant) -> BoxFuture<'_, Result<Primaries, Error>> {
         Box::pin(ready(self.blocking().primaries(deadline)))
     }
-}
-
-/// A connection lent to the shared waits on one name.
-pub(crate) trait AsyncWaiter: Send {
-    /// Its id at the server, when the server told it; after [`ready`](Self::ready), the
-    /// connection the next wait blocks on.
-    fn id(&self) -> Option<ConnId>;
-
-    /// Takes the connection the next wait will block on (after a redirection or a failover, a
-    /// new one where its key lives now).
-    fn ready(&mut self, deadline: Instant) -> BoxFuture<'_, Result<(), Fault>>;
-
-    /// Sends `request` (a `BLPOP` and the try behind it) and returns its replies, by
-    /// `deadline`.
-    fn wait<'a>(
-        &'a mut self,
-        request: &'a Request,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>>;
 }
 
 impl AnyTransport for dyn AsyncTransport + '_ {

@@ -1,17 +1,16 @@
-//! One server, natively async: short requests share one multiplexed connection; each shared
-//! wait has a connection of its own, since a `BLPOP` holds up whatever is behind it.
+//! One server, natively async: requests share one multiplexed connection. (Waits block on the
+//! process's hub, on a blocking connection of its own.)
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 
-use super::{AsyncTransport, AsyncWaiter, BoxFuture};
-use crate::protocol::hello::{hello_cmd, Hello};
+use super::{AsyncTransport, BoxFuture};
 use crate::protocol::request::Request;
-use crate::transport::admin::{admin_outcome, client_id, end_wait_cmd, kill_cmd};
+use crate::transport::admin::{admin_outcome, client_id, kill_cmd};
 use crate::transport::conn;
 use crate::transport::send::{send_repeatable, AnyTransport};
 use crate::transport::{Admin, ConnId, Fault, Primary, Transport};
@@ -24,18 +23,7 @@ pub(crate) struct Native {
     client: redis::Client,
     /// The multiplexed connection and its id, once made; see [`retire`](Self::retire).
     short: tokio::sync::Mutex<Option<Short>>,
-    /// Waiters whose waits are over, and since when, to lend again rather than connect anew.
-    idle: Arc<Mutex<Vec<Idle>>>,
 }
-
-/// How many idle waiters a server keeps, and for how long: enough for names whose queues
-/// empty and fill again in turn, few and brief enough that the connections stay near one per
-/// name being waited on.
-const IDLE_WAITERS: usize = 4;
-const IDLE_FOR: Duration = Duration::from_secs(1);
-
-/// A waiter at rest, since when, and the runtime its connection lives on.
-type Idle = (Instant, tokio::runtime::Id, Box<dyn AsyncWaiter>);
 
 /// A connection, its id at the server, and the runtime it lives on: a multiplexed
 /// connection's reading and writing is a task of that runtime, and ends with it. A process
@@ -72,7 +60,6 @@ impl Native {
             blocking,
             client: client.clone(),
             short: tokio::sync::Mutex::new(None),
-            idle: Arc::default(),
         });
         all.push(Arc::clone(&native));
         native
@@ -89,17 +76,10 @@ impl Native {
         let mut con = by(deadline, connecting).await??;
         let mut setup = redis::pipe();
         setup.cmd("CLIENT").arg("ID");
-        setup.add_command(hello_cmd());
-        let replies = by(deadline, con.send_packed_commands(&setup, 0, 2)).await??;
-        let mut replies = replies.into_iter();
-        let id = client_id(replies.next().unwrap_or(Value::Nil))?;
-        let hello = Hello::parse(&replies.next().unwrap_or(Value::Nil));
+        let replies = by(deadline, con.send_packed_commands(&setup, 0, 1)).await??;
+        let id = client_id(replies.into_iter().next().unwrap_or(Value::Nil))?;
         Ok(Short {
-            id: id.map(|id| ConnId {
-                node: 0,
-                id,
-                unblockable: hello.is_some_and(|h| h.unblock_is_safe()),
-            }),
+            id: id.map(|id| ConnId { node: 0, id }),
             con,
             runtime: runtime()?,
         })
@@ -115,14 +95,6 @@ impl Native {
         let made = self.connect(deadline).await?;
         *short = Some(made.clone());
         Ok(made)
-    }
-
-    /// A waiter at rest on this runtime, if there is one; those of other runtimes are closed.
-    fn take_idle(&self) -> Result<Option<Box<dyn AsyncWaiter>>, Fault> {
-        let here = runtime().map_err(Fault::NotSent)?;
-        let mut idle = self.idle.lock();
-        idle.retain(|(_, runtime, _)| *runtime == here);
-        Ok(idle.pop().map(|(_, _, waiter)| waiter))
     }
 
     /// Takes connection `id` out of use after a request on it failed or timed out: it may be
@@ -247,68 +219,7 @@ impl AsyncTransport for Native {
         Box::pin(self.pipelined_call(request, deadline))
     }
 
-    fn unblock(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
-        Box::pin(self.admin(end_wait_cmd(conn), deadline))
-    }
-
     fn kill(&self, conn: ConnId, deadline: Instant) -> BoxFuture<'_, Result<Admin, Fault>> {
         Box::pin(self.admin(kill_cmd(conn), deadline))
-    }
-
-    fn waiter(
-        &self,
-        _slot: u16,
-        deadline: Instant,
-    ) -> BoxFuture<'_, Result<Box<dyn AsyncWaiter>, Fault>> {
-        Box::pin(async move {
-            if let Some(waiter) = self.take_idle()? {
-                return Ok(waiter);
-            }
-            let short = self.connect(deadline).await.map_err(Fault::NotSent)?;
-            Ok(Box::new(Waiting(short)) as Box<dyn AsyncWaiter>)
-        })
-    }
-
-    fn rest(&self, waiter: Box<dyn AsyncWaiter>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut idle = self.idle.lock();
-        if idle.len() >= IDLE_WAITERS {
-            return;
-        }
-        idle.push((Instant::now(), runtime.id(), waiter));
-        let idle = Arc::clone(&self.idle);
-        runtime.spawn(async move {
-            tokio::time::sleep(IDLE_FOR).await;
-            idle.lock()
-                .retain(|(since, _, _)| since.elapsed() < IDLE_FOR);
-        });
-    }
-}
-
-/// A connection of a shared wait's own.
-struct Waiting(Short);
-
-impl AsyncWaiter for Waiting {
-    fn id(&self) -> Option<ConnId> {
-        self.0.id
-    }
-
-    fn ready(&mut self, _deadline: Instant) -> BoxFuture<'_, Result<(), Fault>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn wait<'a>(
-        &'a mut self,
-        request: &'a Request,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Vec<Value>, Fault>> {
-        Box::pin(async move {
-            let Short { con, id, .. } = &mut self.0;
-            pipelined(con, request, deadline)
-                .await
-                .map_err(|error| Fault::Lost { conn: *id, error })
-        })
     }
 }

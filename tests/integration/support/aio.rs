@@ -74,23 +74,6 @@ pub fn connections(server: &RedisServer) -> usize {
     client_list(server).len()
 }
 
-/// How many tries at a lock `server` has run: each is one `SET` (`SET NX`, then `GET` and
-/// `PTTL`), or one script with fencing.
-pub fn tries_run(server: &RedisServer) -> u64 {
-    let info: redis::InfoDict = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    ["cmdstat_set", "cmdstat_evalsha", "cmdstat_eval"]
-        .iter()
-        .filter_map(|key| info.get::<String>(key))
-        .filter_map(|stats| {
-            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            calls.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 /// What a process keeps open at `server` once it has waited there: runs one contended
 /// hand-over of lock `warm-up` and returns the connections open once no task waits any more.
 pub async fn connections_after_a_wait(server: &RedisServer) -> usize {

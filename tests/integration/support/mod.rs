@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "tokio")]
 pub use aio::{
     assert_lost_and_dropped, assert_task_woken_by, blocked_task_waiter, client_list, connections,
-    connections_after_a_wait, spawn_task_waiter, tries_run,
+    connections_after_a_wait, spawn_task_waiter,
 };
 pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
@@ -36,7 +36,7 @@ pub use random::{now_ns, Rng};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{patient, SentinelSet};
 pub use server::{
-    debug_command_args, free_port, server_binary, server_version, RedisServer, DISKLESS,
+    debug_command_args, free_port, server_binary, server_version, tries_run, RedisServer, DISKLESS,
 };
 
 pub fn ms(n: u64) -> Duration {

@@ -224,6 +224,24 @@ impl RedisServer {
         info.get("blocked_clients").unwrap_or(0)
     }
 
+    /// Waits until `n` more tries than `since` (a [`tries_run`] count) have run and the
+    /// process's waiting connection blocks, or `gave_up()` says there is no point (a waiter
+    /// already returned); panics after `limit`. For `n` waiters of this process on plain
+    /// locks, whose first tries failed: they share one blocked client, and a release's signal
+    /// waits in its list until that client listens on it.
+    pub fn until_waiting(
+        &self,
+        n: u64,
+        since: u64,
+        limit: Duration,
+        mut gave_up: impl FnMut() -> bool,
+    ) {
+        let what = format!("{n} waiters' tries and a blocked client");
+        eventually(limit, self.failure(what), || {
+            (tries_run(self) >= since + n && self.blocked_clients() >= 1) || gave_up()
+        });
+    }
+
     /// Waits until at least `n` clients are blocked, or `gave_up()` says there is no point
     /// (a waiter already returned); panics after `limit`.
     pub fn until_blocked(&self, n: u64, limit: Duration, mut gave_up: impl FnMut() -> bool) {
@@ -443,4 +461,21 @@ fn answers(port: u16) -> bool {
         // Up, but with `--requirepass`.
         Err(e) => e.code() == Some("NOAUTH"),
     }
+}
+
+/// How many tries at a lock `server` has run: each is one `SET` (`SET NX`, then `GET` and
+/// `PTTL`), or one script with fencing.
+pub fn tries_run(server: &RedisServer) -> u64 {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    ["cmdstat_set", "cmdstat_evalsha", "cmdstat_eval"]
+        .iter()
+        .filter_map(|key| info.get::<String>(key))
+        .filter_map(|stats| {
+            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            calls.parse::<u64>().ok()
+        })
+        .sum()
 }
