@@ -16,7 +16,7 @@ use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
-use crate::protocol::lock::{self, Attempt, Extended, Observed};
+use crate::protocol::lock::{self, Attempt, Extended, Observed, Pttl};
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
 use crate::{CancelToken, Error};
@@ -50,7 +50,18 @@ impl<R: Runtime> Inner<R> {
         log::debug!("lock {:?}: acquiring", self.name());
         let mut listener: Option<Listener> = None;
         let mut waiting = Waiting::new(wait);
-        let mut tried = self.try_short(wait, cancel, false).await?;
+        // A waiter of this process was just told the lock is free, and its try needs a round
+        // trip more than this one's would: this one queues behind it instead of overtaking it,
+        // keeping the process's waiters in arrival order.
+        let mut tried = if wait != Wait::Never && self.hub.handing_over(&self.keys.signal) {
+            Tried::Busy {
+                owner: None,
+                pttl: Pttl::Forever,
+                at: Instant::now(),
+            }
+        } else {
+            self.try_short(wait, cancel, false).await?
+        };
         let mut woken = false;
         loop {
             match tried {
@@ -169,7 +180,9 @@ impl<R: Runtime> Inner<R> {
         // at its time, it tries. Should the caller's future be dropped meanwhile (its runtime
         // ended), what the try may take is given back.
         let mut unattended = GiveBack(Some(self));
+        listening.mailbox.trying(told.is_some());
         let tried = self.try_short(wait, cancel, true).await;
+        listening.mailbox.trying(false);
         unattended.0 = None;
         match (tried, refused.flatten()) {
             // Refused the wait, it may still have found the lock free.

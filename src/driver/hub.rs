@@ -140,6 +140,8 @@ pub(crate) enum Told {
 #[derive(Default)]
 pub(crate) struct Mailbox {
     told: Mutex<Option<Told>>,
+    /// A plain lock's waiter was told and its try is on its way.
+    trying: std::sync::atomic::AtomicBool,
     arrived: Condvar,
     #[cfg(feature = "tokio")]
     pub(crate) notify: ::tokio::sync::Notify,
@@ -163,6 +165,12 @@ impl Mailbox {
 
     fn is_told(&self) -> bool {
         self.told.lock().is_some()
+    }
+
+    /// Marks the try of a told waiter on its way, or back.
+    pub(crate) fn trying(&self, trying: bool) {
+        self.trying
+            .store(trying, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Blocks until told, `until` (`None`: no limit) or an interrupt (a cancel): what it was
@@ -301,6 +309,16 @@ impl Hub {
             mailbox,
             wake,
         }
+    }
+
+    /// Whether a waiter of the plain lock `signal` here was told of a signal and has not
+    /// tried yet, or its try is on its way: the lock is being handed over to it.
+    pub(crate) fn handing_over(&self, signal: &str) -> bool {
+        let state = self.state.lock();
+        state.signals.get(signal).is_some_and(|signal| {
+            (signal.seats.values())
+                .any(|m| m.is_told() || m.trying.load(std::sync::atomic::Ordering::SeqCst))
+        })
     }
 
     /// When the thread blocks on the signal list `signal` though no waiter of it is left here
