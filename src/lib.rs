@@ -694,8 +694,9 @@
 //! however many names. What it costs: the repository's `docs/performance.md`.
 //!
 //! **Fairness.** Within a process, the waiters of a name (tasks and threads) get the lock in
-//! arrival order, except that a first try, made before its waiter listens, can take a lock just
-//! released ahead of them. Between processes it is Redis's first come, first served among
+//! arrival order: a new acquisition does not try while a waiter of the process has been told
+//! the lock is free and has not tried yet, though its first try can still take a lock released
+//! before the hub told anyone. Between processes it is Redis's first come, first served among
 //! blocked clients, but a process's waiters are one blocked client: after each signal its
 //! connection blocks again behind the others, so processes take turns rather than every
 //! waiter of the fleet being served in its own arrival order.
