@@ -570,6 +570,17 @@ fn blpops(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Checks that the process's waiters block on one connection, and kills it (`CLIENT KILL`).
+fn kill_the_one_waiting_connection(server: &RedisServer) {
+    let blpops = blpops(server);
+    assert_eq!(blpops.len(), 1, "one waiting connection: {blpops:#?}");
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "ID", field(&blpops[0], "id")])
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(killed, 1, "the waiting connection was killed");
+}
+
 /// 500 tasks wait on a semaphore of one permit that the test holds; the process's one waiting
 /// connection (the client in `BLPOP`) is killed with `CLIENT KILL` and the permit released.
 /// Every task is served, each with a token of its own, one at a time.
@@ -580,13 +591,7 @@ async fn killing_the_shared_waiting_connection_still_serves_500_waiters_once_eac
     let semaphore = Arc::new(aio::Semaphore::new(&server.client(), name, 1).unwrap());
     let held = semaphore.acquire().await.unwrap();
     let contenders = Contenders::queued(&server, &semaphore, 500).await;
-    let blpops = blpops(&server);
-    assert_eq!(blpops.len(), 1, "one waiting connection: {blpops:#?}");
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg(&["KILL", "ID", field(&blpops[0], "id")])
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(killed, 1, "the waiting connection was killed");
+    kill_the_one_waiting_connection(&server);
     let released = Instant::now();
     held.release().await.unwrap();
     contenders.all_served_once().await;
@@ -680,13 +685,7 @@ fn killing_the_waiting_connection_still_serves_200_plain_lock_waiters_once_each(
         })
         .collect();
     server.until_waiting(WAITERS as u64, since, secs(60), || false);
-    let blpops = blpops(&server);
-    assert_eq!(blpops.len(), 1, "one waiting connection: {blpops:#?}");
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg(&["KILL", "ID", field(&blpops[0], "id")])
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(killed, 1, "the waiting connection was killed");
+    kill_the_one_waiting_connection(&server);
     let first = held.fencing_token().unwrap();
     held.unlock().unwrap();
     let served: Vec<(u64, usize)> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
