@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::hub::{Listener, Told};
+use super::hub::{Carried, Heard, Listener, Told};
 use super::settle::Claim;
 use super::{Confirmed, Inner, Runtime, Tried};
 use crate::observe;
@@ -17,6 +17,7 @@ use crate::observe::Hold;
 use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
 use crate::protocol::lock::{self, Attempt, Extended, Observed, Pttl};
+use crate::protocol::request::Request;
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
 use crate::{CancelToken, Error};
@@ -48,7 +49,11 @@ impl<R: Runtime> Inner<R> {
             return Ok(Some(epoch));
         }
         log::debug!("lock {:?}: acquiring", self.name());
-        let mut listener: Option<Listener> = None;
+        let mut listening = Listening {
+            inner: self,
+            listener: None,
+        };
+        let listener = &mut listening.listener;
         let mut waiting = Waiting::new(wait);
         // A waiter of this process was just told the lock is free, and its try needs a round
         // trip more than this one's would: this one queues behind it instead of overtaking it,
@@ -129,6 +134,12 @@ impl<R: Runtime> Inner<R> {
                     let leaving = cancel.is_cancelled();
                     let next = waiting.after_busy(at, pttl);
                     if leaving || matches!(next, Next::GiveUp) {
+                        // Its try behind the hub's `BLPOP` is landed first, and what it came
+                        // to goes round the loop again (taken on a cancel, given back).
+                        if let Some(carrying) = listener.as_ref().filter(|l| l.carried()) {
+                            tried = self.land(carrying, wait, cancel).await?;
+                            continue;
+                        }
                         self.stop_listening(listener.take(), wait).await;
                     }
                     if leaving {
@@ -142,7 +153,7 @@ impl<R: Runtime> Inner<R> {
                         Next::TryNow => self.try_short(wait, cancel, false).await?,
                         Next::Block(block) => {
                             woken = true;
-                            self.wait_for_signal(&mut listener, at + block, wait, cancel)
+                            self.wait_for_signal(listener, at + block, wait, cancel)
                                 .await?
                         }
                     };
@@ -153,7 +164,8 @@ impl<R: Runtime> Inner<R> {
 
     /// Waits for a release's signal, which the process's hub brings, until `until` at the
     /// latest (the holder's expiry, or the deadline: the waiter keeps its own time), then
-    /// tries. The first wait takes a place among the process's waiters on the lock.
+    /// tries. The first wait takes a place among the process's waiters on the lock. While it
+    /// waits, the hub may carry its try behind its `BLPOP` (see [`Ear`](super::hub::Ear)).
     async fn wait_for_signal(
         &self,
         listener: &mut Option<Listener>,
@@ -161,7 +173,11 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Tried, Error> {
-        let listening = listener.get_or_insert_with(|| self.hub.listen(&self.keys));
+        let listening = listener.get_or_insert_with(|| {
+            let carried = (self.transport.blocking().one_server_decides())
+                .then(|| self.try_request());
+            self.hub.listen(&self.keys, carried, self.leasing.release())
+        });
         if let Some(wake) = listening.wake() {
             // Not heard, the signal list is listened on at the end of the hub's `BLPOP`; a
             // signal waits there until then.
@@ -170,7 +186,14 @@ impl<R: Runtime> Inner<R> {
             }
         }
         listening.block().map_err(Error::Thread)?;
-        let told = R::mail(&listening.mailbox, Some(until), cancel).await;
+        listening.waiting();
+        let told = R::mail(&listening.ear.mailbox, Some(until), cancel).await;
+        match listening.heard() {
+            Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,
+            // At its time, or on a cancel, with its try behind the hub's `BLPOP`.
+            Heard::Carried(_) => return self.land(listening, wait, cancel).await,
+            Heard::OnItsOwn => {}
+        }
         if told.is_none() && cancel.is_cancelled() {
             self.stop_listening(listener.take(), wait).await;
             return Err(self.error(|name| Error::Cancelled { name }));
@@ -180,9 +203,9 @@ impl<R: Runtime> Inner<R> {
         // at its time, it tries. Should the caller's future be dropped meanwhile (its runtime
         // ended), what the try may take is given back.
         let mut unattended = GiveBack(Some(self));
-        listening.mailbox.trying(told.is_some());
+        listening.ear.mailbox.trying(told.is_some());
         let tried = self.try_short(wait, cancel, true).await;
-        listening.mailbox.trying(false);
+        listening.ear.mailbox.trying(false);
         unattended.0 = None;
         match (tried, refused.flatten()) {
             // Refused the wait, it may still have found the lock free.
@@ -194,6 +217,79 @@ impl<R: Runtime> Inner<R> {
             }
             (tried, _) => tried,
         }
+    }
+
+    /// The try the hub carries for it: wakes the hub, so that its `BLPOP` ends and the try
+    /// behind it runs now, and waits for the try's replies. Not back by the I/O deadline, the
+    /// try is settled as any lost reply: its connection closed, the lock read.
+    async fn land(
+        &self,
+        listening: &Listener,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        let deadline = self.io_deadline(wait);
+        if let Err(e) = send(&*self.transport, &listening.wake_hub(), deadline).await {
+            log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
+        }
+        let never = CancelToken::new();
+        loop {
+            match listening.heard() {
+                Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,
+                Heard::Carried(on) if Instant::now() >= deadline => {
+                    listening.settled();
+                    let error = redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the reply of a try behind the waiting connection's BLPOP did not come",
+                    ));
+                    return self.settle_try(on, error, wait, cancel).await;
+                }
+                Heard::Carried(_) => {
+                    R::mail(&listening.ear.mailbox, Some(deadline), &never).await;
+                }
+                Heard::OnItsOwn => return self.try_short(wait, cancel, true).await,
+            }
+        }
+    }
+
+    /// What the try the hub carried behind its `BLPOP` came to, settled as a try of its own
+    /// would be: a lost reply by reading the owner.
+    async fn after_carried(
+        &self,
+        landed: Carried,
+        wait: Wait,
+        cancel: &CancelToken,
+    ) -> Result<Tried, Error> {
+        let request = self.try_request();
+        let mut replies = match landed.replies {
+            Ok(replies) => replies,
+            // It never went out: it tries by itself.
+            Err(Fault::NotSent(_)) => return self.try_short(wait, cancel, true).await,
+            Err(Fault::Lost { conn, error }) => {
+                return self.settle_try(conn, error, wait, cancel).await
+            }
+        };
+        // Turned away whole (the key moved, the primary is changing), it took nothing: it
+        // tries where the key lives now.
+        if lock::try_redirected(&replies) {
+            return self.try_short(wait, cancel, true).await;
+        }
+        // The script was not known to the server: the try alone goes again, with its text.
+        if let Some((at, retry)) = request.noscript_retry(&replies) {
+            match self
+                .transport
+                .exchange(&retry, self.io_deadline(wait))
+                .await
+            {
+                Ok(retried) => request.patch(&mut replies, at, retried),
+                Err(Fault::NotSent(e)) => return Err(e.into()),
+                Err(Fault::Lost { conn, error }) => {
+                    return self.settle_try(conn, error, wait, cancel).await
+                }
+            }
+        }
+        let acks = request.acks(&mut replies);
+        self.tried(&replies, Attempting::new(landed.sent, true), acks)
     }
 
     /// Leaves the lock's waiters without the lock, passing on a signal it was told and did
@@ -233,6 +329,17 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
+    /// A try at the lock, as this handle makes it.
+    fn try_request(&self) -> Request {
+        lock::try_lock(
+            &self.keys,
+            &self.settings.id,
+            self.settings.expire_ms,
+            self.settings.fencing,
+        )
+        .replicated(self.settings.replicas)
+    }
+
     /// One try on a short connection; a lost reply is settled by reading the owner. `woken`:
     /// it follows a wait, and is confirmed if its reply was slow (see
     /// [`Attempting::needs_confirming`]).
@@ -242,13 +349,7 @@ impl<R: Runtime> Inner<R> {
         cancel: &CancelToken,
         woken: bool,
     ) -> Result<Tried, Error> {
-        let request = lock::try_lock(
-            &self.keys,
-            &self.settings.id,
-            self.settings.expire_ms,
-            self.settings.fencing,
-        )
-        .replicated(self.settings.replicas);
+        let request = self.try_request();
         let deadline = self.io_deadline(wait);
         let sent = Instant::now();
         match send(&*self.transport, &request, deadline).await {
@@ -552,6 +653,27 @@ impl<R: Runtime> Drop for GiveBack<'_, R> {
         if let Some(inner) = self.0 {
             let deadline = Instant::now() + inner.settings.io_timeout;
             R::settle_dropped(&inner.transport, None, inner.leasing.release(), deadline);
+        }
+    }
+}
+
+/// A waiter's place at the hub, for the whole acquire. Should the acquire's future be dropped
+/// while the hub carries its try (its runtime ended), the connection the try went out on is
+/// closed and what the try took given back, as for a try of its own (see [`GiveBack`]).
+struct Listening<'a, R: Runtime> {
+    inner: &'a Inner<R>,
+    listener: Option<Listener>,
+}
+
+impl<R: Runtime> Drop for Listening<'_, R> {
+    fn drop(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        if let Some(on) = listener.carried_on() {
+            let inner = self.inner;
+            let deadline = Instant::now() + inner.settings.io_timeout;
+            R::settle_dropped(&inner.transport, on, inner.leasing.release(), deadline);
         }
     }
 }

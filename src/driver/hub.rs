@@ -43,7 +43,7 @@ use crate::protocol::queue::{self, Mail, Mode, PROCESS_ID_LEN};
 use crate::protocol::redirect;
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, FIRST_PAUSE};
-use crate::transport::{Transport, Waiter};
+use crate::transport::{ConnId, Fault, Transport, Waiter};
 
 /// The hubs alive, by transport and hash slot.
 static HUBS: LazyLock<Mutex<Vec<Weak<Hub>>>> = LazyLock::new(Default::default);
@@ -82,6 +82,9 @@ struct State {
     signals: HashMap<String, Signal>,
     /// Signals popped that no waiter here took, to push back, with their hash slots.
     owed: Vec<(String, u16)>,
+    /// Releases of what carried tries took for waiters that left, and the connection to close
+    /// first where a try's reply was lost.
+    give_backs: Vec<(Request, Option<ConnId>)>,
     /// Keys the server refused to `BLPOP`, while their waiters last: why, and whether they
     /// are left out of the `BLPOP` (not a list; an ACL's refusal may be lifted).
     refused: HashMap<String, (redis::ServerError, bool)>,
@@ -98,7 +101,53 @@ struct State {
 /// One plain lock's waiters of this process, by arrival.
 struct Signal {
     slot: u16,
-    seats: BTreeMap<u64, Arc<Mailbox>>,
+    seats: BTreeMap<u64, Arc<Ear>>,
+}
+
+/// A plain lock's waiter as its hub knows it: its mailbox, and the try the hub may carry for
+/// it behind its `BLPOP`, so that the server runs it the moment a release's signal wakes the
+/// `BLPOP`, a round trip before the waiter could send it.
+pub(crate) struct Ear {
+    pub(crate) mailbox: Arc<Mailbox>,
+    /// Its try; `None` where one server cannot decide a try (a quorum's go to every server).
+    tries_as: Option<Request>,
+    /// Its owner-checked release, to give back what a carried try took for a waiter gone.
+    gives_back: Request,
+    carry: Mutex<Carry>,
+}
+
+/// Where a waiter's try is. A try is never sent twice at once: the hub carries one only for a
+/// waiter that waits, and a waiter tries by itself only when the hub carries none for it.
+enum Carry {
+    /// It waits for its mail: the hub may carry its try.
+    Waiting,
+    /// It tries by itself (told, or at its time), or has not waited yet.
+    OnItsOwn,
+    /// Its try is behind the hub's `BLPOP`, sent on the connection `on`.
+    Carried { on: Option<ConnId> },
+    /// The carried try's replies, for it to take.
+    Landed(Carried),
+    /// It left while its try was carried: what the try took is given back.
+    Gone,
+    /// It settled the carried try by itself (its connection closed, the lock read): what
+    /// lands is dropped.
+    Settled,
+}
+
+/// A try the hub carried behind its `BLPOP` for a waiter: when it was sent, and its replies.
+pub(crate) struct Carried {
+    pub(crate) sent: Instant,
+    pub(crate) replies: Result<Vec<Value>, Fault>,
+}
+
+/// Where a waiter's try is, once its wait for mail ended.
+pub(crate) enum Heard {
+    /// It tries by itself.
+    OnItsOwn,
+    /// The hub carries it, on the connection given: the waiter wakes the hub, and waits.
+    Carried(Option<ConnId>),
+    /// The carried try came back.
+    Landed(Carried),
 }
 
 /// One primitive's waiters of this process.
@@ -114,6 +163,9 @@ struct Name {
     joined: bool,
     seats: HashMap<String, Arc<Mailbox>>,
 }
+
+/// What a `BLPOP` brought: the key and element popped, if any.
+type Popped = Result<Option<(String, Vec<u8>)>, Failed>;
 
 /// Why a `BLPOP` brought nothing.
 enum Failed {
@@ -208,7 +260,7 @@ pub(crate) struct Listener {
     hub: Arc<Hub>,
     signal: String,
     arrival: u64,
-    pub(crate) mailbox: Arc<Mailbox>,
+    pub(crate) ear: Arc<Ear>,
     /// See [`Seat::wake`].
     wake: Option<Request>,
 }
@@ -286,9 +338,19 @@ impl Hub {
     }
 
     /// A listener for a signal of the plain lock of `keys`, behind this process's earlier
-    /// ones there.
-    pub(crate) fn listen(self: &Arc<Hub>, keys: &Keys) -> Listener {
-        let mailbox = Arc::new(Mailbox::default());
+    /// ones there; the hub may carry its try `tries_as` (given back with `gives_back`).
+    pub(crate) fn listen(
+        self: &Arc<Hub>,
+        keys: &Keys,
+        tries_as: Option<Request>,
+        gives_back: Request,
+    ) -> Listener {
+        let ear = Arc::new(Ear {
+            mailbox: Arc::new(Mailbox::default()),
+            tries_as,
+            gives_back,
+            carry: Mutex::new(Carry::OnItsOwn),
+        });
         let mut state = self.state.lock();
         state.arrivals += 1;
         let arrival = state.arrivals;
@@ -300,13 +362,13 @@ impl Hub {
                 slot: keys.slot,
                 seats: BTreeMap::new(),
             });
-        signal.seats.insert(arrival, Arc::clone(&mailbox));
+        signal.seats.insert(arrival, Arc::clone(&ear));
         let wake = self.wake(&state, new_name);
         Listener {
             hub: Arc::clone(self),
             signal: keys.signal.clone(),
             arrival,
-            mailbox,
+            ear,
             wake,
         }
     }
@@ -316,8 +378,9 @@ impl Hub {
     pub(crate) fn handing_over(&self, signal: &str) -> bool {
         let state = self.state.lock();
         state.signals.get(signal).is_some_and(|signal| {
-            (signal.seats.values())
-                .any(|m| m.is_told() || m.trying.load(std::sync::atomic::Ordering::SeqCst))
+            (signal.seats.values()).any(|e| {
+                e.mailbox.is_told() || e.mailbox.trying.load(std::sync::atomic::Ordering::SeqCst)
+            })
         })
     }
 
@@ -369,8 +432,8 @@ impl Hub {
         }
         if which.is_none() {
             for signal in state.signals.values() {
-                for mailbox in signal.seats.values() {
-                    mailbox.tell(told);
+                for ear in signal.seats.values() {
+                    ear.mailbox.tell(told);
                 }
             }
         }
@@ -383,16 +446,23 @@ impl Hub {
         let mut conn: Option<Box<dyn Waiter + '_>> = None;
         let mut pause = FIRST_PAUSE;
         loop {
-            let owed = std::mem::take(&mut self.state.lock().owed);
+            let (owed, give_backs) = {
+                let mut state = self.state.lock();
+                (std::mem::take(&mut state.owed), std::mem::take(&mut state.give_backs))
+            };
             for (signal, slot) in owed {
                 self.push_back(&mut conn, &signal, slot);
+            }
+            for (release, lost_on) in give_backs {
+                self.give_back(&mut conn, &release, lost_on);
             }
             let (keys, signals, due) = {
                 let mut state = self.state.lock();
                 for settled in state.settling.drain(..) {
                     settled.tell(Told::AskAgain);
                 }
-                if state.names.is_empty() && state.signals.is_empty() && state.owed.is_empty() {
+                let pending = !state.owed.is_empty() || !state.give_backs.is_empty();
+                if state.names.is_empty() && state.signals.is_empty() && !pending {
                     state.running = false;
                     state.listening.clear();
                     drop(state);
@@ -422,10 +492,18 @@ impl Hub {
                 self.beat_all(&mut conn);
                 continue;
             }
-            match self.pop(&mut conn, &keys, due) {
+            let carried = self.carry(&signals);
+            let (popped, landed) = self.pop(&mut conn, &keys, due, carried.as_deref());
+            if let (Some(ear), Some(landed)) = (&carried, landed) {
+                self.land(ear, landed);
+            }
+            match popped {
                 Ok(Some((key, element))) => {
                     pause = FIRST_PAUSE;
-                    self.deliver(&key, &element, signals.get(&key).copied());
+                    // A signal of the lock whose try rode behind the `BLPOP` went to that try.
+                    if carried.is_none() || !signals.contains_key(&key) {
+                        self.deliver(&key, &element, signals.get(&key).copied());
+                    }
                 }
                 Ok(None) => pause = FIRST_PAUSE,
                 Err(Failed::Refused(e)) => {
@@ -437,7 +515,7 @@ impl Hub {
                 }
                 Err(Failed::Io(e)) => {
                     log::debug!("the waiting connection failed ({e}); its waiters ask again");
-                    conn = None;
+                    self.lose(&mut conn);
                     Hub::tell_all(&self.state.lock(), None, Told::AskAgain);
                     // ok: a backoff before connecting again to a server that is away; the
                     // waiters keep their own deadlines meanwhile, asking on their own.
@@ -448,8 +526,9 @@ impl Hub {
         }
     }
 
-    /// `request` on the thread's connection (opened when there is none), its reply by
-    /// `deadline` after it is sent by `sent_by`. A connection that failed is dropped.
+    /// `request` on the thread's connection (opened when there is none), its first reply by
+    /// `deadline` after it is sent by `sent_by`; the others are read too, so that none is left
+    /// on the connection. A connection that failed is closed.
     fn exchange<'t>(
         &'t self,
         conn: &mut Option<Box<dyn Waiter + 't>>,
@@ -465,16 +544,27 @@ impl Hub {
                     .map_err(|f| f.into_error().to_string())?,
             ),
         };
-        let reply = waiter
+        let replies: Result<Vec<Value>, Fault> = waiter
             .ready(sent_by)
             .and_then(|()| waiter.send(request, sent_by))
-            .and_then(|()| waiter.recv(deadline));
-        reply.map_err(|f| {
-            *conn = None;
-            // The next connection may reach another server (a failover), on another clock.
-            *self.clock.lock() = None;
-            f.into_error().to_string()
-        })
+            .and_then(|()| (0..request.cmds.len()).map(|_| waiter.recv(deadline)).collect());
+        match replies {
+            Ok(replies) => Ok(replies.into_iter().next().unwrap_or(Value::Nil)),
+            Err(f) => {
+                self.lose(conn);
+                Err(f.into_error().to_string())
+            }
+        }
+    }
+
+    /// Closes the thread's connection, which failed or is out of step (a reply may still be
+    /// on its way on it, so it is never lent again), and forgets the clock it dated grants by.
+    fn lose<'t>(&'t self, conn: &mut Option<Box<dyn Waiter + 't>>) {
+        if let Some(conn) = conn.take() {
+            conn.close();
+        }
+        // The next connection may reach another server (a failover), on another clock.
+        *self.clock.lock() = None;
     }
 
     /// The server refused a `BLPOP` of `keys` with `e`. A key of the wrong type is found and
@@ -504,8 +594,8 @@ impl Hub {
         for key in culprits {
             state.refused.insert(key.clone(), (e.clone(), wrong_type));
             if let Some(signal) = state.signals.get(key) {
-                for mailbox in signal.seats.values() {
-                    mailbox.tell(Told::Refused);
+                for ear in signal.seats.values() {
+                    ear.mailbox.tell(Told::Refused);
                 }
             }
             if let Some(name) = state.names.get(key) {
@@ -516,42 +606,146 @@ impl Hub {
         }
     }
 
-    /// One `BLPOP` over `keys` until `until`: the key and element popped, if any.
+    /// The waiter whose try rides behind the next `BLPOP`, marked so: the first waiter of the
+    /// one plain lock listened on, if it waits. With several, the signal that will come is
+    /// not known, and a try behind for each would cost every lock a try per `BLPOP`.
+    fn carry(&self, signals: &HashMap<String, u16>) -> Option<Arc<Ear>> {
+        let [(signal, _)] = signals.iter().collect::<Vec<_>>()[..] else {
+            return None;
+        };
+        let state = self.state.lock();
+        let ear = state.signals.get(signal)?.seats.values().next()?;
+        let mut carry = ear.carry.lock();
+        if ear.tries_as.is_none() || !matches!(*carry, Carry::Waiting) {
+            return None;
+        }
+        *carry = Carry::Carried { on: None };
+        drop(carry);
+        Some(Arc::clone(ear))
+    }
+
+    /// What came back for the try carried for `ear`: to it, or, if it left, given back.
+    fn land(&self, ear: &Ear, landed: Carried) {
+        let mut carry = ear.carry.lock();
+        match &*carry {
+            Carry::Carried { .. } => {
+                *carry = Carry::Landed(landed);
+                drop(carry);
+                ear.mailbox.tell(Told::AskAgain);
+            }
+            Carry::Gone => {
+                *carry = Carry::OnItsOwn;
+                drop(carry);
+                let lost_on = match landed.replies {
+                    Err(Fault::NotSent(_)) => return,
+                    Err(Fault::Lost { conn, .. }) => conn,
+                    Ok(_) => None,
+                };
+                let mut state = self.state.lock();
+                state.give_backs.push((ear.gives_back.clone(), lost_on));
+            }
+            // It settled the try by itself.
+            _ => {}
+        }
+    }
+
+    /// Gives back what a carried try took for a waiter that left, owner-checked (which
+    /// wakes the next waiter), after closing `lost_on`, where the try may yet run.
+    fn give_back<'t>(
+        &'t self,
+        conn: &mut Option<Box<dyn Waiter + 't>>,
+        release: &Request,
+        lost_on: Option<ConnId>,
+    ) {
+        let deadline = Instant::now() + self.io_timeout;
+        if let Some(lost_on) = lost_on {
+            let _ = self.transport.kill(lost_on, deadline);
+        }
+        if let Err(e) = self.exchange(conn, release, deadline, deadline) {
+            log::error!("a lock taken for a waiter that left stays until it expires: {e}");
+        }
+    }
+
+    /// One `BLPOP` over `keys` until `until`, with the try of `carried` behind it: the key
+    /// and element popped, if any, and what came back for the try.
     fn pop<'t>(
         &'t self,
         conn: &mut Option<Box<dyn Waiter + 't>>,
-        inboxes: &[String],
+        keys: &[String],
         until: Instant,
-    ) -> Result<Option<(String, Vec<u8>)>, Failed> {
+        carried: Option<&Ear>,
+    ) -> (Popped, Option<Carried>) {
         let ms = until
             .saturating_duration_since(Instant::now())
             .as_millis()
             .max(1);
         let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(inboxes)
-            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
-        let request = Request::single(blpop, false).on_slot(self.slot);
+        blpop.arg(keys).arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+        let tries_as = carried.and_then(|ear| ear.tries_as.as_ref());
+        let request = match tries_as {
+            Some(tries_as) => Request::behind(blpop, tries_as),
+            None => Request::single(blpop, false),
+        }
+        .on_slot(self.slot);
         let sent_by = Instant::now() + self.io_timeout;
-        let reply = (self.exchange(conn, &request, sent_by, until + self.io_timeout))
-            .map_err(Failed::Io)?;
-        match reply {
+        let mut sent = Instant::now();
+        let replies = (|| {
+            let waiter = match conn {
+                Some(waiter) => waiter,
+                None => conn.insert(self.transport.waiter(self.slot, sent_by)?),
+            };
+            waiter.ready(sent_by)?;
+            if let Some(ear) = carried {
+                *ear.carry.lock() = Carry::Carried { on: waiter.id() };
+            }
+            sent = Instant::now();
+            waiter.send(&request, sent_by)?;
+            let first = waiter.recv(until + self.io_timeout)?;
+            let rest: Result<Vec<Value>, Fault> = (1..request.cmds.len())
+                .map(|_| waiter.recv(Instant::now() + self.io_timeout))
+                .collect();
+            Ok((first, rest))
+        })();
+        let (first, rest) = match replies {
+            Ok(replies) => replies,
+            Err(fault) => {
+                self.lose(conn);
+                let landed = Carried {
+                    sent,
+                    replies: Err(match &fault {
+                        Fault::NotSent(e) => Fault::NotSent(e.clone()),
+                        Fault::Lost { conn, error } => Fault::Lost {
+                            conn: *conn,
+                            error: error.clone(),
+                        },
+                    }),
+                };
+                let error = fault.into_error().to_string();
+                return (Err(Failed::Io(error)), tries_as.map(|_| landed));
+            }
+        };
+        if rest.is_err() {
+            self.lose(conn);
+        }
+        let landed = tries_as.map(|_| Carried { sent, replies: rest });
+        let popped = match first {
             Value::Nil => Ok(None),
             Value::Array(pair) => match pair.as_slice() {
-                [Value::BulkString(inbox), Value::BulkString(element)] => Ok(Some((
-                    String::from_utf8_lossy(inbox).into_owned(),
+                [Value::BulkString(key), Value::BulkString(element)] => Ok(Some((
+                    String::from_utf8_lossy(key).into_owned(),
                     element.clone(),
                 ))),
                 _ => Err(Failed::Io(format!("an unexpected reply {pair:?}"))),
             },
             // A slot that moved, a primary that changed: the connection goes where it is now.
             Value::ServerError(e) if redirect::of(&e).is_some() => {
-                *conn = None;
+                self.lose(conn);
                 Err(Failed::Io(format!("{e:?}")))
             }
             Value::ServerError(e) => Err(Failed::Refused(e)),
             other => Err(Failed::Io(format!("an unexpected reply {other:?}"))),
-        }
+        };
+        (popped, landed)
     }
 
     /// Pushes back a signal popped from `signal` that no waiter here takes, for another
@@ -573,10 +767,10 @@ impl Hub {
         }
         if let Some(slot) = signal {
             // The first waiter not told yet: each signal is one waiter's turn to try.
-            let mailbox = (state.signals.get(key))
-                .and_then(|signal| signal.seats.values().find(|m| !m.is_told()));
-            match mailbox {
-                Some(mailbox) => mailbox.tell(Told::AskAgain),
+            let ear = (state.signals.get(key))
+                .and_then(|signal| signal.seats.values().find(|e| !e.mailbox.is_told()));
+            match ear {
+                Some(ear) => ear.mailbox.tell(Told::AskAgain),
                 None => state.owed.push((key.to_owned(), slot)),
             }
             return;
@@ -741,6 +935,56 @@ impl Listener {
         self.hub.start()
     }
 
+    /// It waits for its mail now: the hub may carry its try meanwhile.
+    pub(crate) fn waiting(&self) {
+        let mut carry = self.ear.carry.lock();
+        if matches!(*carry, Carry::OnItsOwn | Carry::Settled) {
+            *carry = Carry::Waiting;
+        }
+    }
+
+    /// Where its try is, its wait for mail over. Not carried, it is its own from now on.
+    pub(crate) fn heard(&self) -> Heard {
+        let mut carry = self.ear.carry.lock();
+        match std::mem::replace(&mut *carry, Carry::OnItsOwn) {
+            Carry::Carried { on } => {
+                *carry = Carry::Carried { on };
+                Heard::Carried(on)
+            }
+            Carry::Landed(landed) => Heard::Landed(landed),
+            _ => Heard::OnItsOwn,
+        }
+    }
+
+    /// Whether the hub carries its try now.
+    pub(crate) fn carried(&self) -> bool {
+        matches!(*self.ear.carry.lock(), Carry::Carried { .. } | Carry::Landed(_))
+    }
+
+    /// Where the hub carries its try now: `Some` with the connection it went out on.
+    pub(crate) fn carried_on(&self) -> Option<Option<ConnId>> {
+        match &*self.ear.carry.lock() {
+            Carry::Carried { on } => Some(*on),
+            Carry::Landed(Carried {
+                replies: Err(Fault::Lost { conn, .. }),
+                ..
+            }) => Some(*conn),
+            Carry::Landed(_) => Some(None),
+            _ => None,
+        }
+    }
+
+    /// It settles its carried try by itself, its reply not come in time: what lands later
+    /// is dropped.
+    pub(crate) fn settled(&self) {
+        *self.ear.carry.lock() = Carry::Settled;
+    }
+
+    /// The wake that ends the hub's `BLPOP` now, so that a try behind it runs now.
+    pub(crate) fn wake_hub(&self) -> Request {
+        queue::wake(&self.hub.home, self.hub.slot, WAKE_EXPIRE_MS)
+    }
+
     /// Why the server refused to wait on its lock's signal, when it did.
     pub(crate) fn refused(&self) -> Option<redis::ServerError> {
         let state = self.hub.state.lock();
@@ -757,11 +1001,33 @@ impl Listener {
     /// one here not told yet, or else is returned, with its hash slot, to be pushed back.
     fn part(&mut self) -> Option<(String, u16)> {
         let mut state = self.hub.state.lock();
-        let told = self.mailbox.take();
+        let told = self.ear.mailbox.take();
+        // A try the hub carries for it is given back by the hub when it lands; one landed
+        // already, now.
+        let landed = {
+            let mut carry = self.ear.carry.lock();
+            match std::mem::replace(&mut *carry, Carry::OnItsOwn) {
+                Carry::Carried { .. } => {
+                    *carry = Carry::Gone;
+                    None
+                }
+                Carry::Landed(carried) => Some(carried),
+                _ => None,
+            }
+        };
+        if let Some(carried) = landed {
+            let conn = match carried.replies {
+                Err(Fault::Lost { conn, .. }) => conn,
+                _ => None,
+            };
+            state.give_backs.push((self.ear.gives_back.clone(), conn));
+        }
         let signal = state.signals.get_mut(&self.signal)?;
         signal.seats.remove(&self.arrival);
         let slot = signal.slot;
-        let next = signal.seats.values().find(|m| !m.is_told()).cloned();
+        let next = (signal.seats.values())
+            .find(|e| !e.mailbox.is_told())
+            .map(|e| Arc::clone(&e.mailbox));
         if signal.seats.is_empty() {
             state.signals.remove(&self.signal);
             state.refused.remove(&self.signal);
@@ -782,12 +1048,17 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         // Left without a word (a future dropped, a lock taken by a try of its own): the hub
-        // pushes back what it owes, at the end of its `BLPOP` at the latest.
-        if let Some(owed) = self.part() {
-            self.hub.state.lock().owed.push(owed);
-            if let Err(e) = self.hub.start() {
-                log::error!("{}: a wake-up owed is not pushed back: {e}", self.signal);
-            }
+        // pushes back what it owes, and gives back what a carried try took, at the end of its
+        // `BLPOP` at the latest.
+        let owed = self.part();
+        let mut state = self.hub.state.lock();
+        if let Some(owed) = owed {
+            state.owed.push(owed);
+        }
+        let pending = !state.owed.is_empty() || !state.give_backs.is_empty();
+        drop(state);
+        if pending && let Err(e) = self.hub.start() {
+            log::error!("{}: a wake-up owed is not pushed back: {e}", self.signal);
         }
     }
 }

@@ -121,6 +121,12 @@ pub(crate) fn pass_on_to(signal: &str, slot: u16) -> Request {
     Request::new(vec![push, expire], true).on_slot(slot)
 }
 
+/// Whether a try was turned away whole, having taken nothing: by a cluster that moved the
+/// key, or a primary that is changing. Where its key lives now, it may be free.
+pub(crate) fn try_redirected(replies: &[Value]) -> bool {
+    replies.first().is_some_and(moved)
+}
+
 fn moved(reply: &Value) -> bool {
     matches!(reply, Value::ServerError(e) if redirect::of(e).is_some())
 }

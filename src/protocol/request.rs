@@ -98,6 +98,21 @@ impl Request {
         }
     }
 
+    /// `first` (a `BLPOP`), then `behind` in the same pipeline, so that the server runs
+    /// `behind` the moment `first` returns. Its replies are `first`'s, then `behind`'s.
+    pub(crate) fn behind(first: Cmd, behind: &Request) -> Self {
+        let mut cmds = Vec::with_capacity(1 + behind.cmds.len());
+        cmds.push(first);
+        cmds.extend(behind.cmds.iter().cloned());
+        Request {
+            cmds,
+            eval: behind.eval.map(|(at, script)| (at + 1, script)),
+            repeatable: false,
+            kind: behind.kind.clone(),
+            ..*behind
+        }
+    }
+
     /// Commands that do no more when run twice (reads, plain overwrites).
     pub(crate) fn repeatable(cmds: Vec<Cmd>) -> Self {
         Request::new(cmds, true)

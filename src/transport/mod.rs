@@ -148,6 +148,12 @@ pub(crate) trait Transport: Send + Sync {
         Ok(())
     }
 
+    /// Whether one server decides a try at a lock, so that the hub may carry a waiter's try
+    /// behind its `BLPOP` there: not on a quorum, whose tries go to every server.
+    fn one_server_decides(&self) -> bool {
+        true
+    }
+
     /// What to take off a lock's validity for its servers' clocks drifting apart over
     /// `expire` (a quorum's independent servers; nothing on one server).
     fn drift(&self, _expire: std::time::Duration) -> std::time::Duration {

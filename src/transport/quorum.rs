@@ -284,6 +284,10 @@ impl Transport for Quorum {
         }
     }
 
+    fn one_server_decides(&self) -> bool {
+        false
+    }
+
     fn drift(&self, expire: Duration) -> Duration {
         quorum::drift(expire)
     }
