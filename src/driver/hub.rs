@@ -607,20 +607,24 @@ impl Hub {
     }
 
     /// The waiter whose try rides behind the next `BLPOP`, marked so: the first waiter of the
-    /// one plain lock listened on, if it waits. With several, the signal that will come is
-    /// not known, and a try behind for each would cost every lock a try per `BLPOP`.
+    /// one plain lock listened on that waits (those before it are trying already). With
+    /// several locks, the signal that will come is not known, and a try behind for each would
+    /// cost every lock a try per `BLPOP`.
     fn carry(&self, signals: &HashMap<String, u16>) -> Option<Arc<Ear>> {
         let [(signal, _)] = signals.iter().collect::<Vec<_>>()[..] else {
             return None;
         };
         let state = self.state.lock();
-        let ear = state.signals.get(signal)?.seats.values().next()?;
-        let mut carry = ear.carry.lock();
-        if ear.tries_as.is_none() || !matches!(*carry, Carry::Waiting) {
-            return None;
-        }
-        *carry = Carry::Carried { on: None };
-        drop(carry);
+        let ear = state.signals.get(signal)?.seats.values().find(|ear| {
+            let mut carry = ear.carry.lock();
+            let waits = ear.tries_as.is_some()
+                && !ear.mailbox.is_told()
+                && matches!(*carry, Carry::Waiting);
+            if waits {
+                *carry = Carry::Carried { on: None };
+            }
+            waits
+        })?;
         Some(Arc::clone(ear))
     }
 
