@@ -379,9 +379,11 @@
 //! process's inboxes of the queue engine, and `lock-hub:<process id>`, a list only it listens
 //! on: a waiter on a name it does not listen on yet pushes there, so that it listens again.
 //!
-//! - **A release's signal** wakes the process's first waiter of that name (in arrival order)
-//!   that was not woken already, which then tries, about one round trip after the hub popped
-//!   the signal. A signal no waiter of the process takes (its waiter left, or each was woken
+//! - **A release's signal** goes to the process's first waiter of that name (in arrival
+//!   order) that is not trying already. When the hub listens on one plain lock, that waiter's
+//!   try rides in the same pipeline behind the hub's `BLPOP`, so Redis runs it the instant
+//!   the release wakes the `BLPOP`; with several, the waiter is woken and tries, a round trip
+//!   later. A signal no waiter of the process takes (its waiter left, or each was woken
 //!   already) is pushed back to the list for another process's waiter. python-redis-lock's
 //!   waiters and this crate's keep waking each other, as each release still pushes one
 //!   element to `lock-signal:<name>`.

@@ -174,8 +174,8 @@ impl<R: Runtime> Inner<R> {
         cancel: &CancelToken,
     ) -> Result<Tried, Error> {
         let listening = listener.get_or_insert_with(|| {
-            let carried = (self.transport.blocking().one_server_decides())
-                .then(|| self.try_request());
+            let carried =
+                (self.transport.blocking().one_server_decides()).then(|| self.try_request());
             self.hub.listen(&self.keys, carried, self.leasing.release())
         });
         if let Some(wake) = listening.wake() {
@@ -186,7 +186,18 @@ impl<R: Runtime> Inner<R> {
             }
         }
         listening.block().map_err(Error::Thread)?;
-        listening.waiting();
+        if listening.waiting() {
+            // First again after a try of its own: the hub's `BLPOP` is to carry its try.
+            if let Err(e) = send(
+                &*self.transport,
+                &listening.wake_hub(),
+                self.io_deadline(wait),
+            )
+            .await
+            {
+                log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
+            }
+        }
         let told = R::mail(&listening.ear.mailbox, Some(until), cancel).await;
         match listening.heard() {
             Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,

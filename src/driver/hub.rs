@@ -90,6 +90,8 @@ struct State {
     refused: HashMap<String, (redis::ServerError, bool)>,
     /// How many listeners have arrived: their places among a lock's waiters.
     arrivals: u64,
+    /// Whether the `BLPOP` in flight carries a waiter's try.
+    carrying: bool,
     /// Told once the `BLPOP` in flight has ended and what it popped has been handed on: see
     /// [`Hub::lingering`].
     settling: Vec<Arc<Mailbox>>,
@@ -104,11 +106,24 @@ struct Signal {
     seats: BTreeMap<u64, Arc<Ear>>,
 }
 
+impl Signal {
+    /// The first waiter whose turn it is: not one whose carried try took the lock.
+    fn next(&self) -> Option<Arc<Ear>> {
+        (self.seats.values())
+            .find(|ear| !ear.won.load(std::sync::atomic::Ordering::SeqCst))
+            .cloned()
+    }
+}
+
 /// A plain lock's waiter as its hub knows it: its mailbox, and the try the hub may carry for
 /// it behind its `BLPOP`, so that the server runs it the moment a release's signal wakes the
 /// `BLPOP`, a round trip before the waiter could send it.
 pub(crate) struct Ear {
     pub(crate) mailbox: Arc<Mailbox>,
+    keys: Keys,
+    /// A try carried for it took the lock: it is about to leave, and the next waiter's try
+    /// can ride behind the next `BLPOP`.
+    won: std::sync::atomic::AtomicBool,
     /// Its try; `None` where one server cannot decide a try (a quorum's go to every server).
     tries_as: Option<Request>,
     /// Its owner-checked release, to give back what a carried try took for a waiter gone.
@@ -347,6 +362,8 @@ impl Hub {
     ) -> Listener {
         let ear = Arc::new(Ear {
             mailbox: Arc::new(Mailbox::default()),
+            keys: keys.clone(),
+            won: Default::default(),
             tries_as,
             gives_back,
             carry: Mutex::new(Carry::OnItsOwn),
@@ -448,7 +465,10 @@ impl Hub {
         loop {
             let (owed, give_backs) = {
                 let mut state = self.state.lock();
-                (std::mem::take(&mut state.owed), std::mem::take(&mut state.give_backs))
+                (
+                    std::mem::take(&mut state.owed),
+                    std::mem::take(&mut state.give_backs),
+                )
             };
             for (signal, slot) in owed {
                 self.push_back(&mut conn, &signal, slot);
@@ -547,7 +567,11 @@ impl Hub {
         let replies: Result<Vec<Value>, Fault> = waiter
             .ready(sent_by)
             .and_then(|()| waiter.send(request, sent_by))
-            .and_then(|()| (0..request.cmds.len()).map(|_| waiter.recv(deadline)).collect());
+            .and_then(|()| {
+                (0..request.cmds.len())
+                    .map(|_| waiter.recv(deadline))
+                    .collect()
+            });
         match replies {
             Ok(replies) => Ok(replies.into_iter().next().unwrap_or(Value::Nil)),
             Err(f) => {
@@ -607,25 +631,31 @@ impl Hub {
     }
 
     /// The waiter whose try rides behind the next `BLPOP`, marked so: the first waiter of the
-    /// one plain lock listened on that waits (those before it are trying already). With
-    /// several locks, the signal that will come is not known, and a try behind for each would
-    /// cost every lock a try per `BLPOP`.
+    /// one plain lock listened on (passing those whose carried try just took it), if it waits.
+    /// One that tries by itself keeps its place: none is carried, and it wakes the hub when it
+    /// waits again ([`Listener::waiting`]). With several locks, the signal that will come is
+    /// not known, and a try behind for each would cost every lock a try per `BLPOP`.
     fn carry(&self, signals: &HashMap<String, u16>) -> Option<Arc<Ear>> {
-        let [(signal, _)] = signals.iter().collect::<Vec<_>>()[..] else {
-            return None;
+        let mut state = self.state.lock();
+        let carried = match signals.iter().collect::<Vec<_>>()[..] {
+            [(signal, _)] => state
+                .signals
+                .get(signal)
+                .and_then(Signal::next)
+                .filter(|ear| {
+                    let mut carry = ear.carry.lock();
+                    let waits = ear.tries_as.is_some()
+                        && !ear.mailbox.is_told()
+                        && matches!(*carry, Carry::Waiting);
+                    if waits {
+                        *carry = Carry::Carried { on: None };
+                    }
+                    waits
+                }),
+            _ => None,
         };
-        let state = self.state.lock();
-        let ear = state.signals.get(signal)?.seats.values().find(|ear| {
-            let mut carry = ear.carry.lock();
-            let waits = ear.tries_as.is_some()
-                && !ear.mailbox.is_told()
-                && matches!(*carry, Carry::Waiting);
-            if waits {
-                *carry = Carry::Carried { on: None };
-            }
-            waits
-        })?;
-        Some(Arc::clone(ear))
+        state.carrying = carried.is_some();
+        carried
     }
 
     /// What came back for the try carried for `ear`: to it, or, if it left, given back.
@@ -633,6 +663,9 @@ impl Hub {
         let mut carry = ear.carry.lock();
         match &*carry {
             Carry::Carried { .. } => {
+                let won = matches!(&landed.replies, Ok(replies)
+                    if matches!(lock::parse_try(&ear.keys, replies), Ok(lock::Attempt::Acquired { .. })));
+                ear.won.store(won, std::sync::atomic::Ordering::SeqCst);
                 *carry = Carry::Landed(landed);
                 drop(carry);
                 ear.mailbox.tell(Told::AskAgain);
@@ -684,7 +717,9 @@ impl Hub {
             .as_millis()
             .max(1);
         let mut blpop = redis::cmd("BLPOP");
-        blpop.arg(keys).arg(format!("{}.{:03}", ms / 1000, ms % 1000));
+        blpop
+            .arg(keys)
+            .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
         let tries_as = carried.and_then(|ear| ear.tries_as.as_ref());
         let request = match tries_as {
             Some(tries_as) => Request::behind(blpop, tries_as),
@@ -731,7 +766,10 @@ impl Hub {
         if rest.is_err() {
             self.lose(conn);
         }
-        let landed = tries_as.map(|_| Carried { sent, replies: rest });
+        let landed = tries_as.map(|_| Carried {
+            sent,
+            replies: rest,
+        });
         let popped = match first {
             Value::Nil => Ok(None),
             Value::Array(pair) => match pair.as_slice() {
@@ -939,12 +977,27 @@ impl Listener {
         self.hub.start()
     }
 
-    /// It waits for its mail now: the hub may carry its try meanwhile.
-    pub(crate) fn waiting(&self) {
-        let mut carry = self.ear.carry.lock();
-        if matches!(*carry, Carry::OnItsOwn | Carry::Settled) {
-            *carry = Carry::Waiting;
+    /// It waits for its mail now: the hub may carry its try meanwhile. True when the hub
+    /// should be woken to carry it: it is first, and the `BLPOP` in flight carries nobody's.
+    pub(crate) fn waiting(&self) -> bool {
+        let state = self.hub.state.lock();
+        {
+            let mut carry = self.ear.carry.lock();
+            if matches!(*carry, Carry::OnItsOwn | Carry::Settled) {
+                *carry = Carry::Waiting;
+            }
         }
+        let first = (state.signals.get(&self.signal))
+            .and_then(Signal::next)
+            .is_some_and(|ear| Arc::ptr_eq(&ear, &self.ear));
+        // A `BLPOP` not sent yet, or not on this lock yet, is sent again anyway.
+        let listened = state.listening.contains(&self.signal);
+        state.running
+            && listened
+            && !state.carrying
+            && state.signals.len() == 1
+            && first
+            && self.ear.tries_as.is_some()
     }
 
     /// Where its try is, its wait for mail over. Not carried, it is its own from now on.
@@ -962,7 +1015,10 @@ impl Listener {
 
     /// Whether the hub carries its try now.
     pub(crate) fn carried(&self) -> bool {
-        matches!(*self.ear.carry.lock(), Carry::Carried { .. } | Carry::Landed(_))
+        matches!(
+            *self.ear.carry.lock(),
+            Carry::Carried { .. } | Carry::Landed(_)
+        )
     }
 
     /// Where the hub carries its try now: `Some` with the connection it went out on.

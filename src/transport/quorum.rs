@@ -228,12 +228,13 @@ impl Transport for Quorum {
         }
     }
 
-    fn waiter(&self, slot: u16, _deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
-        // Every waiter of one lock blocks on the same server (picked by the key's hash slot,
-        // so different locks spread over the servers): the release's signal there wakes
-        // exactly one of them, in Redis's first-come order, as on one server. Were they
-        // spread, every release would wake one waiter per server, all to try at once.
-        let first = usize::from(slot) % self.servers.len().max(1);
+    fn waiter(&self, _slot: u16, _deadline: Instant) -> Result<Box<dyn Waiter + '_>, Fault> {
+        // A process's waiters block on one server: the release's signal there wakes one of
+        // them, in Redis's first-come order, as on one server; were they spread, every release
+        // would wake one per server, all to try at once. The last server: a release sends its
+        // unlock to the servers in order, so when the signal comes there the unlocks are on
+        // their way to all the others, and the woken try does not overtake them.
+        let first = self.servers.len().saturating_sub(1);
         Ok(Box::new(QuorumWaiter {
             quorum: self,
             node: first,
