@@ -1,34 +1,5 @@
--- The fair queue engine: the part every queue_*.lua script starts with (the client sends the
--- two texts joined, since a script cannot load another). One primitive's keys, one hash slot:
--- KEYS[1] holders: ZSET id -> lease expiry, server ms ("+inf": none)
--- KEYS[2] held: HASH id -> "<units>:<fencing token>"
--- KEYS[3] queue: ZSET waiter id -> ticket (arrival order)
--- KEYS[4] beats: ZSET process id -> when its waiters lapse, server ms (last heartbeat + lapse
--- window). A waiter id ends in "@<process id>" (16 hex digits): one heartbeat proves every
--- waiter of that process alive. An id without it (an older version's) is its own process.
--- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
--- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
--- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
--- pushes "<fencing token>:<claim expiry, server ms>:<waiter id>" there (an older version's
--- waiter: the token alone, to its own list).
--- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
--- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
--- written. It spares each script a read of all holders; `queue_state` checks it against a
--- recount.
--- A script reads and checks all it needs first and writes only after: one stopped by an error
--- keeps the writes it made, and a corrupt key must leave everything as it was. A key's type
--- is checked by the reads that happen anyway, and by a TYPE only for a key a script writes
--- without having read it (`need`): each call costs a script about a microsecond. Time is the
--- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
-
--- Now in server ms, as a number and as the text the reads take.
-local NOW, AT
-do
-    local time = redis.call("time")
-    local ms = math.floor(tonumber(time[2]) / 1000)
-    NOW = tonumber(time[1]) * 1000 + ms
-    AT = time[1] .. string.sub(ms + 1000, 2)
-end
+-- The fair queue engine, after queue_head.lua (the keys, the clock, `process` and `kept`):
+-- the general path every script but queue_beat takes.
 
 -- `n` as the integer text Redis takes (Lua would print large numbers as 1.7e+12).
 local function int(n)
@@ -100,20 +71,6 @@ end
 -- The reply naming holder `id`'s entry in KEYS[2] as corrupt.
 local function no_entry(id)
     return {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
-end
-
--- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
--- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
--- version of these scripts, a hand) moves one of the two, or leaves no count, or one below
--- a unit a holder: then the engine counts again.
-local function kept(count, fence, size)
-    local units, at, entries = string.match(count or "", "^(%d+):(%d+):(%d+)$")
-    if units and #units <= 15 and at == fence and tonumber(entries) == size then
-        units = tonumber(units)
-        if units >= size then
-            return units
-        end
-    end
 end
 
 -- The units of holder entries `ids` (by a thousand: a Lua call takes only so many
@@ -268,11 +225,6 @@ local function outlive(k, ms)
     if redis.call("pttl", KEYS[k]) < ms then
         redis.call("pexpire", KEYS[k], int(ms))
     end
-end
-
--- The process of waiter `id`, whose heartbeat keeps it in the queue.
-local function process(id)
-    return string.match(id, "@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$") or id
 end
 
 -- A queued waiter's heartbeat time (its process's) when it is still live, else nil.
