@@ -8,16 +8,17 @@
 -- operations as it can, since each costs about as much as a command.
 repeat
     local id, mode = ARGV[1], ARGV[6]
-    -- Whole numbers of at most 15 digits (exact in Lua's doubles), the units from 1 and
-    -- without a leading zero: ARGV[2] is then the text the engine would write.
+    -- Whole numbers of at most 15 digits (exact in Lua's doubles); the units and the lapse
+    -- window without a leading zero, so that ARGV[2] is the text the engine would write and a
+    -- lapse window from 2 is one that is not "1".
     if #ARGV < 6 or (mode ~= "try" and mode ~= "wait") or #ARGV[2] > 15 or #ARGV[3] > 15
-        or #ARGV[4] > 15 or #ARGV[5] > 15
+        or #ARGV[4] > 15 or #ARGV[5] > 15 or ARGV[5] == "1"
         or not string.find(ARGV[2] .. ":" .. ARGV[3] .. ":" .. ARGV[4] .. ":" .. ARGV[5],
-            "^[1-9]%d*:%d+:%d+:%d+$") then
+            "^[1-9]%d*:%d+:%d+:[1-9]%d*$") then
         break
     end
     local units, capacity, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-    if units > capacity or tonumber(ARGV[5]) < 2 then
+    if units > capacity then
         break
     end
     -- A "known" process that lapsed is told so before anything is granted.
@@ -42,7 +43,7 @@ repeat
         if redis.call("zscore", KEYS[1], id) then
             break
         end
-        if redis.call("zrangebyscore", KEYS[1], "-inf", AT, "limit", 0, 1)[1] then
+        if redis.call("zcount", KEYS[1], "-inf", AT) > 0 then
             break
         end
         local count = redis.pcall("get", KEYS[9])
