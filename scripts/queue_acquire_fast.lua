@@ -1,11 +1,12 @@
 -- queue_acquire's fast part (its arguments and replies are queue_acquire.lua's): an id that
--- neither holds nor waits asks while nobody waits, no holder's lease has run out and the kept
--- count is current: it is granted, or a try is refused, in a few commands. So is a try that
--- finds a live waiter at the head whose units do not fit. Any other case, and any read that
--- fails (a corrupt key is the engine's to report), goes on to the engine with nothing written:
--- what this part skips is only the engine's tidying (the purge of lapsed heartbeats), which
--- the next script that needs it does. It checks what the engine checks, in as few string
--- operations as it can, since each costs about as much as a command.
+-- neither holds nor waits asks while nobody waits and the kept count is current. It is
+-- granted when its units fit (expired holders stay counted until the engine purges them), and
+-- a try is refused when they do not and no lease has run out; so is a try behind a live
+-- waiter at the head whose units do not fit. Any other case, and any read that fails (a
+-- corrupt key is the engine's to report), goes on to the engine with nothing written: what
+-- this part skips is only the engine's tidying (purges of expired holders and lapsed
+-- heartbeats), which the next script that needs it does. It checks what the engine checks,
+-- in as few string operations as it can, since each costs about as much as a command.
 repeat
     local id, mode = ARGV[1], ARGV[6]
     -- Whole numbers of at most 15 digits (exact in Lua's doubles); the units and the lapse
@@ -43,12 +44,16 @@ repeat
         if redis.call("zscore", KEYS[1], id) then
             break
         end
-        if redis.call("zcount", KEYS[1], "-inf", AT) > 0 then
-            break
-        end
         local count = redis.pcall("get", KEYS[9])
         used = type(count) == "string" and kept(count, fence, size)
         if not used then
+            break
+        end
+    end
+    -- Expired holders are counted until the engine purges them: they stop only a refusal.
+    local fits = used + units <= capacity
+    if not fits or waiting > 0 then
+        if size > 0 and redis.call("zrangebyscore", KEYS[1], "-inf", AT, "limit", 0, 1)[1] then
             break
         end
     end
@@ -69,7 +74,7 @@ repeat
         end
         return {0, 0, 0}
     end
-    if used + units > capacity then
+    if not fits then
         if mode == "try" then
             return {0, 0, 0}
         end

@@ -2,8 +2,8 @@
 -- whose lease has not run out gives back its units while nobody waits, in a few commands.
 -- Any other case (a waiter leaving, a lease run out, a kept count that is not current while
 -- other holders stay), and any read that fails (a corrupt key is the engine's to report),
--- goes on to the engine with nothing written. Expired holders are left for the engine to
--- purge: the count keeps their units until then. It checks what the engine checks, in as few
+-- goes on to the engine with nothing written, and so does a release that finds an expired
+-- holder, which the engine purges. It checks what the engine checks, in as few
 -- string operations as it can, since each costs about as much as a command.
 repeat
     local id = ARGV[1]
@@ -31,6 +31,9 @@ repeat
     if size == 1 then
         -- The last holder: nothing is left to count, and no key is left behind.
         redis.call("del", KEYS[1], KEYS[2], KEYS[9])
+    elseif redis.call("zrangebyscore", KEYS[1], "-inf", AT, "limit", 0, 1)[1] then
+        -- The engine purges expired holders, so that none is left behind the last release.
+        break
     else
         local fence = redis.pcall("get", KEYS[7]) or "0"
         local count = redis.pcall("get", KEYS[9])

@@ -95,5 +95,4 @@ pub(crate) static QUEUE_RESET: LazyLock<Script> =
     queue_script!("queue_engine.lua", "queue_reset.lua");
 pub(crate) static QUEUE_STATE: LazyLock<Script> =
     queue_script!("queue_engine.lua", "queue_state.lua");
-pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> =
-    queue_script!("queue_engine.lua", "queue_reset_all.lua");
+pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> = queue_script!("queue_reset_all.lua");

@@ -9,29 +9,30 @@ use redis::{Commands, Value};
 
 use crate::support::{lasting_keys, ms, server_version, RedisServer};
 
-/// Queue engine script `file` as the client sends it: the head, the file's fast part when
-/// it has one, the engine, then the file (`src/protocol/scripts.rs`).
+/// Queue engine script `file` as the client sends it (`src/protocol/scripts.rs`): the head,
+/// the file's fast part when it has one, the engine (but for `queue_reset_all`), the file.
 pub(crate) fn engine_script(file: &str) -> redis::Script {
-    let own = match file {
-        "queue_acquire.lua" => include_str!("../../scripts/queue_acquire.lua"),
-        "queue_release.lua" => include_str!("../../scripts/queue_release.lua"),
-        "queue_extend.lua" => include_str!("../../scripts/queue_extend.lua"),
-        "queue_shrink.lua" => include_str!("../../scripts/queue_shrink.lua"),
-        "queue_reset.lua" => include_str!("../../scripts/queue_reset.lua"),
-        "queue_state.lua" => include_str!("../../scripts/queue_state.lua"),
-        "queue_reset_all.lua" => include_str!("../../scripts/queue_reset_all.lua"),
+    let head = include_str!("../../scripts/queue_head.lua");
+    let engine = include_str!("../../scripts/queue_engine.lua");
+    let parts = match file {
+        "queue_acquire.lua" => [
+            include_str!("../../scripts/queue_acquire_fast.lua"),
+            engine,
+            include_str!("../../scripts/queue_acquire.lua"),
+        ],
+        "queue_release.lua" => [
+            include_str!("../../scripts/queue_release_fast.lua"),
+            engine,
+            include_str!("../../scripts/queue_release.lua"),
+        ],
+        "queue_extend.lua" => ["", engine, include_str!("../../scripts/queue_extend.lua")],
+        "queue_shrink.lua" => ["", engine, include_str!("../../scripts/queue_shrink.lua")],
+        "queue_reset.lua" => ["", engine, include_str!("../../scripts/queue_reset.lua")],
+        "queue_state.lua" => ["", engine, include_str!("../../scripts/queue_state.lua")],
+        "queue_reset_all.lua" => ["", "", include_str!("../../scripts/queue_reset_all.lua")],
         other => panic!("no script {other}"),
     };
-    let fast = match file {
-        "queue_acquire.lua" => include_str!("../../scripts/queue_acquire_fast.lua"),
-        "queue_release.lua" => include_str!("../../scripts/queue_release_fast.lua"),
-        _ => "",
-    };
-    redis::Script::new(&format!(
-        "{}{fast}{}{own}",
-        include_str!("../../scripts/queue_head.lua"),
-        include_str!("../../scripts/queue_engine.lua"),
-    ))
+    redis::Script::new(&format!("{head}{}", parts.concat()))
 }
 
 /// A lapse window no test outlives: waiters stay queued without heartbeats.
