@@ -22,16 +22,16 @@ repeat
     if units > capacity then
         break
     end
+    local waiting = redis.pcall("zcard", KEYS[3])
+    if type(waiting) ~= "number" or (waiting > 0 and mode == "wait") then
+        break
+    end
     -- A "known" process that lapsed is told so before anything is granted.
     if mode == "wait" and ARGV[7] == "known" and process(id) ~= id then
         local beat = redis.pcall("zscore", KEYS[4], process(id))
         if type(beat) ~= "string" or tonumber(beat) <= NOW then
             break
         end
-    end
-    local waiting = redis.pcall("zcard", KEYS[3])
-    if type(waiting) ~= "number" or (waiting > 0 and mode == "wait") then
-        break
     end
     local size = redis.pcall("zcard", KEYS[1])
     local fence = redis.pcall("get", KEYS[7]) or "0"
@@ -53,7 +53,7 @@ repeat
     -- Expired holders are counted until the engine purges them: they stop only a refusal.
     local fits = used + units <= capacity
     if not fits or waiting > 0 then
-        if size > 0 and redis.call("zrangebyscore", KEYS[1], "-inf", AT, "limit", 0, 1)[1] then
+        if size > 0 and redis.call("zrangebyscore", KEYS[1], "-inf", AT)[1] then
             break
         end
     end

@@ -141,7 +141,7 @@ local function load()
     if not size then
         return nil, bad
     end
-    local s = {expired = {}, dropped = {}, lapsed = {}, gone = {}, fence = fence, size = size}
+    local s = {expired = {}, dropped = {}, lapsed = {}, gone = {}, beats = {}, fence = fence, size = size}
     if size == 0 then
         s.used = 0
     else
@@ -228,12 +228,17 @@ local function outlive(k, ms)
 end
 
 -- A queued waiter's heartbeat time (its process's) when it is still live, else nil.
+-- A process's heartbeat is read once a script: its waiters in line are read one after another.
 local function live_beat(s, id)
     local of = process(id)
     if s.gone[id] or s.gone[of] then
         return nil
     end
-    local beat = tonumber(redis.call("zscore", KEYS[4], of))
+    local beat = s.beats[of]
+    if beat == nil then
+        beat = tonumber(redis.call("zscore", KEYS[4], of)) or false
+        s.beats[of] = beat
+    end
     if beat and beat > NOW then
         return beat
     end
@@ -299,7 +304,9 @@ end
 
 -- Writes what was planned: the purge, the goings, then the grants, each with a new fencing
 -- token and its lease from now; each granted waiter but `me` (who gets the reply) finds its
--- token in its signal list, kept until its entry would have lapsed.
+-- token in its signal list, kept until its entry would have lapsed. Only an id that is its
+-- own process (a process's, or an older version's waiter) has a heartbeat and a signal list
+-- of its own: a waiter of a process has neither to remove.
 local function apply(s, grants, me)
     for _, id in ipairs(s.expired) do
         redis.call("zrem", KEYS[1], id)
@@ -308,21 +315,27 @@ local function apply(s, grants, me)
     for _, id in ipairs(s.dropped) do
         redis.call("zrem", KEYS[1], id)
         redis.call("hdel", KEYS[2], id)
-        redis.call("del", KEYS[8] .. id)
+        if process(id) == id then
+            redis.call("del", KEYS[8] .. id)
+        end
     end
     for _, id in ipairs(s.lapsed) do
         redis.call("zrem", KEYS[3], id)
-        redis.call("zrem", KEYS[4], id)
         redis.call("hdel", KEYS[5], id)
-        redis.call("del", KEYS[8] .. id)
+        if process(id) == id then
+            redis.call("zrem", KEYS[4], id)
+            redis.call("del", KEYS[8] .. id)
+        end
     end
     local left_queue = #s.lapsed > 0
     for _, g in ipairs(grants) do
         if g.queued then
             left_queue = true
             redis.call("zrem", KEYS[3], g.id)
-            redis.call("zrem", KEYS[4], g.id)
             redis.call("hdel", KEYS[5], g.id)
+            if process(g.id) == g.id then
+                redis.call("zrem", KEYS[4], g.id)
+            end
         end
         g.token = redis.call("incr", KEYS[7])
         s.fence = int(g.token)

@@ -11,6 +11,10 @@ repeat
     if not ARGV[2] or #ARGV[2] > 15 or not string.find(ARGV[2], "^0*[1-9]%d*$") then
         break
     end
+    local waiting = redis.pcall("zcard", KEYS[3])
+    if waiting ~= 0 then
+        break
+    end
     local score = redis.pcall("zscore", KEYS[1], id)
     if type(score) ~= "string" or (score ~= "inf" and tonumber(score) <= NOW) then
         break
@@ -23,15 +27,11 @@ repeat
     if not units or #units > 15 or #token > 15 then
         break
     end
-    local waiting = redis.pcall("zcard", KEYS[3])
-    if waiting ~= 0 then
-        break
-    end
     local size = redis.call("zcard", KEYS[1])
     if size == 1 then
         -- The last holder: nothing is left to count, and no key is left behind.
         redis.call("del", KEYS[1], KEYS[2], KEYS[9])
-    elseif redis.call("zrangebyscore", KEYS[1], "-inf", AT, "limit", 0, 1)[1] then
+    elseif redis.call("zrangebyscore", KEYS[1], "-inf", AT)[1] then
         -- The engine purges expired holders, so that none is left behind the last release.
         break
     else
