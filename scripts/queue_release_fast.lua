@@ -15,8 +15,10 @@ repeat
     if waiting ~= 0 then
         break
     end
+    -- Two expiries of as many digits compare as texts, which spares parsing one.
     local score = redis.pcall("zscore", KEYS[1], id)
-    if type(score) ~= "string" or (score ~= "inf" and tonumber(score) <= NOW) then
+    if type(score) ~= "string" or score ~= "inf" and (#score == #AT and score <= AT
+        or #score ~= #AT and tonumber(score) <= NOW) then
         break
     end
     local entry = redis.pcall("hget", KEYS[2], id)
