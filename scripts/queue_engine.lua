@@ -141,7 +141,9 @@ local function load()
     if not size then
         return nil, bad
     end
-    local s = {expired = {}, dropped = {}, lapsed = {}, gone = {}, beats = {}, fence = fence, size = size}
+    local s = {
+        expired = {}, dropped = {}, lapsed = {}, gone = {}, beats = {}, fence = fence, size = size
+    }
     if size == 0 then
         s.used = 0
     else
