@@ -37,18 +37,21 @@ if bad then
     return bad
 end
 if held then
-    -- Granted by another's script: the token pushed to its list, if not read, is spent.
-    redis.call("del", KEYS[8] .. id)
+    -- Granted by another's script: the token pushed to its own list, if not read, is spent.
+    if of == id then
+        redis.call("del", KEYS[8] .. id)
+    end
     return holds(held.token, held.expiry)
 end
 -- A waiter whose entry lapsed (it was stopped) is new again, and joins at the back; one of a
 -- process that lapsed waits for its process to make all its waiters join again, so that
 -- none keeps a place its process lost.
-if mode == "wait" and of ~= id and ARGV[7] == "known" and not live_beat(s, id) then
+local live = live_beat(s, id)
+if mode == "wait" and of ~= id and ARGV[7] == "known" and not live then
     return {-2}
 end
 local queued = false
-if live_beat(s, id) then
+if live then
     queued, bad = read(3, "zscore", KEYS[3], id)
     if bad then
         return bad
@@ -82,8 +85,11 @@ if not queued then
     if mode == "try" then
         return {0, 0, 0}
     end
-    -- A new entry starts with an empty signal list: no token of an earlier grant is read.
-    redis.call("del", KEYS[8] .. id)
+    -- A new entry of its own process starts with an empty signal list: no token of an
+    -- earlier grant is read.
+    if of == id then
+        redis.call("del", KEYS[8] .. id)
+    end
     redis.call("zadd", KEYS[3], redis.call("incr", KEYS[6]), id)
     redis.call("hset", KEYS[5], id, int(units) .. ":" .. int(lease))
 end

@@ -1,5 +1,5 @@
 -- A process's heartbeat: proves all its waiters in this primitive's queue alive for ARGV[2]
--- ms more (KEYS as in queue_engine.lua, of which it needs only the beats and the inboxes'
+-- ms more (KEYS as in queue_head.lua, of which it needs only the beats and the inboxes'
 -- prefix; it runs alone, to stay cheap: one per process and primitive every half window).
 -- ARGV[1] process id. Safe to send again.
 -- Returns the server's time (ms) when the process was live, which dates the claim expiries

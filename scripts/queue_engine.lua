@@ -1,34 +1,5 @@
--- The fair queue engine: the part every queue_*.lua script starts with (the client sends the
--- two texts joined, since a script cannot load another). One primitive's keys, one hash slot:
--- KEYS[1] holders: ZSET id -> lease expiry, server ms ("+inf": none)
--- KEYS[2] held: HASH id -> "<units>:<fencing token>"
--- KEYS[3] queue: ZSET waiter id -> ticket (arrival order)
--- KEYS[4] beats: ZSET process id -> when its waiters lapse, server ms (last heartbeat + lapse
--- window). A waiter id ends in "@<process id>" (16 hex digits): one heartbeat proves every
--- waiter of that process alive. An id without it (an older version's) is its own process.
--- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
--- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
--- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
--- pushes "<fencing token>:<claim expiry, server ms>:<waiter id>" there (an older version's
--- waiter: the token alone, to its own list).
--- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
--- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
--- written. It spares each script a read of all holders; `queue_state` checks it against a
--- recount.
--- A script reads and checks all it needs first and writes only after: one stopped by an error
--- keeps the writes it made, and a corrupt key must leave everything as it was. A key's type
--- is checked by the reads that happen anyway, and by a TYPE only for a key a script writes
--- without having read it (`need`): each call costs a script about a microsecond. Time is the
--- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
-
--- Now in server ms, as a number and as the text the reads take.
-local NOW, AT
-do
-    local time = redis.call("time")
-    local ms = math.floor(tonumber(time[2]) / 1000)
-    NOW = tonumber(time[1]) * 1000 + ms
-    AT = time[1] .. string.sub(ms + 1000, 2)
-end
+-- The fair queue engine, after queue_head.lua (the keys, the clock, `process` and `kept`):
+-- the general path every script but queue_beat takes.
 
 -- `n` as the integer text Redis takes (Lua would print large numbers as 1.7e+12).
 local function int(n)
@@ -102,20 +73,6 @@ local function no_entry(id)
     return {-1, 2, "the holder " .. id .. " has no \"<units>:<token>\" entry"}
 end
 
--- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
--- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
--- version of these scripts, a hand) moves one of the two, or leaves no count, or one below
--- a unit a holder: then the engine counts again.
-local function kept(count, fence, size)
-    local units, at, entries = string.match(count or "", "^(%d+):(%d+):(%d+)$")
-    if units and #units <= 15 and at == fence and tonumber(entries) == size then
-        units = tonumber(units)
-        if units >= size then
-            return units
-        end
-    end
-end
-
 -- The units of holder entries `ids` (by a thousand: a Lua call takes only so many
 -- arguments), or nil when one has no "<units>:<token>" entry. Calls `each(id, units, token)`
 -- when given; a type error is returned as the second value.
@@ -184,7 +141,9 @@ local function load()
     if not size then
         return nil, bad
     end
-    local s = {expired = {}, dropped = {}, lapsed = {}, gone = {}, fence = fence, size = size}
+    local s = {
+        expired = {}, dropped = {}, lapsed = {}, gone = {}, beats = {}, fence = fence, size = size
+    }
     if size == 0 then
         s.used = 0
     else
@@ -270,18 +229,18 @@ local function outlive(k, ms)
     end
 end
 
--- The process of waiter `id`, whose heartbeat keeps it in the queue.
-local function process(id)
-    return string.match(id, "@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$") or id
-end
-
 -- A queued waiter's heartbeat time (its process's) when it is still live, else nil.
+-- A process's heartbeat is read once a script: its waiters in line are read one after another.
 local function live_beat(s, id)
     local of = process(id)
     if s.gone[id] or s.gone[of] then
         return nil
     end
-    local beat = tonumber(redis.call("zscore", KEYS[4], of))
+    local beat = s.beats[of]
+    if beat == nil then
+        beat = tonumber(redis.call("zscore", KEYS[4], of)) or false
+        s.beats[of] = beat
+    end
     if beat and beat > NOW then
         return beat
     end
@@ -347,7 +306,9 @@ end
 
 -- Writes what was planned: the purge, the goings, then the grants, each with a new fencing
 -- token and its lease from now; each granted waiter but `me` (who gets the reply) finds its
--- token in its signal list, kept until its entry would have lapsed.
+-- token in its signal list, kept until its entry would have lapsed. Only an id that is its
+-- own process (a process's, or an older version's waiter) has a heartbeat and a signal list
+-- of its own: a waiter of a process has neither to remove.
 local function apply(s, grants, me)
     for _, id in ipairs(s.expired) do
         redis.call("zrem", KEYS[1], id)
@@ -356,21 +317,27 @@ local function apply(s, grants, me)
     for _, id in ipairs(s.dropped) do
         redis.call("zrem", KEYS[1], id)
         redis.call("hdel", KEYS[2], id)
-        redis.call("del", KEYS[8] .. id)
+        if process(id) == id then
+            redis.call("del", KEYS[8] .. id)
+        end
     end
     for _, id in ipairs(s.lapsed) do
         redis.call("zrem", KEYS[3], id)
-        redis.call("zrem", KEYS[4], id)
         redis.call("hdel", KEYS[5], id)
-        redis.call("del", KEYS[8] .. id)
+        if process(id) == id then
+            redis.call("zrem", KEYS[4], id)
+            redis.call("del", KEYS[8] .. id)
+        end
     end
     local left_queue = #s.lapsed > 0
     for _, g in ipairs(grants) do
         if g.queued then
             left_queue = true
             redis.call("zrem", KEYS[3], g.id)
-            redis.call("zrem", KEYS[4], g.id)
             redis.call("hdel", KEYS[5], g.id)
+            if process(g.id) == g.id then
+                redis.call("zrem", KEYS[4], g.id)
+            end
         end
         g.token = redis.call("incr", KEYS[7])
         s.fence = int(g.token)

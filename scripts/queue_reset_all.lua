@@ -1,9 +1,9 @@
--- reset_all for one queue-engine primitive (KEYS as in queue_engine.lua, of which it uses
--- only the clock and `process`: it reads nothing it must trust). Deletes the holders and the queue, keeps
--- the fencing counter (as reset_all keeps a lock's `lock-fence:`), and pushes a wake that is
--- not a token to each holder's and waiter's signal list (or its process's inbox): a blocked
--- waiter asks again, finds its entry gone and joins anew; a token not yet read is withdrawn.
--- Safe to send again.
+-- reset_all for one queue-engine primitive (KEYS as in queue_head.lua, the one part it is
+-- sent after: it uses only the clock and `process`, and reads nothing it must trust). Deletes
+-- the holders and the queue, keeps the fencing counter (as reset_all keeps a lock's
+-- `lock-fence:`), and pushes a wake that is not a token to each holder's and waiter's signal
+-- list (or its process's inbox): a blocked waiter asks again, finds its entry gone and joins
+-- anew; a token not yet read is withdrawn. Safe to send again.
 -- ARGV[1] signal expiry in ms.
 -- Returns how many holders with a live lease it removed.
 -- The members of zset `key` with their scores; none when it holds another type.

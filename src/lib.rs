@@ -573,7 +573,9 @@
 //! and signal lists that expire by themselves. If it is (`{x}`), those keys are now the keys
 //! of the other name (`x`): leave them. Names without a tag of their own keep their keys.
 //!
-//! The scripts (`scripts/queue_*.lua`, each sent after `queue_engine.lua`, their shared part):
+//! The scripts (`scripts/queue_*.lua`, each sent after `queue_head.lua` and, but for
+//! `queue_reset_all`, `queue_engine.lua`, their shared parts; `queue_acquire` and
+//! `queue_release` answer their uncontended case in a fast part before the engine):
 //! `queue_acquire` (take, join the queue, or heartbeat), `queue_release` (give back, or leave
 //! the queue), `queue_extend` (renew a lease), `queue_shrink` (a read-write lock's downgrade),
 //! `queue_reset` (an operator's reset of one holder or all) and `queue_state` (a holder's

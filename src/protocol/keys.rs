@@ -217,7 +217,7 @@ const SCANNED_PARTS: [&str; 7] = [
     "holders", "held", "queue", "beats", "wants", "tickets", "count",
 ];
 
-/// The keys of one queue-engine primitive (`scripts/queue_engine.lua` says what each holds).
+/// The keys of one queue-engine primitive (`scripts/queue_head.lua` says what each holds).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QueueKeys {
     pub(crate) holders: String,

@@ -63,21 +63,36 @@ pub(crate) static RESET_ALL: LazyLock<Script> =
 pub(crate) static QUEUE_BEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/queue_beat.lua")));
 
-/// A fair queue engine script: the engine's shared part, then the script's own.
+/// A fair queue engine script: the engine's head (keys, clock, number helpers), then the
+/// parts named: a script's fast part when it has one, the engine, the script's own part.
+/// Lua creates a part's closures only when it reaches them, so a call its fast part answers
+/// does not pay for the engine's.
 macro_rules! queue_script {
-    ($file:literal) => {
+    ($($part:literal),+) => {
         LazyLock::new(|| {
             Script::new(concat!(
-                include_str!("../../scripts/queue_engine.lua"),
-                include_str!(concat!("../../scripts/", $file))
+                include_str!("../../scripts/queue_head.lua"),
+                $(include_str!(concat!("../../scripts/", $part))),+
             ))
         })
     };
 }
-pub(crate) static QUEUE_ACQUIRE: LazyLock<Script> = queue_script!("queue_acquire.lua");
-pub(crate) static QUEUE_RELEASE: LazyLock<Script> = queue_script!("queue_release.lua");
-pub(crate) static QUEUE_EXTEND: LazyLock<Script> = queue_script!("queue_extend.lua");
-pub(crate) static QUEUE_SHRINK: LazyLock<Script> = queue_script!("queue_shrink.lua");
-pub(crate) static QUEUE_RESET: LazyLock<Script> = queue_script!("queue_reset.lua");
-pub(crate) static QUEUE_STATE: LazyLock<Script> = queue_script!("queue_state.lua");
+pub(crate) static QUEUE_ACQUIRE: LazyLock<Script> = queue_script!(
+    "queue_acquire_fast.lua",
+    "queue_engine.lua",
+    "queue_acquire.lua"
+);
+pub(crate) static QUEUE_RELEASE: LazyLock<Script> = queue_script!(
+    "queue_release_fast.lua",
+    "queue_engine.lua",
+    "queue_release.lua"
+);
+pub(crate) static QUEUE_EXTEND: LazyLock<Script> =
+    queue_script!("queue_engine.lua", "queue_extend.lua");
+pub(crate) static QUEUE_SHRINK: LazyLock<Script> =
+    queue_script!("queue_engine.lua", "queue_shrink.lua");
+pub(crate) static QUEUE_RESET: LazyLock<Script> =
+    queue_script!("queue_engine.lua", "queue_reset.lua");
+pub(crate) static QUEUE_STATE: LazyLock<Script> =
+    queue_script!("queue_engine.lua", "queue_state.lua");
 pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> = queue_script!("queue_reset_all.lua");

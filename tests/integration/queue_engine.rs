@@ -9,15 +9,30 @@ use redis::{Commands, Value};
 
 use crate::support::{lasting_keys, ms, server_version, RedisServer};
 
-const ENGINE: &str = include_str!("../../scripts/queue_engine.lua");
-
-macro_rules! script {
-    ($file:literal) => {
-        redis::Script::new(&format!(
-            "{ENGINE}{}",
-            include_str!(concat!("../../scripts/", $file))
-        ))
+/// Queue engine script `file` as the client sends it (`src/protocol/scripts.rs`): the head,
+/// the file's fast part when it has one, the engine (but for `queue_reset_all`), the file.
+pub(crate) fn engine_script(file: &str) -> redis::Script {
+    let head = include_str!("../../scripts/queue_head.lua");
+    let engine = include_str!("../../scripts/queue_engine.lua");
+    let parts = match file {
+        "queue_acquire.lua" => [
+            include_str!("../../scripts/queue_acquire_fast.lua"),
+            engine,
+            include_str!("../../scripts/queue_acquire.lua"),
+        ],
+        "queue_release.lua" => [
+            include_str!("../../scripts/queue_release_fast.lua"),
+            engine,
+            include_str!("../../scripts/queue_release.lua"),
+        ],
+        "queue_extend.lua" => ["", engine, include_str!("../../scripts/queue_extend.lua")],
+        "queue_shrink.lua" => ["", engine, include_str!("../../scripts/queue_shrink.lua")],
+        "queue_reset.lua" => ["", engine, include_str!("../../scripts/queue_reset.lua")],
+        "queue_state.lua" => ["", engine, include_str!("../../scripts/queue_state.lua")],
+        "queue_reset_all.lua" => ["", "", include_str!("../../scripts/queue_reset_all.lua")],
+        other => panic!("no script {other}"),
     };
+    redis::Script::new(&format!("{head}{}", parts.concat()))
 }
 
 /// A lapse window no test outlives: waiters stay queued without heartbeats.
@@ -83,7 +98,7 @@ impl Queue {
             mode.to_string(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run(&script!("queue_acquire.lua"), &args)
+        self.run(&engine_script("queue_acquire.lua"), &args)
     }
 
     /// A waiter for `units` of `capacity`, no lease, that needs no heartbeat in a test.
@@ -92,7 +107,10 @@ impl Queue {
     }
 
     pub(crate) fn release(&mut self, id: &str, capacity: u64) -> Value {
-        self.run(&script!("queue_release.lua"), &[id, &capacity.to_string()])
+        self.run(
+            &engine_script("queue_release.lua"),
+            &[id, &capacity.to_string()],
+        )
     }
 
     pub(crate) fn leave(&mut self, id: &str, capacity: u64) -> Value {
@@ -101,20 +119,26 @@ impl Queue {
     }
 
     pub(crate) fn extend(&mut self, id: &str, lease: u64) -> Value {
-        self.run(&script!("queue_extend.lua"), &[id, &lease.to_string()])
+        self.run(
+            &engine_script("queue_extend.lua"),
+            &[id, &lease.to_string()],
+        )
     }
 
     pub(crate) fn shrink(&mut self, id: &str, units: u64, capacity: u64) -> Value {
         let args = [id, &units.to_string(), &capacity.to_string()];
-        self.run(&script!("queue_shrink.lua"), &args)
+        self.run(&engine_script("queue_shrink.lua"), &args)
     }
 
     pub(crate) fn reset(&mut self, id: &str, capacity: u64) -> Value {
-        self.run(&script!("queue_reset.lua"), &[id, &capacity.to_string()])
+        self.run(
+            &engine_script("queue_reset.lua"),
+            &[id, &capacity.to_string()],
+        )
     }
 
     pub(crate) fn state(&mut self) -> Value {
-        self.run(&script!("queue_state.lua"), &[""])
+        self.run(&engine_script("queue_state.lua"), &[""])
     }
 
     /// The tokens pushed to waiter `id`'s signal list.

@@ -8,7 +8,7 @@ use std::thread;
 
 use redis::{Commands, Value};
 
-use super::queue_engine::{granted, ints, key, position, Queue, LONG};
+use super::queue_engine::{engine_script, granted, ints, key, position, Queue, LONG};
 use crate::support::ms;
 
 const P: &str = "0123456789abcdef";
@@ -19,16 +19,10 @@ fn id(name: &str, process: &str) -> String {
 }
 
 fn script(file: &str) -> redis::Script {
-    let engine = include_str!("../../scripts/queue_engine.lua");
-    let own = match file {
-        "queue_acquire.lua" => include_str!("../../scripts/queue_acquire.lua"),
-        "queue_beat.lua" => {
-            return redis::Script::new(include_str!("../../scripts/queue_beat.lua"))
-        }
-        "queue_reset_all.lua" => include_str!("../../scripts/queue_reset_all.lua"),
-        other => panic!("no script {other}"),
-    };
-    redis::Script::new(&format!("{engine}{own}"))
+    match file {
+        "queue_beat.lua" => redis::Script::new(include_str!("../../scripts/queue_beat.lua")),
+        other => engine_script(other),
+    }
 }
 
 /// `queue_acquire.lua` in wait mode, for 1 of 1, no lease, `lapse` ms, the process `new` to

@@ -1,0 +1,102 @@
+-- queue_acquire's fast part (its arguments and replies are queue_acquire.lua's): an id that
+-- neither holds nor waits asks while nobody waits and the kept count is current. It is
+-- granted when its units fit (expired holders stay counted until the engine purges them), and
+-- a try is refused when they do not and no lease has run out; so is a try behind a live
+-- waiter at the head whose units do not fit. Any other case, and any read that fails (a
+-- corrupt key is the engine's to report), goes on to the engine with nothing written: what
+-- this part skips is only the engine's tidying (purges of expired holders and lapsed
+-- heartbeats), which the next script that needs it does. It checks what the engine checks,
+-- in as few string operations as it can, since each costs about as much as a command.
+repeat
+    local id, mode = ARGV[1], ARGV[6]
+    -- Whole numbers of at most 15 digits (exact in Lua's doubles); the units and the lapse
+    -- window without a leading zero, so that ARGV[2] is the text the engine would write and a
+    -- lapse window from 2 is one that is not "1".
+    if #ARGV < 6 or (mode ~= "try" and mode ~= "wait") or #ARGV[2] > 15 or #ARGV[3] > 15
+        or #ARGV[4] > 15 or #ARGV[5] > 15 or ARGV[5] == "1"
+        or not string.find(ARGV[2] .. ":" .. ARGV[3] .. ":" .. ARGV[4] .. ":" .. ARGV[5],
+            "^[1-9]%d*:%d+:%d+:[1-9]%d*$") then
+        break
+    end
+    local units, capacity, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+    if units > capacity then
+        break
+    end
+    local waiting = redis.pcall("zcard", KEYS[3])
+    if type(waiting) ~= "number" or (waiting > 0 and mode == "wait") then
+        break
+    end
+    -- A "known" process that lapsed is told so before anything is granted.
+    if mode == "wait" and ARGV[7] == "known" and process(id) ~= id then
+        local beat = redis.pcall("zscore", KEYS[4], process(id))
+        if type(beat) ~= "string" or tonumber(beat) <= NOW then
+            break
+        end
+    end
+    local size = redis.pcall("zcard", KEYS[1])
+    local fence = redis.pcall("get", KEYS[7]) or "0"
+    if type(size) ~= "number" or type(fence) ~= "string" or #fence > 15
+        or not string.find(fence, "^%d+$") then
+        break
+    end
+    local used = 0
+    if size > 0 then
+        if redis.call("zscore", KEYS[1], id) then
+            break
+        end
+        local count = redis.pcall("get", KEYS[9])
+        used = type(count) == "string" and kept(count, fence, size)
+        if not used then
+            break
+        end
+    end
+    -- Expired holders are counted until the engine purges them: they stop only a refusal.
+    local fits = used + units <= capacity
+    if not fits or waiting > 0 then
+        if size > 0 and redis.call("zrangebyscore", KEYS[1], "-inf", AT)[1] then
+            break
+        end
+    end
+    if waiting > 0 then
+        -- A try behind a live waiter that does not fit is refused; the engine decides the rest.
+        if redis.call("zscore", KEYS[3], id) then
+            break
+        end
+        local head = redis.call("zrange", KEYS[3], 0, 0)[1]
+        local beat = redis.pcall("zscore", KEYS[4], process(head))
+        local wants = redis.pcall("hget", KEYS[5], head)
+        if type(beat) ~= "string" or tonumber(beat) <= NOW or type(wants) ~= "string" then
+            break
+        end
+        local needs, lasts = string.match(wants, "^(%d+):(%d+)$")
+        if not needs or #needs > 15 or #lasts > 15 or used + tonumber(needs) <= capacity then
+            break
+        end
+        return {0, 0, 0}
+    end
+    if not fits then
+        if mode == "try" then
+            return {0, 0, 0}
+        end
+        break
+    end
+    local token = tonumber(fence) + 1
+    local text = string.format("%.0f", token)
+    -- The entries' hash is written without a read: first, so that one of another type stops
+    -- this part before anything is written.
+    if type(redis.pcall("hset", KEYS[2], id, ARGV[2] .. ":" .. text)) == "table" then
+        break
+    end
+    redis.call("incr", KEYS[7])
+    local expiry, left = "+inf", -1
+    if lease > 0 then
+        expiry, left = string.format("%.0f", NOW + lease), lease
+    end
+    redis.call("zadd", KEYS[1], expiry, id)
+    if size == 0 then
+        redis.call("set", KEYS[9], ARGV[2] .. ":" .. text .. ":1")
+    else
+        redis.call("set", KEYS[9], string.format("%.0f:%s:%.0f", used + units, text, size + 1))
+    end
+    return {1, token, left}
+until true

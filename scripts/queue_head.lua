@@ -1,0 +1,56 @@
+-- The fair queue engine's head: every queue_*.lua script but queue_beat starts with it (the
+-- client sends the texts joined, since a script cannot load another). Then comes the
+-- script's fast part when it has one (queue_acquire_fast, queue_release_fast: its common case
+-- in the fewest commands), then the engine (queue_engine.lua), then the script's own part.
+-- The fast part comes before the engine so that a call it answers does not create the
+-- engine's tables and closures; whatever it does not answer it leaves to the engine with
+-- nothing written.
+-- One primitive's keys, one hash slot:
+-- KEYS[1] holders: ZSET id -> lease expiry, server ms ("+inf": none)
+-- KEYS[2] held: HASH id -> "<units>:<fencing token>"
+-- KEYS[3] queue: ZSET waiter id -> ticket (arrival order)
+-- KEYS[4] beats: ZSET process id -> when its waiters lapse, server ms (last heartbeat + lapse
+-- window). A waiter id ends in "@<process id>" (16 hex digits): one heartbeat proves every
+-- waiter of that process alive. An id without it (an older version's) is its own process.
+-- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
+-- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
+-- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
+-- pushes "<fencing token>:<claim expiry, server ms>:<waiter id>" there (an older version's
+-- waiter: the token alone, to its own list).
+-- KEYS[9] count: "<units>:<fencing counter>:<holders>": the units of every entry in KEYS[1]
+-- (expired ones too, until purged), with the fencing counter and KEYS[1]'s size when it was
+-- written. It spares each script a read of all holders; `queue_state` checks it against a
+-- recount.
+-- A script reads and checks all it needs first and writes only after: one stopped by an error
+-- keeps the writes it made, and a corrupt key must leave everything as it was. A key's type
+-- is checked by the reads that happen anyway, and by a TYPE only for a key a script writes
+-- without having read it (`need`): each call costs a script about a microsecond. Time is the
+-- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
+
+-- Now in server ms, as a number and as the text the reads take (made of TIME's texts: each
+-- number printed or parsed costs a script about as much as a command).
+local NOW, AT
+do
+    local time = redis.call("time")
+    AT = time[1] .. string.sub("00000" .. time[2], -6, -4)
+    NOW = tonumber(AT)
+end
+
+-- The process of waiter `id`, whose heartbeat keeps it in the queue.
+local function process(id)
+    return string.match(id, "^@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$", -17) or id
+end
+
+-- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
+-- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
+-- version of these scripts, a hand) moves one of the two, or leaves no count, or one below
+-- a unit a holder: then the engine counts again.
+local function kept(count, fence, size)
+    local units, at, entries = string.match(count or "", "^(%d+):(%d+):(%d+)$")
+    if units and #units <= 15 and at == fence and tonumber(entries) == size then
+        units = tonumber(units)
+        if units >= size then
+            return units
+        end
+    end
+end
