@@ -181,22 +181,12 @@ impl<R: Runtime> Inner<R> {
         if let Some(wake) = listening.wake() {
             // Not heard, the signal list is listened on at the end of the hub's `BLPOP`; a
             // signal waits there until then.
-            if let Err(e) = send(&*self.transport, &wake, self.io_deadline(wait)).await {
-                log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
-            }
+            self.wake(&wake, wait).await;
         }
         listening.block().map_err(Error::Thread)?;
         if listening.waiting() {
             // First again after a try of its own: the hub's `BLPOP` is to carry its try.
-            if let Err(e) = send(
-                &*self.transport,
-                &listening.wake_hub(),
-                self.io_deadline(wait),
-            )
-            .await
-            {
-                log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
-            }
+            self.wake(&listening.wake_hub(), wait).await;
         }
         let told = R::mail(&listening.ear.mailbox, Some(until), cancel).await;
         match listening.heard() {
@@ -240,9 +230,7 @@ impl<R: Runtime> Inner<R> {
         cancel: &CancelToken,
     ) -> Result<Tried, Error> {
         let deadline = self.io_deadline(wait);
-        if let Err(e) = send(&*self.transport, &listening.wake_hub(), deadline).await {
-            log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
-        }
+        self.wake(&listening.wake_hub(), wait).await;
         let never = CancelToken::new();
         loop {
             match listening.heard() {
@@ -301,6 +289,14 @@ impl<R: Runtime> Inner<R> {
         }
         let acks = request.acks(&mut replies);
         self.tried(&replies, Attempting::new(landed.sent, true), acks)
+    }
+
+    /// Sends `wake` to the process's hub, whose `BLPOP` then ends. A wake that does not get
+    /// there costs time only: the `BLPOP` ends within a second anyway.
+    async fn wake(&self, wake: &Request, wait: Wait) {
+        if let Err(e) = send(&*self.transport, wake, self.io_deadline(wait)).await {
+            log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
+        }
     }
 
     /// Leaves the lock's waiters without the lock, passing on a signal it was told and did
