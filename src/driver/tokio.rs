@@ -41,6 +41,11 @@ impl Runtime for Tokio {
         until: Option<Instant>,
         cancel: &CancelToken,
     ) -> Option<Told> {
+        // Finishing work its runtime dropped (a release), there is no timer left to wait by:
+        // the thread blocks, as a blocking caller's does.
+        if finish::blocking_here() {
+            return mailbox.wait(until, || cancel.is_cancelled());
+        }
         loop {
             // A permit stored by a tell between the take and the wait is not lost.
             if let Some(told) = mailbox.take() {
