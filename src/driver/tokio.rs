@@ -29,6 +29,10 @@ impl Runtime for Tokio {
     }
 
     async fn pause(pause: Duration, cancel: &CancelToken) -> bool {
+        // Finishing work its runtime dropped: no timer is left, the thread sleeps.
+        if finish::blocking_here() {
+            return cancel.pause(pause);
+        }
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = cancel.cancelled() => {}
