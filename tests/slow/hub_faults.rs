@@ -1,5 +1,5 @@
 //! The hub (one waiting connection and one heartbeat per process for all its waiters of a
-//! primitive, `src/driver/hub.rs`) under faults, against a real server and real processes: a
+//! primitive, `src/driver/hub/`) under faults, against a real server and real processes: a
 //! process with a thousand waiters `SIGKILL`ed, a process `SIGSTOP`ped past its lapse window
 //! and resumed, and the shared waiting connection killed under hundreds of waiters. The other
 //! process is this binary re-run as a child in the role `hub_faults::waiters`.

@@ -28,7 +28,10 @@
 //! primitive: its waiters leave and join again at the back, so that none keeps a place the
 //! process lost.
 
-use std::collections::{BTreeMap, HashMap};
+mod listener;
+mod seat;
+
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,13 +40,18 @@ use redis::Value;
 
 use crate::cancel::Interrupt;
 use crate::config::id::random_hex;
-use crate::protocol::keys::{self, Keys, QueueKeys};
+use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::lock;
-use crate::protocol::queue::{self, Mail, Mode, PROCESS_ID_LEN};
+use crate::protocol::queue::{self, Mail, PROCESS_ID_LEN};
 use crate::protocol::redirect;
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, FIRST_PAUSE};
 use crate::transport::{ConnId, Fault, Transport, Waiter};
+
+pub(crate) use listener::{Carried, Heard, Listener};
+use listener::{Carry, Ear, Signal};
+use seat::Name;
+pub(crate) use seat::Seat;
 
 /// The hubs alive, by transport and hash slot.
 static HUBS: LazyLock<Mutex<Vec<Weak<Hub>>>> = LazyLock::new(Default::default);
@@ -98,85 +106,6 @@ struct State {
     /// The keys of the `BLPOP` in flight, while the thread runs.
     listening: Vec<String>,
     running: bool,
-}
-
-/// One plain lock's waiters of this process, by arrival.
-struct Signal {
-    slot: u16,
-    seats: BTreeMap<u64, Arc<Ear>>,
-}
-
-impl Signal {
-    /// The first waiter whose turn it is: not one whose carried try took the lock.
-    fn next(&self) -> Option<Arc<Ear>> {
-        (self.seats.values())
-            .find(|ear| !ear.won.load(std::sync::atomic::Ordering::SeqCst))
-            .cloned()
-    }
-}
-
-/// A plain lock's waiter as its hub knows it: its mailbox, and the try the hub may carry for
-/// it behind its `BLPOP`, so that the server runs it the moment a release's signal wakes the
-/// `BLPOP`, a round trip before the waiter could send it.
-pub(crate) struct Ear {
-    pub(crate) mailbox: Arc<Mailbox>,
-    keys: Keys,
-    /// A try carried for it took the lock: it is about to leave, and the next waiter's try
-    /// can ride behind the next `BLPOP`.
-    won: std::sync::atomic::AtomicBool,
-    /// Its try; `None` where one server cannot decide a try (a quorum's go to every server).
-    tries_as: Option<Request>,
-    /// Its owner-checked release, to give back what a carried try took for a waiter gone.
-    gives_back: Request,
-    carry: Mutex<Carry>,
-}
-
-/// Where a waiter's try is. A try is never sent twice at once: the hub carries one only for a
-/// waiter that waits, and a waiter tries by itself only when the hub carries none for it.
-enum Carry {
-    /// It waits for its mail: the hub may carry its try.
-    Waiting,
-    /// It tries by itself (told, or at its time), or has not waited yet.
-    OnItsOwn,
-    /// Its try is behind the hub's `BLPOP`, sent on the connection `on`.
-    Carried { on: Option<ConnId> },
-    /// The carried try's replies, for it to take.
-    Landed(Carried),
-    /// It left while its try was carried: what the try took is given back.
-    Gone,
-    /// It settled the carried try by itself (its connection closed, the lock read): what
-    /// lands is dropped.
-    Settled,
-}
-
-/// A try the hub carried behind its `BLPOP` for a waiter: when it was sent, and its replies.
-pub(crate) struct Carried {
-    pub(crate) sent: Instant,
-    pub(crate) replies: Result<Vec<Value>, Fault>,
-}
-
-/// Where a waiter's try is, once its wait for mail ended.
-pub(crate) enum Heard {
-    /// It tries by itself.
-    OnItsOwn,
-    /// The hub carries it, on the connection given: the waiter wakes the hub, and waits.
-    Carried(Option<ConnId>),
-    /// The carried try came back.
-    Landed(Carried),
-}
-
-/// One primitive's waiters of this process.
-struct Name {
-    keys: QueueKeys,
-    /// The shortest lapse window of its waiters: a heartbeat every half of it.
-    lapse: Duration,
-    beat_due: Instant,
-    /// Bumped when the process is found lapsed there: its waiters join again.
-    epoch: u64,
-    /// Whether the process has joined its queue in this epoch, so that a heartbeat found
-    /// gone means it lapsed.
-    joined: bool,
-    seats: HashMap<String, Arc<Mailbox>>,
 }
 
 /// What a `BLPOP` brought: the key and element popped, if any.
@@ -270,27 +199,6 @@ impl Interrupt for Mailbox {
     }
 }
 
-/// A plain lock waiter's place at its hub, from its first wait to the end of its acquire.
-pub(crate) struct Listener {
-    hub: Arc<Hub>,
-    signal: String,
-    arrival: u64,
-    pub(crate) ear: Arc<Ear>,
-    /// See [`Seat::wake`].
-    wake: Option<Request>,
-}
-
-/// A waiter's place at its hub, from before its first ask to the end of its wait.
-pub(crate) struct Seat {
-    hub: Arc<Hub>,
-    inbox: String,
-    waiter: String,
-    epoch: u64,
-    pub(crate) mailbox: Arc<Mailbox>,
-    /// See [`Seat::wake`].
-    wake: Option<Request>,
-}
-
 impl Hub {
     /// This process's hub for keys in hash slot `slot` on `transport`.
     pub(crate) fn of(transport: &Arc<dyn Transport>, slot: u16, io_timeout: Duration) -> Arc<Hub> {
@@ -321,102 +229,6 @@ impl Hub {
 
     pub(crate) fn process(&self) -> &str {
         &self.process
-    }
-
-    /// A seat for waiter `waiter` (its id made with [`queue::waiter_id`]) in the queue of
-    /// `keys`, whose entry lapses after `lapse` without a heartbeat.
-    pub(crate) fn seat(self: &Arc<Hub>, keys: &QueueKeys, waiter: &str, lapse: Duration) -> Seat {
-        let inbox = keys.signal(&self.process);
-        let mailbox = Arc::new(Mailbox::default());
-        let mut state = self.state.lock();
-        let new_name = !state.names.contains_key(&inbox);
-        let name = state.names.entry(inbox.clone()).or_insert_with(|| Name {
-            keys: keys.clone(),
-            lapse,
-            beat_due: Instant::now() + lapse / 2,
-            epoch: 0,
-            joined: false,
-            seats: HashMap::new(),
-        });
-        name.lapse = name.lapse.min(lapse);
-        name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
-        let epoch = name.epoch;
-        let wake = self.wake(&state, new_name);
-        Seat {
-            hub: Arc::clone(self),
-            inbox,
-            waiter: waiter.to_owned(),
-            epoch,
-            mailbox,
-            wake,
-        }
-    }
-
-    /// A listener for a signal of the plain lock of `keys`, behind this process's earlier
-    /// ones there; the hub may carry its try `tries_as` (given back with `gives_back`).
-    pub(crate) fn listen(
-        self: &Arc<Hub>,
-        keys: &Keys,
-        tries_as: Option<Request>,
-        gives_back: Request,
-    ) -> Listener {
-        let ear = Arc::new(Ear {
-            mailbox: Arc::new(Mailbox::default()),
-            keys: keys.clone(),
-            won: Default::default(),
-            tries_as,
-            gives_back,
-            carry: Mutex::new(Carry::OnItsOwn),
-        });
-        let mut state = self.state.lock();
-        state.arrivals += 1;
-        let arrival = state.arrivals;
-        let new_name = !state.signals.contains_key(&keys.signal);
-        let signal = state
-            .signals
-            .entry(keys.signal.clone())
-            .or_insert_with(|| Signal {
-                slot: keys.slot,
-                seats: BTreeMap::new(),
-            });
-        signal.seats.insert(arrival, Arc::clone(&ear));
-        let wake = self.wake(&state, new_name);
-        Listener {
-            hub: Arc::clone(self),
-            signal: keys.signal.clone(),
-            arrival,
-            ear,
-            wake,
-        }
-    }
-
-    /// Whether a waiter of the plain lock `signal` here was told of a signal and has not
-    /// tried yet, or its try is on its way: the lock is being handed over to it.
-    pub(crate) fn handing_over(&self, signal: &str) -> bool {
-        let state = self.state.lock();
-        state.signals.get(signal).is_some_and(|signal| {
-            (signal.seats.values()).any(|e| {
-                e.mailbox.is_told() || e.mailbox.trying.load(std::sync::atomic::Ordering::SeqCst)
-            })
-        })
-    }
-
-    /// When the thread blocks on the signal list `signal` though no waiter of it is left here
-    /// (they left, or took the lock), it would pop a release's signal there and push it back;
-    /// a process that exits meanwhile would swallow it. Then this gives a wake for the caller
-    /// to send, and a mailbox told once that `BLPOP` has ended and what it popped has been
-    /// pushed back: after that the process may exit.
-    pub(crate) fn lingering(&self, signal: &str) -> Option<(Request, Arc<Mailbox>)> {
-        let mut state = self.state.lock();
-        let lingers = state.running
-            && !state.signals.contains_key(signal)
-            && state.listening.iter().any(|key| key == signal);
-        if !lingers {
-            return None;
-        }
-        let settled = Arc::new(Mailbox::default());
-        state.settling.push(Arc::clone(&settled));
-        Some((queue::wake(&self.home, self.slot, WAKE_EXPIRE_MS), settled))
     }
 
     /// The wake a waiter sends when its key is new while the thread blocks on others.
@@ -630,79 +442,6 @@ impl Hub {
         }
     }
 
-    /// The waiter whose try rides behind the next `BLPOP`, marked so: the first waiter of the
-    /// one plain lock listened on (passing those whose carried try just took it), if it waits.
-    /// One that tries by itself keeps its place: none is carried, and it wakes the hub when it
-    /// waits again ([`Listener::waiting`]). With several locks, the signal that will come is
-    /// not known, and a try behind for each would cost every lock a try per `BLPOP`.
-    fn carry(&self, signals: &HashMap<String, u16>) -> Option<Arc<Ear>> {
-        let mut state = self.state.lock();
-        let carried = match signals.iter().collect::<Vec<_>>()[..] {
-            [(signal, _)] => state
-                .signals
-                .get(signal)
-                .and_then(Signal::next)
-                .filter(|ear| {
-                    let mut carry = ear.carry.lock();
-                    let waits = ear.tries_as.is_some()
-                        && !ear.mailbox.is_told()
-                        && matches!(*carry, Carry::Waiting);
-                    if waits {
-                        *carry = Carry::Carried { on: None };
-                    }
-                    waits
-                }),
-            _ => None,
-        };
-        state.carrying = carried.is_some();
-        carried
-    }
-
-    /// What came back for the try carried for `ear`: to it, or, if it left, given back.
-    fn land(&self, ear: &Ear, landed: Carried) {
-        let mut carry = ear.carry.lock();
-        match &*carry {
-            Carry::Carried { .. } => {
-                let won = matches!(&landed.replies, Ok(replies)
-                    if matches!(lock::parse_try(&ear.keys, replies), Ok(lock::Attempt::Acquired { .. })));
-                ear.won.store(won, std::sync::atomic::Ordering::SeqCst);
-                *carry = Carry::Landed(landed);
-                drop(carry);
-                ear.mailbox.tell(Told::AskAgain);
-            }
-            Carry::Gone => {
-                *carry = Carry::OnItsOwn;
-                drop(carry);
-                let lost_on = match landed.replies {
-                    Err(Fault::NotSent(_)) => return,
-                    Err(Fault::Lost { conn, .. }) => conn,
-                    Ok(_) => None,
-                };
-                let mut state = self.state.lock();
-                state.give_backs.push((ear.gives_back.clone(), lost_on));
-            }
-            // It settled the try by itself.
-            _ => {}
-        }
-    }
-
-    /// Gives back what a carried try took for a waiter that left, owner-checked (which
-    /// wakes the next waiter), after closing `lost_on`, where the try may yet run.
-    fn give_back<'t>(
-        &'t self,
-        conn: &mut Option<Box<dyn Waiter + 't>>,
-        release: &Request,
-        lost_on: Option<ConnId>,
-    ) {
-        let deadline = Instant::now() + self.io_timeout;
-        if let Some(lost_on) = lost_on {
-            let _ = self.transport.kill(lost_on, deadline);
-        }
-        if let Err(e) = self.exchange(conn, release, deadline, deadline) {
-            log::error!("a lock taken for a waiter that left stays until it expires: {e}");
-        }
-    }
-
     /// One `BLPOP` over `keys` until `until`, with the try of `carried` behind it: the key
     /// and element popped, if any, and what came back for the try.
     fn pop<'t>(
@@ -888,251 +627,6 @@ impl Hub {
                     name.beat_due = now + FIRST_PAUSE.max(name.lapse / 20);
                 }
             }
-        }
-    }
-}
-
-impl Name {
-    /// The process lapsed here: a new epoch, whose waiters leave and join again.
-    fn lapsed(&mut self) {
-        self.epoch += 1;
-        self.joined = false;
-        for mailbox in self.seats.values() {
-            mailbox.tell(Told::AskAgain);
-        }
-    }
-}
-
-impl Seat {
-    /// How the next ask goes: whether the process has joined in this seat's epoch.
-    pub(crate) fn mode(&self) -> Mode {
-        let state = self.hub.state.lock();
-        let name = state.names.get(&self.inbox);
-        let known = name.is_some_and(|n| n.joined && n.epoch == self.epoch);
-        Mode::Wait { known }
-    }
-
-    /// Whether the process lapsed since this waiter joined: it must leave and join again.
-    pub(crate) fn stale(&self) -> bool {
-        let state = self.hub.state.lock();
-        state
-            .names
-            .get(&self.inbox)
-            .is_some_and(|n| n.epoch != self.epoch)
-    }
-
-    /// Joins the current epoch, once it has left the line.
-    pub(crate) fn rejoin(&mut self) {
-        let state = self.hub.state.lock();
-        if let Some(name) = state.names.get(&self.inbox) {
-            self.epoch = name.epoch;
-        }
-    }
-
-    /// The ask found it waiting: the process has joined.
-    pub(crate) fn joined(&self) {
-        let mut state = self.hub.state.lock();
-        if let Some(name) = state
-            .names
-            .get_mut(&self.inbox)
-            .filter(|n| n.epoch == self.epoch)
-        {
-            name.joined = true;
-        }
-    }
-
-    /// The ask found its process lapsed.
-    pub(crate) fn lapsed(&self) {
-        let mut state = self.hub.state.lock();
-        if let Some(name) = state
-            .names
-            .get_mut(&self.inbox)
-            .filter(|n| n.epoch == self.epoch)
-        {
-            name.lapsed();
-        }
-    }
-
-    /// The wake its thread needs to listen on this seat's inbox too, once: for the waiter to
-    /// send, on its own runtime.
-    pub(crate) fn wake(&mut self) -> Option<Request> {
-        self.wake.take()
-    }
-
-    /// It blocks: the hub's thread must run to bring its mail.
-    pub(crate) fn block(&self) -> std::io::Result<()> {
-        self.hub.start()
-    }
-}
-
-impl Listener {
-    /// The wake its thread needs to listen on this lock's signal too, once: for the waiter to
-    /// send, on its own runtime.
-    pub(crate) fn wake(&mut self) -> Option<Request> {
-        self.wake.take()
-    }
-
-    /// It blocks: the hub's thread must run to bring its signal.
-    pub(crate) fn block(&self) -> std::io::Result<()> {
-        self.hub.start()
-    }
-
-    /// It waits for its mail now: the hub may carry its try meanwhile. True when the hub
-    /// should be woken to carry it: it is first, and the `BLPOP` in flight carries nobody's.
-    pub(crate) fn waiting(&self) -> bool {
-        let state = self.hub.state.lock();
-        {
-            let mut carry = self.ear.carry.lock();
-            if matches!(*carry, Carry::OnItsOwn | Carry::Settled) {
-                *carry = Carry::Waiting;
-            }
-        }
-        let first = (state.signals.get(&self.signal))
-            .and_then(Signal::next)
-            .is_some_and(|ear| Arc::ptr_eq(&ear, &self.ear));
-        // A `BLPOP` not sent yet, or not on this lock yet, is sent again anyway.
-        let listened = state.listening.contains(&self.signal);
-        state.running
-            && listened
-            && !state.carrying
-            && state.signals.len() == 1
-            && first
-            && self.ear.tries_as.is_some()
-    }
-
-    /// Where its try is, its wait for mail over. Not carried, it is its own from now on.
-    pub(crate) fn heard(&self) -> Heard {
-        let mut carry = self.ear.carry.lock();
-        match std::mem::replace(&mut *carry, Carry::OnItsOwn) {
-            Carry::Carried { on } => {
-                *carry = Carry::Carried { on };
-                Heard::Carried(on)
-            }
-            Carry::Landed(landed) => Heard::Landed(landed),
-            _ => Heard::OnItsOwn,
-        }
-    }
-
-    /// Whether the hub carries its try now.
-    pub(crate) fn carried(&self) -> bool {
-        matches!(
-            *self.ear.carry.lock(),
-            Carry::Carried { .. } | Carry::Landed(_)
-        )
-    }
-
-    /// Where the hub carries its try now: `Some` with the connection it went out on.
-    pub(crate) fn carried_on(&self) -> Option<Option<ConnId>> {
-        match &*self.ear.carry.lock() {
-            Carry::Carried { on } => Some(*on),
-            Carry::Landed(Carried {
-                replies: Err(Fault::Lost { conn, .. }),
-                ..
-            }) => Some(*conn),
-            Carry::Landed(_) => Some(None),
-            _ => None,
-        }
-    }
-
-    /// It settles its carried try by itself, its reply not come in time: what lands later
-    /// is dropped.
-    pub(crate) fn settled(&self) {
-        *self.ear.carry.lock() = Carry::Settled;
-    }
-
-    /// The wake that ends the hub's `BLPOP` now, so that a try behind it runs now.
-    pub(crate) fn wake_hub(&self) -> Request {
-        queue::wake(&self.hub.home, self.hub.slot, WAKE_EXPIRE_MS)
-    }
-
-    /// Why the server refused to wait on its lock's signal, when it did.
-    pub(crate) fn refused(&self) -> Option<redis::ServerError> {
-        let state = self.hub.state.lock();
-        state.refused.get(&self.signal).map(|(e, _)| e.clone())
-    }
-
-    /// Leaves, without the lock: true if it owes a signal it was told and did not act on,
-    /// which no other waiter here can take, for the caller to push back now.
-    pub(crate) fn leave(mut self) -> bool {
-        self.part().is_some()
-    }
-
-    /// Out of its lock's waiters: a signal it was told and did not act on goes to the next
-    /// one here not told yet, or else is returned, with its hash slot, to be pushed back.
-    fn part(&mut self) -> Option<(String, u16)> {
-        let mut state = self.hub.state.lock();
-        let told = self.ear.mailbox.take();
-        // A try the hub carries for it is given back by the hub when it lands; one landed
-        // already, now.
-        let landed = {
-            let mut carry = self.ear.carry.lock();
-            match std::mem::replace(&mut *carry, Carry::OnItsOwn) {
-                Carry::Carried { .. } => {
-                    *carry = Carry::Gone;
-                    None
-                }
-                Carry::Landed(carried) => Some(carried),
-                _ => None,
-            }
-        };
-        if let Some(carried) = landed {
-            let conn = match carried.replies {
-                Err(Fault::Lost { conn, .. }) => conn,
-                _ => None,
-            };
-            state.give_backs.push((self.ear.gives_back.clone(), conn));
-        }
-        let signal = state.signals.get_mut(&self.signal)?;
-        signal.seats.remove(&self.arrival);
-        let slot = signal.slot;
-        let next = (signal.seats.values())
-            .find(|e| !e.mailbox.is_told())
-            .map(|e| Arc::clone(&e.mailbox));
-        if signal.seats.is_empty() {
-            state.signals.remove(&self.signal);
-            state.refused.remove(&self.signal);
-        }
-        // A wake for the connection's fault, like a signal, asks one more waiter to try: at
-        // worst a waiter tries once more than it needed to.
-        told?;
-        match next {
-            Some(next) => {
-                next.tell(Told::AskAgain);
-                None
-            }
-            None => Some((self.signal.clone(), slot)),
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        // Left without a word (a future dropped, a lock taken by a try of its own): the hub
-        // pushes back what it owes, and gives back what a carried try took, at the end of its
-        // `BLPOP` at the latest.
-        let owed = self.part();
-        let mut state = self.hub.state.lock();
-        if let Some(owed) = owed {
-            state.owed.push(owed);
-        }
-        let pending = !state.owed.is_empty() || !state.give_backs.is_empty();
-        drop(state);
-        if pending && let Err(e) = self.hub.start() {
-            log::error!("{}: a wake-up owed is not pushed back: {e}", self.signal);
-        }
-    }
-}
-
-impl Drop for Seat {
-    fn drop(&mut self) {
-        let mut state = self.hub.state.lock();
-        let Some(name) = state.names.get_mut(&self.inbox) else {
-            return;
-        };
-        name.seats.remove(&self.waiter);
-        if name.seats.is_empty() {
-            state.names.remove(&self.inbox);
-            state.refused.remove(&self.inbox);
         }
     }
 }

@@ -1,0 +1,154 @@
+//! The queue engine's waiters at the hub: one primitive's waiters of the process, their
+//! epoch (a new one when the process is found lapsed) and their heartbeat's schedule.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Hub, Mailbox, Told};
+use crate::protocol::keys::QueueKeys;
+use crate::protocol::queue::Mode;
+use crate::protocol::request::Request;
+
+/// One primitive's waiters of this process.
+pub(super) struct Name {
+    pub(super) keys: QueueKeys,
+    /// The shortest lapse window of its waiters: a heartbeat every half of it.
+    pub(super) lapse: Duration,
+    pub(super) beat_due: Instant,
+    /// Bumped when the process is found lapsed there: its waiters join again.
+    pub(super) epoch: u64,
+    /// Whether the process has joined its queue in this epoch, so that a heartbeat found
+    /// gone means it lapsed.
+    pub(super) joined: bool,
+    pub(super) seats: HashMap<String, Arc<Mailbox>>,
+}
+
+/// A waiter's place at its hub, from before its first ask to the end of its wait.
+pub(crate) struct Seat {
+    hub: Arc<Hub>,
+    inbox: String,
+    waiter: String,
+    epoch: u64,
+    pub(crate) mailbox: Arc<Mailbox>,
+    /// See [`Seat::wake`].
+    wake: Option<Request>,
+}
+
+impl Name {
+    /// The process lapsed here: a new epoch, whose waiters leave and join again.
+    pub(super) fn lapsed(&mut self) {
+        self.epoch += 1;
+        self.joined = false;
+        for mailbox in self.seats.values() {
+            mailbox.tell(Told::AskAgain);
+        }
+    }
+}
+
+impl Seat {
+    /// How the next ask goes: whether the process has joined in this seat's epoch.
+    pub(crate) fn mode(&self) -> Mode {
+        let state = self.hub.state.lock();
+        let name = state.names.get(&self.inbox);
+        let known = name.is_some_and(|n| n.joined && n.epoch == self.epoch);
+        Mode::Wait { known }
+    }
+
+    /// Whether the process lapsed since this waiter joined: it must leave and join again.
+    pub(crate) fn stale(&self) -> bool {
+        let state = self.hub.state.lock();
+        state
+            .names
+            .get(&self.inbox)
+            .is_some_and(|n| n.epoch != self.epoch)
+    }
+
+    /// Joins the current epoch, once it has left the line.
+    pub(crate) fn rejoin(&mut self) {
+        let state = self.hub.state.lock();
+        if let Some(name) = state.names.get(&self.inbox) {
+            self.epoch = name.epoch;
+        }
+    }
+
+    /// The ask found it waiting: the process has joined.
+    pub(crate) fn joined(&self) {
+        let mut state = self.hub.state.lock();
+        if let Some(name) = state
+            .names
+            .get_mut(&self.inbox)
+            .filter(|n| n.epoch == self.epoch)
+        {
+            name.joined = true;
+        }
+    }
+
+    /// The ask found its process lapsed.
+    pub(crate) fn lapsed(&self) {
+        let mut state = self.hub.state.lock();
+        if let Some(name) = state
+            .names
+            .get_mut(&self.inbox)
+            .filter(|n| n.epoch == self.epoch)
+        {
+            name.lapsed();
+        }
+    }
+
+    /// The wake its thread needs to listen on this seat's inbox too, once: for the waiter to
+    /// send, on its own runtime.
+    pub(crate) fn wake(&mut self) -> Option<Request> {
+        self.wake.take()
+    }
+
+    /// It blocks: the hub's thread must run to bring its mail.
+    pub(crate) fn block(&self) -> std::io::Result<()> {
+        self.hub.start()
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut state = self.hub.state.lock();
+        let Some(name) = state.names.get_mut(&self.inbox) else {
+            return;
+        };
+        name.seats.remove(&self.waiter);
+        if name.seats.is_empty() {
+            state.names.remove(&self.inbox);
+            state.refused.remove(&self.inbox);
+        }
+    }
+}
+
+impl Hub {
+    /// A seat for waiter `waiter` (its id made with [`queue::waiter_id`]) in the queue of
+    /// `keys`, whose entry lapses after `lapse` without a heartbeat.
+    pub(crate) fn seat(self: &Arc<Hub>, keys: &QueueKeys, waiter: &str, lapse: Duration) -> Seat {
+        let inbox = keys.signal(&self.process);
+        let mailbox = Arc::new(Mailbox::default());
+        let mut state = self.state.lock();
+        let new_name = !state.names.contains_key(&inbox);
+        let name = state.names.entry(inbox.clone()).or_insert_with(|| Name {
+            keys: keys.clone(),
+            lapse,
+            beat_due: Instant::now() + lapse / 2,
+            epoch: 0,
+            joined: false,
+            seats: HashMap::new(),
+        });
+        name.lapse = name.lapse.min(lapse);
+        name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
+        let epoch = name.epoch;
+        let wake = self.wake(&state, new_name);
+        Seat {
+            hub: Arc::clone(self),
+            inbox,
+            waiter: waiter.to_owned(),
+            epoch,
+            mailbox,
+            wake,
+        }
+    }
+}
