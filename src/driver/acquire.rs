@@ -307,18 +307,18 @@ impl<R: Runtime> Inner<R> {
         if listener.leave() {
             self.pass_on(wait).await;
         }
-        self.unlisten(wait).await;
+        self.unlisten(self.io_deadline(wait)).await;
     }
 
     /// When the process's hub still blocks on the lock's signal list with no waiter of it
     /// left here, wakes it and waits until any signal it popped there has been pushed back,
-    /// so that the process may exit without swallowing another process's wake-up (by the
-    /// I/O deadline; a hub that cannot be reached pushes nothing back either way).
-    pub(super) async fn unlisten(&self, wait: Wait) {
+    /// so that the process may exit without swallowing another process's wake-up: by
+    /// `deadline`, the calling release's or wait's own (a hub that cannot be reached pushes
+    /// nothing back either way).
+    pub(super) async fn unlisten(&self, deadline: Instant) {
         let Some((wake, settled)) = self.hub.lingering(&self.keys.signal) else {
             return;
         };
-        let deadline = self.io_deadline(wait);
         match send(&*self.transport, &wake, deadline).await {
             Ok(_) => {
                 R::mail(&settled, Some(deadline), &CancelToken::new()).await;

@@ -109,7 +109,8 @@ impl<R: Runtime> Inner<R> {
             }
         };
         self.lease_changed();
-        self.unlisten(Wait::Never).await;
+        // Within the release's own deadline, not one more I/O timeout after it.
+        self.unlisten(deadline).await;
         outcome
     }
 
@@ -117,13 +118,11 @@ impl<R: Runtime> Inner<R> {
     /// at its expiry.
     pub(crate) async fn unlock_quietly(&self) {
         let request = self.leasing.release();
-        if let Err(e) = self
-            .call_again(&request, self.io_deadline(Wait::Never))
-            .await
-        {
+        let deadline = self.io_deadline(Wait::Never);
+        if let Err(e) = self.call_again(&request, deadline).await {
             log::error!("lock {:?}: release failed: {e}", self.name());
         }
-        self.unlisten(Wait::Never).await;
+        self.unlisten(deadline).await;
     }
 
     /// Gives the lock a new expiry: `expire`, or the configured one when `None`.
