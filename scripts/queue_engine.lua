@@ -32,9 +32,11 @@ local function read(k, ...)
     CHECKED[k] = true
     local reply = redis.pcall(...)
     if type(reply) == "table" and reply.err then
-        -- Any other refusal (a missing ACL right) is the script's error, not a corrupt key.
+        -- Any other refusal (a missing ACL right) is the script's error, not a corrupt key:
+        -- raised by running the read again with `redis.call`, whose error every server
+        -- passes on as it is (Redis 6.2 garbles an error table raised by the script itself).
         if not string.find(reply.err, "WRONGTYPE", 1, true) then
-            error(reply)
+            return redis.call(...)
         end
         return nil, {-1, k, "it is not a " .. KINDS[k] .. ": " .. reply.err}
     end
