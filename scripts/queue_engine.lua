@@ -332,9 +332,14 @@ local function apply(s, grants, me)
         end
     end
     local left_queue = #s.lapsed > 0
+    -- Whether a waiter granted from the line holds a lease that ends before its heartbeat
+    -- lapses: the waiter behind it timed its next ask to that lapse, and would be late if
+    -- the new holder crashed.
+    local short = false
     for _, g in ipairs(grants) do
         if g.queued then
             left_queue = true
+            short = short or (g.lease > 0 and NOW + g.lease < g.beat)
             redis.call("zrem", KEYS[3], g.id)
             redis.call("hdel", KEYS[5], g.id)
             if process(g.id) == g.id then
@@ -367,6 +372,16 @@ local function apply(s, grants, me)
                 redis.call("lpush", list, int(g.token) .. ":" .. expiry .. ":" .. g.id)
             end
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
+        end
+    end
+    if short then
+        -- The new head of the line asks again, to time itself to the holders' expiry.
+        local head = redis.call("zrange", KEYS[3], 0, 0)[1]
+        local beat = head and live_beat(s, head)
+        if beat and process(head) ~= head then
+            local list = KEYS[8] .. process(head)
+            redis.call("rpush", list, "head:" .. head)
+            redis.call("pexpire", list, int(math.max(1, beat - NOW)))
         end
     end
     if left_queue and redis.call("zcard", KEYS[3]) == 0 then

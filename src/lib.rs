@@ -1098,6 +1098,7 @@ pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
 pub use inspect::reset_all::reset_all;
+pub use protocol::election::Leader;
 
 /// The `redis` crate this library is built against.
 ///

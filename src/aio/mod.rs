@@ -42,6 +42,7 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
+mod election;
 pub mod inspect;
 mod lock;
 mod reset_all;
@@ -50,6 +51,7 @@ mod semaphore;
 mod turn;
 
 pub use cache::Cache;
+pub use election::{Election, Leadership, Watch};
 pub use lock::{with_lock, Lock, LockGuard};
 pub use reset_all::reset_all;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

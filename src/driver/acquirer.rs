@@ -15,6 +15,7 @@ use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask};
+use crate::protocol::request::Request;
 use crate::transport::send::send_repeatable;
 use crate::transport::Transport;
 use crate::{CancelToken, Error};
@@ -22,13 +23,13 @@ use crate::{CancelToken, Error};
 /// A queue primitive's handle, as its acquisitions see it.
 pub(crate) struct Acquirer<R: Runtime> {
     pub(crate) settings: Settings,
-    transport: Arc<R::Transport>,
+    pub(crate) transport: Arc<R::Transport>,
     pub(crate) keys: QueueKeys,
     pub(crate) capacity: u64,
     /// How many acquisitions this handle has made: a part of their ids.
     made: AtomicU64,
     /// The process's hub on the primitive's server, whose process id ends the ids.
-    hub: Arc<Hub>,
+    pub(crate) hub: Arc<Hub>,
 }
 
 /// One acquisition held, of any primitive: given back by [`Acquisition::release`] or when
@@ -38,6 +39,8 @@ pub(crate) struct Acquisition<R: Runtime> {
     epoch: u64,
     /// Whether dropping it gives it back: not once it has been released.
     armed: bool,
+    /// What to send once it has been given back (an election's vacating).
+    then: Option<Box<Request>>,
 }
 
 impl<R: Runtime> Acquirer<R> {
@@ -114,6 +117,7 @@ impl<R: Runtime> Acquisition<R> {
                 inner,
                 epoch,
                 armed: true,
+                then: None,
             }))
         };
         R::apart(&name, cancel, acquire).await
@@ -121,6 +125,16 @@ impl<R: Runtime> Acquisition<R> {
 
     pub(crate) fn lost(&self) -> bool {
         self.inner.lost_since(self.epoch)
+    }
+
+    /// Its id in the primitive's keys.
+    pub(crate) fn id(&self) -> &str {
+        &self.inner.settings.id
+    }
+
+    /// Sends `request` (safe to send again) once it has been given back, by either way.
+    pub(crate) fn then_send(&mut self, request: Request) {
+        self.then = Some(Box::new(request));
     }
 
     pub(crate) fn fencing_token(&self) -> Option<u64> {
@@ -138,7 +152,10 @@ impl<R: Runtime> Acquisition<R> {
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         let released = self.inner.release(Some(self.epoch)).await;
         self.armed = false;
-        released
+        match (released, self.then.take()) {
+            (Ok(()), Some(then)) => send_after(&self.inner, &then).await,
+            (released, _) => released,
+        }
     }
 
     /// Keeps `units` of what it holds and gives back the rest (a write lock downgraded to a
@@ -163,21 +180,45 @@ impl<R: Runtime> Drop for Acquisition<R> {
         if !self.armed {
             return;
         }
-        let (inner, epoch) = (Arc::clone(&self.inner), self.epoch);
-        let again = Arc::clone(&inner);
-        R::on_drop(released(inner, epoch, false), move || {
-            released(again, epoch, true)
+        let (inner, epoch, then) = (Arc::clone(&self.inner), self.epoch, self.then.take());
+        let (again, then_again) = (Arc::clone(&inner), then.clone());
+        R::on_drop(released(inner, epoch, then, false), move || {
+            released(again, epoch, then_again, true)
         });
     }
 }
 
-/// Releases acquisition `epoch` of `inner` for a lease dropped unreleased, logging a failure;
-/// `again` after an attempt its runtime dropped, which may have released it already.
-async fn released<R: Runtime>(inner: Arc<Inner<R>>, epoch: u64, again: bool) {
-    match inner.release(Some(epoch)).await {
-        Ok(()) => {}
-        Err(Error::NotAcquired { .. }) if again => {}
-        Err(e @ Error::NotAcquired { .. }) => log::warn!("{:?}: on drop: {e}", inner.name()),
-        Err(e) => log::error!("{:?}: release on drop failed: {e}", inner.name()),
+/// Releases acquisition `epoch` of `inner` for a lease dropped unreleased, then sends `then`,
+/// logging a failure; `again` after an attempt its runtime dropped, which may have released
+/// it already.
+async fn released<R: Runtime>(
+    inner: Arc<Inner<R>>,
+    epoch: u64,
+    then: Option<Box<Request>>,
+    again: bool,
+) {
+    let released = match inner.release(Some(epoch)).await {
+        Ok(()) => true,
+        Err(Error::NotAcquired { .. }) if again => true,
+        Err(e @ Error::NotAcquired { .. }) => {
+            log::warn!("{:?}: on drop: {e}", inner.name());
+            false
+        }
+        Err(e) => {
+            log::error!("{:?}: release on drop failed: {e}", inner.name());
+            false
+        }
+    };
+    if let (true, Some(then)) = (released, then)
+        && let Err(e) = send_after(&inner, &then).await
+    {
+        log::error!("{:?}: after the release on drop: {e}", inner.name());
     }
+}
+
+/// Sends `then` after a release of `inner`, by the I/O timeout.
+async fn send_after<R: Runtime>(inner: &Inner<R>, then: &Request) -> Result<(), Error> {
+    let deadline = Instant::now() + inner.settings.io_timeout;
+    send_repeatable(&*inner.transport, then, deadline).await?;
+    Ok(())
 }

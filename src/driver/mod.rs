@@ -16,6 +16,7 @@ mod acquire;
 mod acquire_line;
 pub(crate) mod acquirer;
 pub(crate) mod blocking;
+pub(crate) mod election;
 mod hold;
 pub(crate) mod hub;
 mod leasing;

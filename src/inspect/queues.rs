@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::{Batches, Deadlines};
 use crate::backend::{transport_of, Backend};
 use crate::observe;
+use crate::protocol::election;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue;
@@ -191,7 +192,7 @@ pub(super) struct Primitives<'a, T: ?Sized> {
     transport: &'a T,
     deadline: Deadlines,
     /// The kinds still to scan for.
-    kinds: std::array::IntoIter<Primitive, 3>,
+    kinds: std::array::IntoIter<Primitive, 4>,
     /// The scan for the kind under way (at first, over no primaries).
     batches: Batches<'a, T>,
     /// The primitives of its last batch, still to hand out.
@@ -290,6 +291,12 @@ pub fn reset_queue(
     let transport = transport_of(backend)?;
     let reply = now(send_repeatable(&*transport, &request, deadline.next()))?;
     let removed = queue::parse_reset(&keys, reply.first())?;
+    if kind == Primitive::Election {
+        // With nobody granted in the leader's place, its watchers hear that nobody leads.
+        let vacate = election::vacate(&keys, None);
+        let reply = now(send_repeatable(&*transport, &vacate, deadline.next()))?;
+        election::parse_done(&keys, reply.first())?;
+    }
     log::info!("{:?} {name:?}: reset {removed} holders", kind);
     Ok(removed)
 }

@@ -289,6 +289,11 @@ impl QueueKeys {
         format!("{}{id}", self.signals)
     }
 
+    /// An election's leader record (`election_*.lua`'s `KEYS[10]`).
+    pub(crate) fn leader(&self) -> String {
+        format!("{}leader", self.base())
+    }
+
     /// The scripts' `KEYS`, in their order.
     pub(crate) fn all(&self) -> [&str; 9] {
         [

@@ -31,11 +31,18 @@ pub enum Primitive {
     /// A read-write lock (`rwlock:{name}:*`, or `rwlock:=name:*`): a reader holds 1 unit, a
     /// writer [`WRITER_UNITS`](crate::inspect::WRITER_UNITS), all of them.
     RwLock,
+    /// A leader election ([`Election`](crate::Election); `election:{name}:*`, or
+    /// `election:=name:*`): a capacity of 1, whose holder leads.
+    Election,
 }
 
 impl Primitive {
-    pub(crate) const ALL: [Primitive; 3] =
-        [Primitive::Semaphore, Primitive::FairLock, Primitive::RwLock];
+    pub(crate) const ALL: [Primitive; 4] = [
+        Primitive::Semaphore,
+        Primitive::FairLock,
+        Primitive::RwLock,
+        Primitive::Election,
+    ];
 
     /// Its name in keys, logs and redis-lock's output.
     ///
@@ -49,11 +56,12 @@ impl Primitive {
             Primitive::Semaphore => "semaphore",
             Primitive::FairLock => "fair-lock",
             Primitive::RwLock => "rwlock",
+            Primitive::Election => "election",
         }
     }
 
     /// What `units` of it are, in words: "2 permits", "write", "read"; empty where a hold is
-    /// all there is (a fair lock).
+    /// all there is (a fair lock, an election).
     ///
     /// ```
     /// use redis_blpop_lock::inspect::{Primitive, WRITER_UNITS};
@@ -67,7 +75,7 @@ impl Primitive {
             Primitive::RwLock => "read".into(),
             Primitive::Semaphore if units == 1 => "1 permit".into(),
             Primitive::Semaphore => format!("{units} permits"),
-            Primitive::FairLock => String::new(),
+            Primitive::FairLock | Primitive::Election => String::new(),
         }
     }
 
@@ -80,7 +88,7 @@ impl Primitive {
                 Err(Error::invalid("a semaphore needs at least 1 permit"))
             }
             Primitive::Semaphore => Ok(u64::from(permits)),
-            Primitive::FairLock => Ok(1),
+            Primitive::FairLock | Primitive::Election => Ok(1),
             Primitive::RwLock => Ok(WRITER_UNITS),
         }
     }

@@ -23,7 +23,7 @@ use super::scripts::{
 use crate::Error;
 
 /// The largest count or time in milliseconds a script takes: 15 digits stay exact in Lua.
-const MAX_NUMBER: u64 = 999_999_999_999_999;
+pub(crate) const MAX_NUMBER: u64 = 999_999_999_999_999;
 
 /// One acquisition's request: who asks, for how much of what, held for how long.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ impl Ask {
 }
 
 /// `d` in whole milliseconds, rounded up, if a script takes it.
-fn whole_ms(d: Duration) -> Option<u64> {
+pub(crate) fn whole_ms(d: Duration) -> Option<u64> {
     let ms = u64::try_from(d.as_nanos().div_ceil(1_000_000)).ok()?;
     (ms <= MAX_NUMBER).then_some(ms)
 }
@@ -130,7 +130,7 @@ fn script(keys: &QueueKeys, script: &'static Script, args: &[&[u8]]) -> Request 
         .on_slot(keys.slot)
 }
 
-fn num(n: u64) -> Vec<u8> {
+pub(crate) fn num(n: u64) -> Vec<u8> {
     n.to_string().into_bytes()
 }
 
@@ -191,7 +191,8 @@ pub(crate) fn parse_beat(keys: &QueueKeys, reply: &Value) -> Result<Option<u64>,
     }
 }
 
-/// What a process's inbox holds: a grant to one of its waiters, or a wake for them all.
+/// What a process's inbox holds: a grant to one of its waiters, a wake for them all, or an
+/// election's word that its leader changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Mail {
     /// Waiter `waiter` was granted, with this fencing token, held until `expiry` (server ms)
@@ -203,6 +204,11 @@ pub(crate) enum Mail {
     },
     /// `reset_all` took every entry away (or the process's own wake): its waiters ask again.
     Wake,
+    /// The leader of the election changed: its watchers read it again.
+    Watch,
+    /// Waiter `0` is first in line now, behind a holder whose lease ends before the heartbeat
+    /// it had timed its next ask to: it asks again.
+    Head(String),
 }
 
 /// An element popped from a process's inbox: `<token>:<expiry>:<waiter id>`, or anything else
@@ -217,7 +223,12 @@ pub(crate) fn parse_mail(element: &[u8]) -> Mail {
             waiter: waiter.to_owned(),
         })
     });
-    granted.unwrap_or(Mail::Wake)
+    match (granted, text.strip_prefix("head:")) {
+        (Some(granted), _) => granted,
+        (None, Some(waiter)) => Mail::Head(waiter.to_owned()),
+        (None, None) if element == b"watch" => Mail::Watch,
+        (None, None) => Mail::Wake,
+    }
 }
 
 /// Gives back what `ask`'s id holds (`queue_release.lua`): [`parse_held`] says whether it held.
@@ -418,7 +429,7 @@ fn int(value: &Value) -> Option<i64> {
 }
 
 /// A script's array reply; a corrupt key's `{-1, k, reason}` and error replies as errors.
-fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value], Error> {
+pub(crate) fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value], Error> {
     match reply {
         Value::Array(items) => match items.as_slice() {
             [Value::Int(-1), Value::Int(k), Value::BulkString(reason)] => Err(Error::Corrupt {
@@ -664,6 +675,11 @@ mod tests {
             }
         );
         assert_eq!(parse_mail(b"reset"), Mail::Wake);
+        assert_eq!(parse_mail(b"watch"), Mail::Watch);
+        assert_eq!(
+            parse_mail(b"head:w:3@0123456789abcdef"),
+            Mail::Head("w:3@0123456789abcdef".into())
+        );
         assert_eq!(parse_mail(b"12:w:3"), Mail::Wake);
         assert_eq!(parse_mail(b"x:1:w"), Mail::Wake);
     }

@@ -96,3 +96,8 @@ pub(crate) static QUEUE_RESET: LazyLock<Script> =
 pub(crate) static QUEUE_STATE: LazyLock<Script> =
     queue_script!("queue_engine.lua", "queue_state.lua");
 pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> = queue_script!("queue_reset_all.lua");
+pub(crate) static ELECTION_ANNOUNCE: LazyLock<Script> =
+    queue_script!("election_watchers.lua", "election_announce.lua");
+pub(crate) static ELECTION_VACATE: LazyLock<Script> =
+    queue_script!("election_watchers.lua", "election_vacate.lua");
+pub(crate) static ELECTION_READ: LazyLock<Script> = queue_script!("election_read.lua");

@@ -10,6 +10,7 @@
 //! imports, re-exported by the API's file; what only one API has stays in that file.
 
 pub(crate) mod cache;
+pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

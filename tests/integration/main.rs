@@ -29,6 +29,7 @@ mod cache;
 mod chaos;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod election;
 // The `redis-lock` binary is built only with this feature.
 #[cfg(feature = "cli")]
 mod cli;
@@ -82,6 +83,7 @@ fn child_process_role() {
         "aio_seams::main_returns" => aio_seams::main_returns(&client, &args),
         "chaos::contend" => chaos::contend(&client, &args),
         "cache::compute" => cache::compute_until_killed(&client, &args),
+        "election::candidate" => election::candidate(&client, &args),
         #[cfg(feature = "cluster")]
         "cluster::increment" => cluster::increment(&client, &args),
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),

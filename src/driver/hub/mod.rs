@@ -30,6 +30,7 @@
 
 mod listener;
 mod seat;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Weak};
@@ -52,6 +53,7 @@ pub(crate) use listener::{Carried, Heard, Listener};
 use listener::{Carry, Ear, Signal};
 use seat::Name;
 pub(crate) use seat::Seat;
+pub(crate) use watch::Watching;
 
 /// The hubs alive, by transport and hash slot.
 static HUBS: LazyLock<Mutex<Vec<Weak<Hub>>>> = LazyLock::new(Default::default);
@@ -250,13 +252,14 @@ impl Hub {
     }
 
     /// Tells every waiter of the inboxes `which` (all, and every listener, with `None`)
-    /// `told`.
-    fn tell_all(state: &State, which: Option<&str>, told: Told) {
-        for (inbox, name) in &state.names {
+    /// `told`; their watchers read the leader again.
+    fn tell_all(state: &mut State, which: Option<&str>, told: Told) {
+        for (inbox, name) in &mut state.names {
             if which.is_none_or(|w| w == inbox) {
                 for mailbox in name.seats.values() {
                     mailbox.tell(told);
                 }
+                name.watch.look_now();
             }
         }
         if which.is_none() {
@@ -311,7 +314,9 @@ impl Hub {
                 state.listening.clone_from(&listening);
                 let beat_due = state.names.values().map(|n| n.beat_due).min();
                 let listen_end = Instant::now() + LISTEN_MAX;
-                let due = beat_due.map_or(listen_end, |due| due.min(listen_end));
+                let due = (beat_due.into_iter())
+                    .chain(Hub::watch_due(&state))
+                    .fold(listen_end, Instant::min);
                 let keys: Vec<String> = std::iter::once(self.home.clone())
                     .chain(listening)
                     .collect();
@@ -322,6 +327,7 @@ impl Hub {
             };
             if due <= Instant::now() {
                 self.beat_all(&mut conn);
+                self.read_watches(&mut conn);
                 continue;
             }
             let carried = self.carry(&signals);
@@ -348,7 +354,7 @@ impl Hub {
                 Err(Failed::Io(e)) => {
                     log::debug!("the waiting connection failed ({e}); its waiters ask again");
                     self.lose(&mut conn);
-                    Hub::tell_all(&self.state.lock(), None, Told::AskAgain);
+                    Hub::tell_all(&mut self.state.lock(), None, Told::AskAgain);
                     // ok: a backoff before connecting again to a server that is away; the
                     // waiters keep their own deadlines meanwhile, asking on their own.
                     std::thread::sleep(pause);
@@ -572,7 +578,18 @@ impl Hub {
                     mailbox.tell(Told::Granted(token, self.date(expiry)));
                 }
             }
-            Mail::Wake => Hub::tell_all(&state, Some(inbox), Told::AskAgain),
+            Mail::Wake => Hub::tell_all(&mut state, Some(inbox), Told::AskAgain),
+            Mail::Head(waiter) => {
+                let seat = state.names.get(inbox).and_then(|n| n.seats.get(&waiter));
+                if let Some(mailbox) = seat {
+                    mailbox.tell(Told::AskAgain);
+                }
+            }
+            Mail::Watch => {
+                if let Some(name) = state.names.get_mut(inbox) {
+                    name.watch.look_now();
+                }
+            }
         }
     }
 
@@ -616,8 +633,12 @@ impl Hub {
             };
             match live {
                 Ok(true) => name.beat_due = now + name.lapse / 2,
-                // Never joined in this epoch: nothing to prove yet.
-                Ok(false) if !name.joined => name.beat_due = now + name.lapse / 2,
+                // Never joined in this epoch: nothing to prove yet, but a watcher's read
+                // makes its heartbeat again.
+                Ok(false) if !name.joined => {
+                    name.beat_due = now + name.lapse / 2;
+                    name.watch.look_now();
+                }
                 Ok(false) => {
                     name.beat_due = now + name.lapse / 2;
                     name.lapsed();

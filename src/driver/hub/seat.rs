@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::watch::Watch;
 use super::{Hub, Mailbox, Told};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::Mode;
@@ -22,6 +23,8 @@ pub(super) struct Name {
     /// gone means it lapsed.
     pub(super) joined: bool,
     pub(super) seats: HashMap<String, Arc<Mailbox>>,
+    /// An election's watchers of this process.
+    pub(super) watch: Watch,
 }
 
 /// A waiter's place at its hub, from before its first ask to the end of its wait.
@@ -36,6 +39,23 @@ pub(crate) struct Seat {
 }
 
 impl Name {
+    pub(super) fn new(keys: &QueueKeys, lapse: Duration) -> Name {
+        Name {
+            keys: keys.clone(),
+            lapse,
+            beat_due: Instant::now() + lapse / 2,
+            epoch: 0,
+            joined: false,
+            seats: HashMap::new(),
+            watch: Watch::default(),
+        }
+    }
+
+    /// Whether no waiter and no watcher of this process is left here.
+    pub(super) fn is_empty(&self) -> bool {
+        self.seats.is_empty() && self.watch.is_empty()
+    }
+
     /// The process lapsed here: a new epoch, whose waiters leave and join again.
     pub(super) fn lapsed(&mut self) {
         self.epoch += 1;
@@ -43,6 +63,8 @@ impl Name {
         for mailbox in self.seats.values() {
             mailbox.tell(Told::AskAgain);
         }
+        // Its heartbeat is gone, and with it the announcements: its watchers look again.
+        self.watch.look_now();
     }
 }
 
@@ -115,7 +137,7 @@ impl Drop for Seat {
             return;
         };
         name.seats.remove(&self.waiter);
-        if name.seats.is_empty() {
+        if name.is_empty() {
             state.names.remove(&self.inbox);
             state.refused.remove(&self.inbox);
         }
@@ -130,14 +152,7 @@ impl Hub {
         let mailbox = Arc::new(Mailbox::default());
         let mut state = self.state.lock();
         let new_name = !state.names.contains_key(&inbox);
-        let name = state.names.entry(inbox.clone()).or_insert_with(|| Name {
-            keys: keys.clone(),
-            lapse,
-            beat_due: Instant::now() + lapse / 2,
-            epoch: 0,
-            joined: false,
-            seats: HashMap::new(),
-        });
+        let name = (state.names.entry(inbox.clone())).or_insert_with(|| Name::new(keys, lapse));
         name.lapse = name.lapse.min(lapse);
         name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
         let epoch = name.epoch;

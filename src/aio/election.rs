@@ -1,0 +1,35 @@
+//! The async [`Election`]: the election shell ([`crate::shell::election`]) on tokio, and its
+//! watch's `changed().await`.
+
+use crate::Leader;
+
+crate::shell::for_api!(election, aio);
+
+impl Watch {
+    /// Resolves when the leader changes (at first: the leader now), with the leader from then
+    /// on, `None` while nobody leads. Safe to drop at its `.await`: no change is lost.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let election = redis_blpop_lock::aio::Election::new(&client, "scheduler")?;
+    /// let mut watch = election.watch().await?;
+    /// loop {
+    ///     match watch.changed().await {
+    ///         Some(leader) => println!("{} leads (term {})", leader.info, leader.term),
+    ///         None => println!("nobody leads"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn changed(&mut self) -> Option<Leader> {
+        let watcher = &self.watching.watcher;
+        loop {
+            // A change pushed after this look stores a permit the `notified` below takes.
+            if let Some(leader) = watcher.take() {
+                return leader;
+            }
+            watcher.notify.notified().await;
+        }
+    }
+}

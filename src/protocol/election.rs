@@ -1,0 +1,229 @@
+//! Leader election on the queue engine: a campaign is a wait for the one unit of an election
+//! (`Primitive::Election`), so candidates lead in the order they campaigned, and the term is
+//! the grant's fencing token. What the engine does not know is the leader's record (its info
+//! and since when it leads) and who watches: the new leader announces itself
+//! (`election_announce.lua`), a resigning one leaves the election empty when nobody was
+//! granted in its place (`election_vacate.lua`), and both push a "watch" to the inbox of every
+//! process whose heartbeat is live there; a watching process reads the leader
+//! (`election_read.lua`), which also keeps its heartbeat. No I/O here.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+use super::keys::QueueKeys;
+use super::queue::{array, num, whole_ms, MAX_NUMBER};
+use super::request::Request;
+use super::scripts::{Script, ELECTION_ANNOUNCE, ELECTION_READ, ELECTION_VACATE};
+use crate::Error;
+
+/// The leader of an election, as [`Election::leader`](crate::Election::leader) reads it and
+/// a watch reports it.
+///
+/// ```
+/// # fn show(leader: &redis_blpop_lock::Leader) {
+/// println!("{} leads (term {}): {}", leader.id, leader.term, leader.info);
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// Its leadership's id (the campaigning handle's id, a count and its process).
+    pub id: String,
+    /// What it published when it took office (an address, a host name), maybe empty.
+    pub info: String,
+    /// Its term: the fencing token of its grant, larger for every new leader.
+    pub term: u64,
+    /// When it took office, by the server's clock.
+    pub since: SystemTime,
+}
+
+/// What a read of the election found: the leader, and when to look again by itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) leader: Option<Leader>,
+    /// When the lease of whoever holds ends, from the read (`None`: never, or nobody holds):
+    /// a leader that crashed with no successor waiting is gone then, and nobody says so.
+    pub(crate) look_again: Option<Duration>,
+    /// Nobody leads, but someone is about to: a candidate was granted and has not announced
+    /// itself yet, or candidates wait in line while a crashed leader's lease just ended.
+    pub(crate) handing_over: bool,
+}
+
+/// The election's keys, as its scripts take them: the engine's, then the leader's record.
+fn key_names(keys: &QueueKeys) -> Vec<Vec<u8>> {
+    (keys.all().iter().map(|k| k.as_bytes().to_vec()))
+        .chain(std::iter::once(keys.leader().into_bytes()))
+        .collect()
+}
+
+fn script(keys: &QueueKeys, script: &'static Script, args: &[&[u8]]) -> Request {
+    let names = key_names(keys);
+    let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+    Request::repeatable(Vec::new())
+        .with_script(script, &names, args)
+        .on_slot(keys.slot)
+}
+
+/// Leader `id`'s announcement of term `term`, with `info`: [`parse_done`] says whether it
+/// still held that term.
+pub(crate) fn announce(keys: &QueueKeys, id: &str, term: u64, info: &str) -> Request {
+    script(
+        keys,
+        &ELECTION_ANNOUNCE,
+        &[id.as_bytes(), &num(term), info.as_bytes()],
+    )
+}
+
+/// Leaves the election without a leader if term `term` (`None`: whichever) ended with nobody
+/// granted in its place: [`parse_done`] says whether it did.
+pub(crate) fn vacate(keys: &QueueKeys, term: Option<u64>) -> Request {
+    let term = term.map(num).unwrap_or_default();
+    script(keys, &ELECTION_VACATE, &[&term])
+}
+
+/// A read of the leader.
+pub(crate) fn read(keys: &QueueKeys) -> Request {
+    script(keys, &ELECTION_READ, &[b"", b"0"])
+}
+
+/// A read of the leader by watching process `process`, with its heartbeat for `lapse` (sent
+/// as text: its waiting connection sends it, which answers nothing else, as a heartbeat).
+pub(crate) fn watcher_read(keys: &QueueKeys, process: &str, lapse: Duration) -> Request {
+    let ms = whole_ms(lapse).unwrap_or(MAX_NUMBER).max(2);
+    let names = key_names(keys);
+    let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+    let eval = ELECTION_READ.eval(&names, &[process.as_bytes(), &num(ms)]);
+    Request::repeatable(vec![eval]).on_slot(keys.slot)
+}
+
+/// Whether an announcement or a vacating did what it says.
+pub(crate) fn parse_done(keys: &QueueKeys, reply: &Value) -> Result<bool, Error> {
+    match reply {
+        Value::Int(0) => Ok(false),
+        Value::Int(1) => Ok(true),
+        other => Err(array(keys, other)
+            .err()
+            .unwrap_or_else(|| Error::unexpected(other))),
+    }
+}
+
+pub(crate) fn parse_read(keys: &QueueKeys, reply: &Value) -> Result<Seen, Error> {
+    let unexpected = || Error::unexpected(reply);
+    let left = |v: &Value| match v {
+        Value::Int(ms) => Ok(u64::try_from(*ms).ok().map(Duration::from_millis)),
+        _ => Err(unexpected()),
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        _ => Err(unexpected()),
+    };
+    let number = |v: &Value| text(v)?.parse::<u64>().map_err(|_| unexpected());
+    match array(keys, reply)? {
+        [Value::Int(0), ms, Value::Int(waiting)] => Ok(Seen {
+            leader: None,
+            look_again: left(ms)?,
+            handing_over: *waiting == 1,
+        }),
+        [Value::Int(1), id, term, since, info, ms] => Ok(Seen {
+            leader: Some(Leader {
+                id: text(id)?,
+                info: text(info)?,
+                term: number(term)?,
+                since: UNIX_EPOCH + Duration::from_millis(number(since)?),
+            }),
+            look_again: left(ms)?,
+            handing_over: false,
+        }),
+        _ => Err(unexpected()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::primitive::Primitive;
+    use crate::protocol::testing::bulk;
+
+    fn keys() -> QueueKeys {
+        QueueKeys::new(Primitive::Election, "jobs")
+    }
+
+    #[test]
+    fn a_read_of_an_announced_leader_gives_its_record_and_its_lease() {
+        let reply = Value::Array(vec![
+            Value::Int(1),
+            bulk("w:0@0123456789abcdef"),
+            bulk("7"),
+            bulk("1700000000123"),
+            bulk("10.0.0.5:8080"),
+            Value::Int(2500),
+        ]);
+        let seen = parse_read(&keys(), &reply).unwrap();
+        let leader = seen.leader.unwrap();
+        assert_eq!(leader.id, "w:0@0123456789abcdef");
+        assert_eq!(leader.term, 7);
+        assert_eq!(leader.info, "10.0.0.5:8080");
+        assert_eq!(
+            leader.since,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)
+        );
+        assert_eq!(seen.look_again, Some(Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn a_read_without_a_leader_says_when_an_unannounced_holders_lease_ends() {
+        let reply = Value::Array(vec![Value::Int(0), Value::Int(40), Value::Int(1)]);
+        assert_eq!(
+            parse_read(&keys(), &reply).unwrap(),
+            Seen {
+                leader: None,
+                look_again: Some(Duration::from_millis(40)),
+                handing_over: true,
+            }
+        );
+        let reply = Value::Array(vec![Value::Int(0), Value::Int(-1), Value::Int(0)]);
+        let none = parse_read(&keys(), &reply).unwrap();
+        assert_eq!((none.look_again, none.handing_over), (None, false));
+    }
+
+    #[test]
+    fn a_leader_without_expiry_is_looked_at_again_only_when_told() {
+        let reply = Value::Array(vec![
+            Value::Int(1),
+            bulk("w"),
+            bulk("1"),
+            bulk("0"),
+            bulk(""),
+            Value::Int(-1),
+        ]);
+        assert_eq!(parse_read(&keys(), &reply).unwrap().look_again, None);
+    }
+
+    #[test]
+    fn a_malformed_read_is_an_unexpected_reply() {
+        let reply = Value::Array(vec![Value::Int(1), bulk("w"), bulk("x")]);
+        assert!(matches!(
+            parse_read(&keys(), &reply),
+            Err(Error::UnexpectedReply(_))
+        ));
+        let term = Value::Array(vec![
+            Value::Int(1),
+            bulk("w"),
+            bulk("-3"),
+            bulk("0"),
+            bulk(""),
+            Value::Int(1),
+        ]);
+        assert!(parse_read(&keys(), &term).is_err());
+    }
+
+    #[test]
+    fn the_scripts_get_the_engines_keys_and_the_leader_record_last() {
+        let request = announce(&keys(), "w", 3, "info");
+        let packed = String::from_utf8_lossy(&request.packed()).into_owned();
+        assert!(packed.contains("election:{jobs}:holders"));
+        assert!(packed.contains("election:{jobs}:leader"));
+        assert!(request.repeatable);
+    }
+}

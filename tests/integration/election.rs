@@ -1,0 +1,349 @@
+//! Leader election against real servers: one leader at a time in campaign order, terms that
+//! grow, a record anyone can read, watches told of every change without polling, and leaders
+//! that crash or pause succeeded at their expiry.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_blpop_lock::inspect::{self, Primitive};
+use redis_blpop_lock::{Election, Error, Leader, Quorum};
+
+use crate::support::{ms, secs, send_signal, strip_process, ChildProcess, RedisServer};
+
+/// Generous: how long a watch may take to report a change on a loaded machine. Reports come
+/// within a round trip or two; only a test that failed waits this long.
+const TOLD_WITHIN: Duration = Duration::from_secs(5);
+
+fn election(server: &RedisServer, name: &str, expire: Duration) -> Election {
+    Election::builder(&server.client(), name)
+        .expire(expire)
+        .build()
+        .unwrap()
+}
+
+/// The watch's next change, within [`TOLD_WITHIN`].
+fn next_change(watch: &mut redis_blpop_lock::Watch) -> Option<Leader> {
+    watch
+        .changed_for(TOLD_WITHIN)
+        .unwrap_or_else(|| panic!("no change reported within {TOLD_WITHIN:?}"))
+}
+
+/// Campaigns for election `args[0]` (lease `args[1]` ms, renewed) with info `args[2]`, says
+/// when it waits and when it leads (with its term), then says "leading" every 20 ms until its
+/// leadership is lost, which it says once before it exits. Killed or stopped by the test.
+pub fn candidate(client: &redis::Client, args: &[String]) {
+    let election = Election::builder(client, &args[0])
+        .expire(Duration::from_millis(args[1].parse().unwrap()))
+        .build()
+        .unwrap();
+    println!("campaigning");
+    let leadership = election.campaign(&args[2]).unwrap();
+    println!("leads term={}", leadership.term());
+    while !leadership.lost() {
+        println!("leading");
+        thread::sleep(ms(20));
+    }
+    println!("lost");
+}
+
+#[test]
+fn the_first_candidate_leads_with_its_info_and_anyone_reads_it() {
+    let server = RedisServer::start();
+    let elected = election(&server, "jobs", secs(10));
+    let leadership = elected.campaign("10.0.0.5:8080").unwrap();
+    let reader = election(&server, "jobs", secs(10));
+    let leader = reader.leader().unwrap().expect("a leader");
+    assert_eq!(leader.info, "10.0.0.5:8080");
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leader.id, leadership.id());
+    assert!(leader.since.elapsed().unwrap_or_default() < secs(60));
+}
+
+#[test]
+fn nobody_leads_an_election_nobody_campaigned_in() {
+    let server = RedisServer::start();
+    assert_eq!(election(&server, "jobs", secs(10)).leader().unwrap(), None);
+}
+
+#[test]
+fn a_second_candidate_waits_while_the_first_leads() {
+    let server = RedisServer::start();
+    let first = election(&server, "jobs", secs(10));
+    let _leading = first.campaign("a").unwrap();
+    let second = election(&server, "jobs", secs(10));
+    assert!(second.try_campaign_for("b", ms(200)).unwrap().is_none());
+}
+
+#[test]
+fn candidates_lead_in_the_order_they_campaigned_with_growing_terms() {
+    let server = RedisServer::start();
+    let first = election(&server, "jobs", secs(10)).campaign("0").unwrap();
+    let mut waiting = Vec::new();
+    for i in 1..=3 {
+        let candidate = election(&server, "jobs", secs(10));
+        waiting.push(thread::spawn(move || {
+            let leadership = candidate.campaign(&i.to_string()).unwrap();
+            let led = (i, leadership.term(), Instant::now());
+            leadership.resign().unwrap();
+            led
+        }));
+        server.until_queued(Primitive::Election, "jobs", i, secs(10), || false);
+    }
+    let first_term = first.term();
+    first.resign().unwrap();
+    let mut led: Vec<(u64, u64, Instant)> =
+        waiting.into_iter().map(|t| t.join().unwrap()).collect();
+    led.sort_by_key(|(_, _, at)| *at);
+    assert_eq!(led.iter().map(|(i, ..)| *i).collect::<Vec<_>>(), [1, 2, 3]);
+    let terms: Vec<u64> = led.iter().map(|(_, term, _)| *term).collect();
+    assert!(
+        first_term < terms[0] && terms[0] < terms[1] && terms[1] < terms[2],
+        "{terms:?}"
+    );
+}
+
+#[test]
+fn a_resigned_leader_leaves_nobody_leading_when_nobody_waits() {
+    let server = RedisServer::start();
+    let election = election(&server, "jobs", secs(10));
+    election.campaign("a").unwrap().resign().unwrap();
+    assert_eq!(election.leader().unwrap(), None);
+}
+
+#[test]
+fn a_dropped_leadership_resigns() {
+    let server = RedisServer::start();
+    let election = election(&server, "jobs", secs(10));
+    drop(election.campaign("a").unwrap());
+    assert_eq!(election.leader().unwrap(), None);
+    assert!(election
+        .try_campaign_for("b", Duration::ZERO)
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn a_watch_starts_with_the_leader_now_and_reports_each_change() {
+    let server = RedisServer::start();
+    let watcher = election(&server, "jobs", secs(10));
+    let mut watch = watcher.watch().unwrap();
+    assert_eq!(next_change(&mut watch), None);
+    let candidate = election(&server, "jobs", secs(10));
+    let a = candidate.campaign("a").unwrap();
+    let seen = next_change(&mut watch).expect("a leader");
+    assert_eq!((seen.info.as_str(), seen.term), ("a", a.term()));
+    a.resign().unwrap();
+    assert_eq!(next_change(&mut watch), None);
+    let b = candidate.campaign("b").unwrap();
+    let seen = next_change(&mut watch).expect("a leader");
+    assert_eq!((seen.info.as_str(), seen.term), ("b", b.term()));
+}
+
+#[test]
+fn a_watch_reports_the_successor_when_a_leader_resigns_to_a_waiting_candidate() {
+    let server = RedisServer::start();
+    let first = election(&server, "jobs", secs(10)).campaign("a").unwrap();
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    let second = election(&server, "jobs", secs(10));
+    let waiting = thread::spawn(move || second.campaign("b").map(|l| l.term()));
+    server.until_queued(Primitive::Election, "jobs", 1, secs(10), || {
+        waiting.is_finished()
+    });
+    first.resign().unwrap();
+    let term = waiting.join().unwrap().unwrap();
+    // Never "nobody" in between: the successor was granted before the resignation ended.
+    let seen = next_change(&mut watch).expect("the successor");
+    assert_eq!((seen.info.as_str(), seen.term), ("b", term));
+}
+
+#[test]
+fn a_watch_of_a_leader_that_crashed_with_nobody_in_line_reports_nobody_at_its_expiry() {
+    let server = RedisServer::start();
+    let mut leader =
+        ChildProcess::spawn("election::candidate", &server.url(), &["jobs", "500", "a"]);
+    leader.expect_line("leads");
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    send_signal(leader.pid(), "KILL");
+    let killed = Instant::now();
+    assert_eq!(next_change(&mut watch), None);
+    // At the lease's end (500 ms at most after the last renewal), not before.
+    assert!(
+        killed.elapsed() < secs(3),
+        "reported {:?} after the kill",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn a_killed_leaders_standbys_take_over_in_order_with_growing_terms() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut leader = ChildProcess::spawn("election::candidate", &url, &["jobs", "400", "0"]);
+    leader.expect_line("leads");
+    let mut standbys = Vec::new();
+    for i in 1..=3 {
+        let mut standby = ChildProcess::spawn(
+            "election::candidate",
+            &url,
+            &["jobs", "400", &i.to_string()],
+        );
+        standby.expect_line("campaigning");
+        server.until_queued(Primitive::Election, "jobs", i, secs(10), || false);
+        standbys.push(standby);
+    }
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    let mut last = next_change(&mut watch).expect("the first leader");
+    assert_eq!(last.info, "0");
+    send_signal(leader.pid(), "KILL");
+    for (i, standby) in standbys.iter_mut().enumerate() {
+        let line = standby.expect_line("leads");
+        let term: u64 = line
+            .trim_start_matches("leads term=")
+            .trim()
+            .parse()
+            .unwrap();
+        let seen = next_change(&mut watch)
+            .unwrap_or_else(|| panic!("no successor after standby {i}: {line}"));
+        assert_eq!(seen.info, (i + 1).to_string());
+        assert_eq!(seen.term, term);
+        assert!(
+            seen.term > last.term,
+            "term {} after {}",
+            seen.term,
+            last.term
+        );
+        last = seen;
+        send_signal(standby.pid(), "KILL");
+    }
+    assert_eq!(next_change(&mut watch), None);
+}
+
+#[test]
+fn a_leader_paused_past_its_expiry_knows_at_once_that_it_lost_and_never_leads_again() {
+    let server = RedisServer::start();
+    let mut leader =
+        ChildProcess::spawn("election::candidate", &server.url(), &["jobs", "300", "a"]);
+    leader.expect_line("leads");
+    send_signal(leader.pid(), "STOP");
+    let successor = election(&server, "jobs", secs(10));
+    let next = successor.campaign("b").unwrap();
+    send_signal(leader.pid(), "CONT");
+    // Lines written before the pause may still be in the pipe; the next one that is not
+    // "leading" must be "lost", and nothing follows it.
+    let mut line = leader.expect_line("l");
+    while line.trim() == "leading" {
+        line = leader.expect_line("l");
+    }
+    assert_eq!(line.trim(), "lost");
+    assert!(!next.lost());
+    assert_eq!(
+        successor.leader().unwrap().map(|l| l.info),
+        Some("b".into())
+    );
+}
+
+#[test]
+fn a_watch_reports_nobody_after_a_server_restart_lost_the_election() {
+    let mut server = RedisServer::start();
+    let candidate = election(&server, "jobs", secs(10));
+    let leadership = candidate.campaign("a").unwrap();
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    server.restart_after(ms(100));
+    assert_eq!(next_change(&mut watch), None);
+    drop(leadership);
+    let again = candidate.campaign("b").unwrap();
+    let seen = next_change(&mut watch).expect("the new leader");
+    assert_eq!((seen.info.as_str(), seen.term), ("b", again.term()));
+}
+
+#[test]
+fn a_thousand_watches_in_a_process_share_its_one_waiting_connection() {
+    let server = RedisServer::start();
+    let election = election(&server, "jobs", secs(10));
+    let mut watches: Vec<_> = (0..1000).map(|_| election.watch().unwrap()).collect();
+    for watch in &mut watches {
+        assert_eq!(next_change(watch), None);
+    }
+    let leadership = election.campaign("a").unwrap();
+    for watch in &mut watches {
+        assert_eq!(next_change(watch).map(|l| l.term), Some(leadership.term()));
+    }
+    // The hub's connection, and the one the campaign and reads share.
+    let list: String = redis::cmd("CLIENT")
+        .arg(&["LIST", "TYPE", "normal"])
+        .query(&mut server.conn())
+        .unwrap();
+    // Less the connection that asked.
+    let clients = list.lines().count() - 1;
+    assert!(clients <= 3, "{clients} connections for 1,000 watches");
+}
+
+#[test]
+fn a_leaders_id_ends_in_its_process() {
+    let server = RedisServer::start();
+    let election = Election::builder(&server.client(), "jobs")
+        .id("node-a")
+        .build()
+        .unwrap();
+    let leadership = election.campaign("").unwrap();
+    assert_eq!(strip_process(leadership.id()), "node-a:0");
+}
+
+#[test]
+fn an_election_is_refused_on_a_quorum() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let clients: Vec<redis::Client> = servers.iter().map(RedisServer::client).collect();
+    let quorum = Quorum::new(clients).unwrap();
+    assert!(matches!(
+        Election::new(&quorum, "jobs"),
+        Err(Error::Unsupported(_))
+    ));
+}
+
+#[test]
+fn an_operators_reset_of_the_leader_tells_the_watchers_that_nobody_leads() {
+    let server = RedisServer::start();
+    let leadership = election(&server, "jobs", ms(600)).campaign("a").unwrap();
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    let removed = inspect::reset_queue(
+        &server.client(),
+        Primitive::Election,
+        "jobs",
+        None,
+        1,
+        secs(5),
+    )
+    .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(next_change(&mut watch), None);
+    // Its next renewal finds the office gone.
+    crate::support::eventually(secs(5), "the reset leader to know it lost", || {
+        leadership.lost()
+    });
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_watch_reports_a_blocking_candidates_leadership() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let watcher = redis_blpop_lock::aio::Election::new(&server.client(), "jobs").unwrap();
+    let candidate = election(&server, "jobs", secs(10));
+    runtime.block_on(async {
+        let mut watch = watcher.watch().await.unwrap();
+        let first = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
+        assert_eq!(first.unwrap(), None);
+        let leadership = tokio::task::spawn_blocking(move || candidate.campaign("a").unwrap())
+            .await
+            .unwrap();
+        let seen = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
+        assert_eq!(seen.unwrap().map(|l| l.term), Some(leadership.term()));
+    });
+}
