@@ -5,7 +5,7 @@
 -- while its id holds that term: a crashed leader's record says nothing once its lease ends.
 
 -- Tells every process that watches the election (a live entry in the heartbeats, KEYS[4])
--- that the leader changed: a "watch" in its inbox, after any grant there, kept as long as the
+-- that the leader changed: a "watch" in its inbox, kept as long as the
 -- process's heartbeat. An older version's waiter (an id that is not a process id) has no
 -- inbox to be told in.
 local function tell_watchers()
@@ -14,7 +14,7 @@ local function tell_watchers()
         local of = live[i]
         if #of == 16 and string.find(of, "^%x+$") then
             local inbox = KEYS[8] .. of
-            redis.call("rpush", inbox, "watch")
+            redis.call("lpush", inbox, "watch")
             redis.call("pexpire", inbox, string.format("%.0f", math.max(1, tonumber(live[i + 1]) - NOW)))
         end
     end

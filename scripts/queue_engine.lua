@@ -380,7 +380,7 @@ local function apply(s, grants, me)
         local beat = head and live_beat(s, head)
         if beat and process(head) ~= head then
             local list = KEYS[8] .. process(head)
-            redis.call("rpush", list, "head:" .. head)
+            redis.call("lpush", list, "head:" .. head)
             redis.call("pexpire", list, int(math.max(1, beat - NOW)))
         end
     end

@@ -609,6 +609,83 @@
 //! queued behind it in. An upgrade would wait for itself: a blocking `write()` by a thread
 //! that holds a read guard of the same handle is [`Error::WouldDeadlock`].
 //!
+//! # Leader election
+//!
+//! An [`Election`] runs something on exactly one node at a time and lets the others know who:
+//! [`campaign`](Election::campaign) waits in line (first come, first served, on the queue
+//! engine with a capacity of one) and returns a [`Leadership`] with its
+//! [`term`](Leadership::term), larger for every new leader (a fencing token), `lost()`, and
+//! [`resign`](Leadership::resign). A leader publishes a short text when it takes office (its
+//! address, say); anyone reads the leader ([`Election::leader`]: id, info, term, since) or
+//! watches it change ([`Election::watch`]: a blocking iterator, or `changed().await` in
+//! [`aio::Election`]) without campaigning. A crashed leader is succeeded at its lease's
+//! expiry by the candidate that waited longest, as a crashed holder of any queue primitive is.
+//!
+//! A scheduler that runs jobs only while it leads, and stops them when it loses the office
+//! (a pause past its lease, a server that forgot it, an operator's reset):
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use std::time::Duration;
+//! use redis_blpop_lock::Election;
+//!
+//! # fn run_due_jobs(_term: u64) {}
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let election = Election::builder(&client, "scheduler")
+//!     .expire(Duration::from_secs(10))
+//!     .build()?;
+//! loop {
+//!     let leadership = election.campaign("scheduler-1.internal:8080")?;
+//!     println!("leading in term {}", leadership.term());
+//!     while !leadership.lost() {
+//!         // Writes carry the term: a store that saw a higher one refuses them.
+//!         run_due_jobs(leadership.term());
+//!         std::thread::sleep(Duration::from_secs(1));
+//!     }
+//!     eprintln!("lost the office; campaigning again");
+//! }
+//! # }
+//! ```
+//!
+//! And a node that only wants to know where the leader is:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! # let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let election = redis_blpop_lock::Election::new(&client, "scheduler")?;
+//! for leader in election.watch()? {
+//!     match leader {
+//!         Some(leader) => println!("send jobs to {} (term {})", leader.info, leader.term),
+//!         None => println!("no scheduler now"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! How it works, on the queue engine's keys (`election:{<name>}:*`, or `election:=<name>:*`),
+//! plus `<base>leader`, a hash of the leader's `term`, `id`, `since` (server ms) and `info`:
+//!
+//! - **The term** is the fencing token of the campaign's grant. A new leader writes its record
+//!   (`scripts/election_announce.lua`) only while it holds that term; a read trusts a record
+//!   only while its id holds the same term, so a crashed leader's record says nothing once its
+//!   lease ends. The record is kept beside the fencing counter until the next leader or a
+//!   resignation replaces it.
+//! - **Watches never poll.** A new leader's announcement, and a resignation that leaves the
+//!   election empty (`scripts/election_vacate.lua`), push a `watch` to the inbox of every
+//!   process whose heartbeat is live in the election. Each watching process keeps one (its
+//!   hub's read of the leader, `scripts/election_read.lua`, beats for it), and its waiting
+//!   connection, shared with every waiter of the process, reads the leader once for all its
+//!   watches. A leader that crashes with nobody in line announces nothing: the watching
+//!   process reads again when the lease it last read ends. A leader that crashes with
+//!   candidates in line is reported as its successor, not as "nobody" first, unless no
+//!   successor takes over within 100 ms.
+//! - **Leases.** The leader's lease is the builder's `expire` (30 s by default), renewed while
+//!   it leads; a standby takes over at its expiry. Keep it short where a fast fail-over
+//!   matters: a shorter lease means more renewals, not more waiting traffic.
+//! - **Where.** One server, [`Sentinel`] and Redis Cluster (all keys in one slot); a
+//!   [`Quorum`] refuses it ([`Error::Unsupported`]), as it refuses every queue primitive.
+//!
 //! # Async (tokio)
 //!
 //! With the `tokio` feature, [`aio`] has the same locks for async code: the same names and
@@ -947,14 +1024,15 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|kill +info
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* ~election:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|kill +info
 //! ```
 //!
-//! - `~semaphore:* ~fair-lock:* ~rwlock:*` and `+time +zadd +zrem +zrange +zrangebyscore
-//!   +zscore +zrank +zcard +hset +hget +hmget +hdel` are for the semaphore, the fair lock and
-//!   the read-write lock: the commands inside `scripts/queue_*.lua` (their line is a sorted
-//!   set, their holders a sorted set and a hash, their clock the server's `TIME`). A program
-//!   that uses only the default lock can leave them out.
+//! - `~semaphore:* ~fair-lock:* ~rwlock:* ~election:*` and `+time +zadd +zrem +zrange
+//!   +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel` are for the semaphore, the
+//!   fair lock, the read-write lock and the election: the commands inside
+//!   `scripts/queue_*.lua` and `scripts/election_*.lua` (their line is a sorted set, their
+//!   holders a sorted set and a hash, their clock the server's `TIME`). A program that uses
+//!   only the default lock can leave them out.
 //! - `+multi +exec` read the owner and its TTL together ([`Lock::holder`], and settling a lost
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).
@@ -1028,8 +1106,8 @@
 //! These are python-redis-lock 4.x's key names, ids and unlock script, which is what makes the
 //! two interoperate. On a cluster `<name>` is `{<name>}` unless the name has a hash tag of its
 //! own, so there, and only there, the locks `x` and `{x}` are one lock. The semaphore's, the
-//! fair lock's and the read-write lock's keys are listed in [The queue
-//! engine](#the-queue-engine). How waiting works, the connection pool and the scripts are
+//! fair lock's, the read-write lock's and the election's keys are listed in [The queue
+//! engine](#the-queue-engine) and [Leader election](#leader-election). How waiting works, the connection pool and the scripts are
 //! described in the repository's `docs/design.md`.
 //!
 //! # Names

@@ -6,14 +6,14 @@ use std::thread;
 use std::time::Duration;
 
 use redis_blpop_lock::inspect::{self, Primitive};
-use redis_blpop_lock::{reset_all, Error, Lock, RwLock, Semaphore};
+use redis_blpop_lock::{reset_all, Election, Error, Lock, RwLock, Semaphore};
 
 use crate::support::{secs, RedisServer};
 
 /// Everything the lock needs, and nothing else: the commands it sends and the commands its
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 pub(crate) const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
-     ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* resetchannels -@all +set +get +pttl +blpop \
+     ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* ~election:* resetchannels -@all +set +get +pttl +blpop \
      +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem \
      +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id \
      +client|kill +info";
@@ -135,6 +135,15 @@ pub(crate) fn everything(server: &RedisServer, client: &redis::Client) -> Result
     let held = permits.acquire()?;
     assert_eq!(reset_all(client)?, 1);
     drop(held);
+
+    // An election: a campaign, the leader read and watched, the resignation.
+    let election = Election::new(client, "leader")?;
+    let leadership = election.campaign("a")?;
+    assert_eq!(election.leader()?.map(|l| l.term), Some(leadership.term()));
+    let mut watch = election.watch()?;
+    let watched = watch.changed_for(secs(5)).flatten();
+    assert_eq!(watched.map(|l| l.term), Some(leadership.term()));
+    leadership.resign()?;
 
     // Every script again after the server forgot them (NOSCRIPT, then EVAL).
     flush();
