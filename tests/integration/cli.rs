@@ -476,31 +476,32 @@ fn the_commands_exit_code_is_passed_through() {
     assert!(!held(&server, "l"));
 }
 
-#[test]
-fn a_run_whose_lock_is_reset_sees_the_loss_and_stops_its_command() {
+/// Runs `sh -c SCRIPT sh NOTES` under `redis-lock run l --expire 1 OPTIONS`, resets the lock
+/// once SCRIPT has noted its start in NOTES, and waits for the run to exit; with how long it
+/// took after the reset. A 1 s expiry is renewed, and so finds the reset, every 2/3 s.
+fn reset_while_running(options: &[&str], script: &str, notes: &Path) -> (Duration, Output) {
     let server = RedisServer::start();
-    let scratch = Scratch::new();
-    let notes = scratch.file("notes");
     let run = redis_lock(&server)
-        .args([
-            "run",
-            "l",
-            "--expire",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            NOTES_SIGTERM,
-            "sh",
-        ])
-        .arg(&notes)
+        .args(["run", "l", "--expire", "1"])
+        .args(options)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(notes)
         .spawn()
         .unwrap();
     eventually(HUNG, "the command to start", || {
-        read(&notes).contains("started")
+        read(notes).contains("started")
     });
+    let reset = Instant::now();
     assert!(Lock::new(&server.client(), "l").unwrap().reset().unwrap());
     let output = finish(run);
+    (reset.elapsed(), output)
+}
+
+#[test]
+fn a_run_whose_lock_is_reset_sees_the_loss_and_stops_its_command() {
+    let scratch = Scratch::new();
+    let notes = scratch.file("notes");
+    let (_, output) = reset_while_running(&[], NOTES_SIGTERM, &notes);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
     assert!(stderr(&output).contains("lost lock"), "{}", stderr(&output));
     assert!(read(&notes).contains("term"), "the command got no SIGTERM");
@@ -1069,6 +1070,8 @@ fn negative_numbers_get_a_clear_error() {
         ("--expire", "-2.5"),
         ("--io-timeout", "-1"),
         ("--conflict-exit-code", "-1"),
+        ("--max-hold", "-1"),
+        ("--kill-after", "-0.5"),
     ] {
         let output = redis_lock(&server)
             .args(["run", "l", option, value, "--", "true"])
@@ -1244,4 +1247,128 @@ fn top_ends_cleanly_on_sigint() {
     let output = finish(top);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stderr(&output), "");
+}
+
+/// Ignores SIGTERM, and so does its `sleep` (an ignored signal stays ignored across exec),
+/// once it has noted its start and its pid in the file `$1`.
+const IGNORES_SIGTERM: &str = r#"trap "" TERM; echo "started $$" >> "$1"; exec sleep 30"#;
+
+/// Resets the lock of a run whose command ignores SIGTERM, and checks that the run SIGKILLed
+/// it `kill_after` later and exited 75.
+fn assert_sigkilled_after_a_reset(options: &[&str], kill_after: Duration) {
+    let scratch = Scratch::new();
+    let (took, output) = reset_while_running(options, IGNORES_SIGTERM, &scratch.file("notes"));
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("sending SIGKILL"),
+        "{}",
+        stderr(&output)
+    );
+    // The SIGTERM comes after the reset, and the SIGKILL `kill_after` after it; the command
+    // would sleep 30 s otherwise.
+    assert!(took >= kill_after, "SIGKILLed {took:?} after the reset");
+    assert!(
+        took < kill_after + Duration::from_secs(10),
+        "SIGKILLed {took:?} after the reset"
+    );
+}
+
+#[test]
+fn a_command_ignoring_sigterm_on_a_lost_lock_is_sigkilled_kill_after_later() {
+    assert_sigkilled_after_a_reset(&["--kill-after", "1"], Duration::from_secs(1));
+}
+
+#[test]
+fn a_command_ignoring_sigterm_on_a_lost_lock_is_sigkilled_5_s_later_by_default() {
+    assert_sigkilled_after_a_reset(&[], Duration::from_secs(5));
+}
+
+#[test]
+fn max_hold_sends_sigterm_after_its_limit_exits_75_and_frees_the_lock() {
+    let server = RedisServer::start();
+    let started = Instant::now();
+    let run = redis_lock(&server)
+        .args(["run", "l", "--max-hold", "1", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let output = finish(run);
+    let took = started.elapsed();
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("--max-hold 1.000 s; sending SIGTERM"),
+        "{text}"
+    );
+    assert!(!text.contains("SIGKILL"), "SIGTERM was not enough: {text}");
+    assert!(took >= Duration::from_secs(1), "stopped after {took:?}");
+    assert!(took < Duration::from_secs(20), "stopped after {took:?}");
+    assert!(!held(&server, "l"), "the lock was not released");
+}
+
+#[test]
+fn a_command_that_exits_on_sigterm_is_not_sigkilled_while_it_cleans_up() {
+    let scratch = Scratch::new();
+    let notes = scratch.file("notes");
+    // Its clean-up (0.5 s) fits well within --kill-after; a SIGKILL would cut it short.
+    let script = r#"trap 'echo TERM >> "$1"; sleep 0.5; echo cleaned up >> "$1"; exit 0' TERM
+echo started >> "$1"; sleep 30 & wait"#;
+    let (_, output) = reset_while_running(&["--kill-after", "3"], script, &notes);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert_eq!(read(&notes), "started\nTERM\ncleaned up\n");
+    assert!(!stderr(&output).contains("SIGKILL"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_sigterm_passed_on_to_the_command_starts_no_sigkill_timer() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let notes = scratch.file("notes");
+    let mut run = redis_lock(&server)
+        .args([
+            "run",
+            "l",
+            "--kill-after",
+            "0.2",
+            "--",
+            "sh",
+            "-c",
+            IGNORES_SIGTERM,
+            "sh",
+        ])
+        .arg(&notes)
+        .spawn()
+        .unwrap();
+    eventually(HUNG, "the command to start", || {
+        read(&notes).ends_with('\n')
+    });
+    let command = read(&notes).trim().replace("started ", "");
+    send_signal(run.id(), "TERM");
+    // Five times --kill-after: a timer started by the SIGTERM would have fired.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!gone(&command), "the command was killed");
+    assert!(run.try_wait().unwrap().is_none(), "redis-lock exited");
+    send_signal(command.parse().unwrap(), "KILL");
+    let output = finish(run);
+    assert_eq!(output.status.code(), Some(128 + 9), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("SIGKILL"), "{}", stderr(&output));
+    assert!(!held(&server, "l"), "the lock was not released");
+}
+
+#[test]
+fn max_hold_0_is_refused_with_a_usage_error() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let ran = scratch.file("ran");
+    let output = redis_lock(&server)
+        .args(["run", "l", "--max-hold", "0", "--", "touch"])
+        .arg(&ran)
+        .output()
+        .unwrap();
+    assert_one_line_error(&output);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(text.contains("--max-hold"), "{text}");
+    assert!(text.contains("zero"), "{text}");
+    assert!(!ran.exists(), "the command ran");
+    assert!(!held(&server, "l"));
 }

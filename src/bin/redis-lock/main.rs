@@ -24,6 +24,7 @@ mod place;
 mod queues;
 mod render;
 mod run;
+mod supervise;
 mod top;
 
 use std::ffi::OsString;
@@ -72,7 +73,9 @@ Exit codes of `run`:
   71     the system refused redis-lock a thread or a signal handler
   75     the lock was lost before the command ended (reset by someone else, or not
          renewed before its expiry), so its work may have overlapped another
-         holder's; a command still running was sent SIGTERM
+         holder's; a command still running was sent SIGTERM (and SIGKILL if it
+         did not exit within --kill-after); or the command ran for --max-hold
+         and was stopped the same way
   126    the command could not be started
   127    the command was not found
 Other commands exit 0 on success, 2 on bad usage, 65 for a key that is not a
@@ -145,7 +148,8 @@ enum Command {
     /// SIGHUP sent to redis-lock are passed on to the command (a Ctrl-C on the terminal
     /// already reaches both, and is not sent twice); the lock is released once the command
     /// has exited. If the lock is lost while the command runs (reset, or not renewed before
-    /// its expiry), the command gets SIGTERM, and redis-lock exits 75 once it has exited.
+    /// its expiry), or the command runs for --max-hold, it gets SIGTERM, then SIGKILL if it
+    /// has not exited --kill-after seconds later, and redis-lock exits 75 once it has exited.
     /// On Linux, if redis-lock itself is killed, the command is killed with it (SIGKILL):
     /// without redis-lock the lock expires, and the job may start elsewhere.
     #[command(after_help = EXIT_CODES)]
@@ -287,6 +291,27 @@ struct RunArgs {
     /// warn about such a server.
     #[arg(long)]
     refuse_evicting: bool,
+    /// Stop COMMAND once it has run this many seconds under the lock (fractions allowed): it
+    /// gets SIGTERM, as on a lost lock, and redis-lock exits 75 once it has exited.
+    #[arg(
+        long,
+        value_name = "SECS",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
+    max_hold: Option<Duration>,
+    /// Seconds COMMAND has to exit after redis-lock sends it SIGTERM (a lost lock,
+    /// --max-hold) before it gets SIGKILL (its process group, off a terminal). A lost lock
+    /// is already free for others, so the overlap lasts at most this long. Signals passed on
+    /// to COMMAND start no such timer.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "5",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
+    kill_after: Duration,
     /// Exit with N instead of 1 when the lock is busy.
     #[arg(
         long,
@@ -458,14 +483,22 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
+    seconds_at_least(s, "≥ 0")
+}
+
+/// `s` as a number of seconds; `at_least` says, in an error, which numbers are welcome.
+fn seconds_at_least(s: &str, at_least: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if secs < 0.0 {
-        return Err(format!("{s:?} is negative: give a number of seconds ≥ 0"));
+        return Err(format!(
+            "{s:?} is negative: give a number of seconds {at_least}"
+        ));
     }
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a number of seconds ≥ 0"))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("{s:?} is not a number of seconds {at_least}"))
 }
 
 fn exit_code(s: &str) -> Result<u8, String> {
@@ -475,7 +508,8 @@ fn exit_code(s: &str) -> Result<u8, String> {
 }
 
 fn positive_seconds(s: &str) -> Result<Duration, String> {
-    match seconds(s)? {
+    match seconds_at_least(s, "> 0")? {
+        d if d.is_zero() => Err(format!("{s:?} is zero: give a number of seconds > 0")),
         d if d < Duration::from_millis(1) => Err(format!("{s:?} is under a millisecond")),
         d => Ok(d),
     }

@@ -2,7 +2,7 @@
 
 use std::io::{ErrorKind, IsTerminal, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -16,9 +16,12 @@ use signal_hook::low_level::siginfo::{Cause, Origin};
 
 use crate::hold::{Hold, Target, Took};
 use crate::place::Place;
+use crate::render;
+use crate::supervise::Supervised;
 use crate::{exit, Failure, Outcome, RunArgs};
 
-/// How often the command is checked for having exited and the lock for having been lost.
+/// How often the command is checked for having exited, the lock for having been lost, and
+/// `--max-hold` and `--kill-after` for having passed (so they act up to this much late).
 /// `Lock::lost` is a local check, so this costs no Redis traffic; signals are handled at once.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -185,8 +188,8 @@ fn acquired<'t>(place: &Place, result: Took<'t>) -> Result<Option<Box<dyn Hold +
     }
 }
 
-/// Runs the command while the lock is held, passing signals on and watching for the lock
-/// being lost; releases the lock once the command has exited.
+/// Runs the command while the lock is held, passing signals on and stopping it when the lock
+/// is lost or `--max-hold` passes; releases the lock once the command has exited.
 fn supervise(
     place: &Place,
     hold: Box<dyn Hold + '_>,
@@ -209,12 +212,8 @@ fn supervise(
         release_quietly(place, hold, &args.name);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
-    let own_group = !std::io::stdin().is_terminal();
-    let mut command = Command::new(program);
-    command.args(program_args);
-    dies_with_us(&mut command, own_group);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let mut command = match Supervised::spawn(program, program_args, args.kill_after) {
+        Ok(command) => command,
         Err(e) => {
             release_quietly(place, hold, &args.name);
             let code = match e.kind() {
@@ -224,18 +223,20 @@ fn supervise(
             return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
         }
     };
+    let started = Instant::now();
     let mut lost = false;
+    let mut held_too_long = false;
     let status = loop {
         match received.recv_timeout(WATCH_INTERVAL) {
             // On the terminal, Ctrl-C and friends reach the whole foreground process group,
             // the command included; sending them again would count as a second Ctrl-C.
-            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel && !own_group => {}
-            Ok(Event::Signal(origin)) => signal_child(&child, origin.signal, own_group),
+            Ok(Event::Signal(origin)) if origin.cause == Cause::Kernel && !command.own_group() => {}
+            Ok(Event::Signal(origin)) => command.forward(origin.signal),
             Ok(Event::Acquired(_)) | Err(RecvTimeoutError::Timeout) => {}
             // Unreachable while the signal thread lives; watching goes on without it.
             Err(RecvTimeoutError::Disconnected) => thread::sleep(WATCH_INTERVAL),
         }
-        match child.try_wait() {
+        match command.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
@@ -248,15 +249,31 @@ fn supervise(
         }
         if !lost && hold.lost() {
             lost = true;
-            err!(
-                "redis-lock: lost lock {:?} (reset by someone else, or not renewed in time); \
-                 sending SIGTERM to the command",
+            command.stop(&format!(
+                "lost lock {:?} (reset by someone else, or not renewed in time)",
                 args.name
-            );
-            signal_child(&child, SIGTERM, own_group);
+            ));
+        }
+        // Once the lock is lost, the command is stopping already and 75 is the exit code.
+        if let Some(limit) = args.max_hold
+            && !lost
+            && !held_too_long
+            && started.elapsed() >= limit
+        {
+            held_too_long = true;
+            command.stop(&format!(
+                "the command has held lock {:?} for --max-hold {}",
+                args.name,
+                render::seconds(limit)
+            ));
         }
     };
-    let code = exit_code(status);
+    // Stopped by redis-lock, the command did not finish its work, whatever code it chose.
+    let code = if lost || held_too_long {
+        exit::LOST
+    } else {
+        exit_code(status)
+    };
     match hold.release() {
         // A lost lock may have come back to us with a late renewal; the command was told to
         // stop all the same, and the caller must hear that its work may have overlapped.
@@ -277,7 +294,7 @@ fn supervise(
                 place.failure(e).message,
                 args.expire
             );
-            Ok(if lost { exit::LOST } else { code })
+            Ok(code)
         }
     }
 }
@@ -291,64 +308,6 @@ fn release_quietly(place: &Place, hold: Box<dyn Hold + '_>, name: &str) {
             "redis-lock: could not release lock {name:?}: {}",
             place.failure(e).message
         ),
-    }
-}
-
-/// Sends `signal` to the command, or to its whole process group when it has one of its own
-/// (a shell pipeline, a script's children), as a terminal would.
-fn signal_child(child: &Child, signal: c_int, own_group: bool) {
-    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
-        return;
-    };
-    let pid = if own_group { -pid } else { pid };
-    log::debug!("sending signal {signal} to the command (pid {pid})");
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is still our
-    // child's: it is only reaped by `try_wait`, which has not yet seen it exit, so no other
-    // process (or group) can have been given the same id.
-    if unsafe { libc::kill(pid, signal) } != 0 {
-        log::debug!(
-            "kill({pid}, {signal}) failed: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// Makes the command die with redis-lock. The lock lives only as long as redis-lock renews
-/// it: once redis-lock is gone (SIGKILL, a crash, the OOM killer), the lock expires and
-/// another host may start the same job, so the command must not go on. SIGKILL, not SIGTERM:
-/// a command that handles SIGTERM could run on for as long as it likes, overlapping the next
-/// holder, and nobody is left to escalate.
-///
-/// Off a terminal the command also gets a process group of its own, so redis-lock's signals
-/// reach the whole of it (a pipeline, a script's children). On a terminal it stays in
-/// redis-lock's foreground group, so it can still read the terminal and Ctrl-C reaches it
-/// directly.
-fn dies_with_us(command: &mut Command, own_group: bool) {
-    use std::os::unix::process::CommandExt;
-    if own_group {
-        command.process_group(0);
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id();
-        // SAFETY: the closure runs in the child between fork and exec, and calls only
-        // prctl(2) and getppid(2), which are async-signal-safe, and builds an io::Error
-        // from an errno (no allocation for a raw OS error).
-        unsafe {
-            command.pre_exec(move || {
-                // The signal is tied to the thread that forks: this is the main thread,
-                // which lives until redis-lock exits.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // redis-lock may have died between fork and prctl, before anyone was
-                // there to signal: then the child has a new parent, and must not start.
-                if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
     }
 }
 
