@@ -373,6 +373,20 @@
 //!   makes one request (`available()`) before it arrives, so that no connect lies between its
 //!   arrival and its ticket.
 //!
+//! # `election` cell: leader election
+//!
+//! Ours only, one server only (`support/election_cells.rs`). Per trial (`--trials`), on a
+//! fresh election: a leader process (this binary re-executed) campaigns with a lease of
+//! `--expire-ms` (default 300, renewal off) and prints `leads`; the bench reads the lease's end
+//! (`TIME` and the leader's score in `election:{name}:holders`, in one transaction), SIGKILLs
+//! the leader, and a standby in the bench, already made, campaigns: `takeover` = when it
+//! leads − the lease's end (target p99 ≤ 10 ms). Then a watch on a client of its own (so a
+//! hub of its own, as another process would have) sees the standby campaign again: `seen` =
+//! from the campaign's return to the watch reporting it; the change ran on the server about
+//! half a round trip before the campaign returned, so `seen_after_change_x_rtt` is
+//! (`seen` p50 + RTT/2) / RTT (target ≤ 2). Last, 1,000 watches of one election in the bench
+//! process: `watch_connections`, the server connections they added.
+//!
 //! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
 //! `"cell"` field.
 
@@ -384,6 +398,8 @@ mod deployments;
 #[cfg(feature = "bench-distributed-lock")]
 #[path = "support/dlock_cells.rs"]
 mod dlock_cells;
+#[path = "support/election_cells.rs"]
+mod election_cells;
 #[path = "support/engine_cells.rs"]
 mod engine_cells;
 #[cfg(feature = "tokio")]
@@ -507,6 +523,8 @@ enum CellKind {
     Connections,
     /// The commands idle waiters cost the server (feature `tokio`).
     IdleLoad,
+    /// A killed leader's takeover, a watch's delay and 1,000 watches' connections.
+    Election,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -582,9 +600,11 @@ struct Cell {
 
 fn main() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
+        let args: Vec<String> = std::env::args().skip(1).collect();
         let done = if role.starts_with("queue-") {
-            let args: Vec<String> = std::env::args().skip(1).collect();
             queue_faults::child(&role, &args)
+        } else if role == "election-leader" {
+            election_cells::child(&args)
         } else {
             crash_holder(&role, std::env::args().skip(1))
         };
@@ -646,12 +666,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             | CellKind::PermitCrash
             | CellKind::DeadWaiter
             | CellKind::Fifo
-            | CellKind::EngineCost => match &place {
+            | CellKind::EngineCost
+            | CellKind::Election => match &place {
                 Place::Server { url, client } => match kind {
                     CellKind::Crash | CellKind::Overshoot => {
                         run_tail_cells(client, url, kind, &options)?
                     }
                     CellKind::EngineCost => engine_cells::run_engine_cost(client, &options)?,
+                    CellKind::Election => {
+                        election_cells::run(client, url, &options)?.print(options.json)
+                    }
                     _ => run_queue_faults(client, url, kind, &options)?,
                 },
                 Place::Quorum { .. } => {
@@ -991,6 +1015,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "dead-waiter" => Ok(CellKind::DeadWaiter),
                         "fifo" => Ok(CellKind::Fifo),
                         "engine-cost" => Ok(CellKind::EngineCost),
+                        "election" => Ok(CellKind::Election),
                         "connections" if cfg!(feature = "tokio") => Ok(CellKind::Connections),
                         "connections" => Err(rebuild("the connections cell", "tokio")),
                         "idle-load" if cfg!(feature = "tokio") => Ok(CellKind::IdleLoad),
@@ -998,7 +1023,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
                              scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
-                             engine-cost, connections, idle-load)"
+                             engine-cost, connections, idle-load, election)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -1082,6 +1107,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 | EngineCost
                 | Connections
                 | IdleLoad
+                | Election
         )
     };
     if options.cluster && options.cells.iter().any(tail) {
