@@ -14,6 +14,8 @@ mod aio_lock;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "sentinel")]
+mod election_sentinel;
 #[cfg(feature = "tokio")]
 mod hub_faults;
 #[cfg(feature = "sentinel")]
