@@ -15,5 +15,10 @@ if redis.call("hget", KEYS[10], "term") == ARGV[2] then
     return 1
 end
 redis.call("hset", KEYS[10], "term", ARGV[2], "id", ARGV[1], "since", AT, "info", ARGV[3])
-tell_watchers()
+local left = "-1"
+if score ~= "inf" then
+    left = string.format("%.0f", math.max(1, tonumber(score) - NOW))
+end
+tell_watchers("watch:" .. ARGV[2] .. ":" .. AT .. ":" .. left .. ":" .. #ARGV[1] .. ":" .. ARGV[1]
+    .. ARGV[3])
 return 1

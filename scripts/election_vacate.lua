@@ -9,5 +9,5 @@ if redis.call("zrangebyscore", KEYS[1], "(" .. AT, "+inf", "limit", 0, 1)[1] the
     return 0
 end
 redis.call("del", KEYS[10])
-tell_watchers()
+tell_watchers("watch:" .. (redis.call("get", KEYS[7]) or "0"))
 return 1

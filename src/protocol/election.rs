@@ -48,6 +48,10 @@ pub(crate) struct Seen {
     /// Nobody leads, but someone is about to: a candidate was granted and has not announced
     /// itself yet, or candidates wait in line while a crashed leader's lease just ended.
     pub(crate) handing_over: bool,
+    /// Where this stands among the election's states: a leader of term n is `(n, false)`,
+    /// nobody leading once every term up to n is over `(n, true)`. A state seen after a later
+    /// one (a word in the inbox popped after a read) is stale.
+    pub(crate) order: (u64, bool),
 }
 
 /// The election's keys, as its scripts take them: the engine's, then the leader's record.
@@ -120,23 +124,65 @@ pub(crate) fn parse_read(keys: &QueueKeys, reply: &Value) -> Result<Seen, Error>
     };
     let number = |v: &Value| text(v)?.parse::<u64>().map_err(|_| unexpected());
     match array(keys, reply)? {
-        [Value::Int(0), ms, Value::Int(waiting)] => Ok(Seen {
+        [Value::Int(0), ms, Value::Int(waiting), over] => Ok(Seen {
             leader: None,
             look_again: left(ms)?,
             handing_over: *waiting == 1,
+            order: (number(over)?, true),
         }),
-        [Value::Int(1), id, term, since, info, ms] => Ok(Seen {
-            leader: Some(Leader {
-                id: text(id)?,
-                info: text(info)?,
-                term: number(term)?,
-                since: UNIX_EPOCH + Duration::from_millis(number(since)?),
-            }),
-            look_again: left(ms)?,
-            handing_over: false,
-        }),
+        [Value::Int(1), id, term, since, info, ms] => {
+            let term = number(term)?;
+            Ok(Seen {
+                leader: Some(Leader {
+                    id: text(id)?,
+                    info: text(info)?,
+                    term,
+                    since: UNIX_EPOCH + Duration::from_millis(number(since)?),
+                }),
+                look_again: left(ms)?,
+                handing_over: false,
+                order: (term, false),
+            })
+        }
         _ => Err(unexpected()),
     }
+}
+
+/// The news an announcement or a vacating pushed to a watching process's inbox (see
+/// `election_watchers.lua`), or `None` when it is not well formed (then the process reads).
+pub(crate) fn parse_news(element: &[u8]) -> Option<Seen> {
+    let rest = element.strip_prefix(b"watch:")?;
+    let mut fields = rest.splitn(5, |&b| b == b':');
+    let number = |field: Option<&[u8]>| std::str::from_utf8(field?).ok()?.parse::<u64>().ok();
+    let first = number(fields.next());
+    let Some(since) = fields.next() else {
+        return Some(Seen {
+            leader: None,
+            look_again: None,
+            handing_over: false,
+            order: (first?, true),
+        });
+    };
+    let term = first?;
+    let since = number(Some(since))?;
+    let left = std::str::from_utf8(fields.next()?)
+        .ok()?
+        .parse::<i64>()
+        .ok()?;
+    let id_len = usize::try_from(number(fields.next())?).ok()?;
+    let tail = fields.next()?;
+    let (id, info) = (tail.get(..id_len)?, tail.get(id_len..)?);
+    Some(Seen {
+        leader: Some(Leader {
+            id: String::from_utf8_lossy(id).into_owned(),
+            info: String::from_utf8_lossy(info).into_owned(),
+            term,
+            since: UNIX_EPOCH + Duration::from_millis(since),
+        }),
+        look_again: u64::try_from(left).ok().map(Duration::from_millis),
+        handing_over: false,
+        order: (term, false),
+    })
 }
 
 #[cfg(test)]
@@ -173,16 +219,27 @@ mod tests {
 
     #[test]
     fn a_read_without_a_leader_says_when_an_unannounced_holders_lease_ends() {
-        let reply = Value::Array(vec![Value::Int(0), Value::Int(40), Value::Int(1)]);
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(40),
+            Value::Int(1),
+            bulk("6"),
+        ]);
         assert_eq!(
             parse_read(&keys(), &reply).unwrap(),
             Seen {
                 leader: None,
                 look_again: Some(Duration::from_millis(40)),
                 handing_over: true,
+                order: (6, true),
             }
         );
-        let reply = Value::Array(vec![Value::Int(0), Value::Int(-1), Value::Int(0)]);
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(0),
+            bulk("0"),
+        ]);
         let none = parse_read(&keys(), &reply).unwrap();
         assert_eq!((none.look_again, none.handing_over), (None, false));
     }
@@ -198,6 +255,32 @@ mod tests {
             Value::Int(-1),
         ]);
         assert_eq!(parse_read(&keys(), &reply).unwrap().look_again, None);
+    }
+
+    #[test]
+    fn news_of_a_leader_carries_its_record_with_an_id_that_holds_colons() {
+        let seen =
+            parse_news(b"watch:7:1700000000123:2500:20:w:0@0123456789abcdefhost:80").unwrap();
+        let leader = seen.leader.unwrap();
+        assert_eq!(leader.id, "w:0@0123456789abcdef");
+        assert_eq!(leader.info, "host:80");
+        assert_eq!(leader.term, 7);
+        assert_eq!(seen.look_again, Some(Duration::from_millis(2500)));
+        assert_eq!(seen.order, (7, false));
+    }
+
+    #[test]
+    fn news_that_nobody_leads_ranks_after_the_last_term_and_before_the_next() {
+        let seen = parse_news(b"watch:7").unwrap();
+        assert_eq!((seen.leader, seen.order), (None, (7, true)));
+        assert!((7, false) < seen.order && seen.order < (8, false));
+    }
+
+    #[test]
+    fn malformed_news_is_none() {
+        for element in [&b"watch"[..], b"watch:x", b"watch:1:2:3:99:short", b"hub"] {
+            assert_eq!(parse_news(element), None, "{element:?}");
+        }
     }
 
     #[test]

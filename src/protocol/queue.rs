@@ -204,8 +204,9 @@ pub(crate) enum Mail {
     },
     /// `reset_all` took every entry away (or the process's own wake): its waiters ask again.
     Wake,
-    /// The leader of the election changed: its watchers read it again.
-    Watch,
+    /// The leader of the election changed, with the news (see
+    /// [`election::parse_news`](super::election::parse_news)).
+    Watch(Vec<u8>),
     /// Waiter `0` is first in line now, behind a holder whose lease ends before the heartbeat
     /// it had timed its next ask to: it asks again.
     Head(String),
@@ -226,7 +227,7 @@ pub(crate) fn parse_mail(element: &[u8]) -> Mail {
     match (granted, text.strip_prefix("head:")) {
         (Some(granted), _) => granted,
         (None, Some(waiter)) => Mail::Head(waiter.to_owned()),
-        (None, None) if element == b"watch" => Mail::Watch,
+        (None, None) if element.starts_with(b"watch") => Mail::Watch(element.to_vec()),
         (None, None) => Mail::Wake,
     }
 }
@@ -675,7 +676,7 @@ mod tests {
             }
         );
         assert_eq!(parse_mail(b"reset"), Mail::Wake);
-        assert_eq!(parse_mail(b"watch"), Mail::Watch);
+        assert_eq!(parse_mail(b"watch:3"), Mail::Watch(b"watch:3".to_vec()));
         assert_eq!(
             parse_mail(b"head:w:3@0123456789abcdef"),
             Mail::Head("w:3@0123456789abcdef".into())

@@ -41,6 +41,7 @@ use redis::Value;
 
 use crate::cancel::Interrupt;
 use crate::config::id::random_hex;
+use crate::protocol::election;
 use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::lock;
 use crate::protocol::queue::{self, Mail, PROCESS_ID_LEN};
@@ -585,9 +586,12 @@ impl Hub {
                     mailbox.tell(Told::AskAgain);
                 }
             }
-            Mail::Watch => {
+            Mail::Watch(news) => {
                 if let Some(name) = state.names.get_mut(inbox) {
-                    name.watch.look_now();
+                    match election::parse_news(&news) {
+                        Some(seen) => name.watch.seen(seen, false),
+                        None => name.watch.look_now(),
+                    }
                 }
             }
         }

@@ -1,10 +1,11 @@
-//! An election's watchers at the hub: one read of the leader per process for all of them.
+//! An election's watchers at the hub: one look at the leader per process for all of them.
 //! Whoever changes the leader (a new leader announcing itself, a resigning one leaving the
-//! election empty) pushes a "watch" to the inbox of every process whose heartbeat is live in
-//! the election; the hub then reads the leader on its own connection and hands what changed
-//! to each watcher. What nobody announces, a leader that crashed with nobody waiting to
-//! succeed it, the hub finds by reading again when the lease it last read ends. The read
-//! also keeps the process's heartbeat there, so that it is told.
+//! election empty) pushes the news to the inbox of every process whose heartbeat is live in
+//! the election; the hub hands what changed to each watcher. It reads the leader itself, on
+//! its own connection, when it starts, when its connection failed, and when the lease it
+//! last saw ends: what nobody announces, a leader that crashed with nobody waiting to
+//! succeed it, it finds then. The read also keeps the process's heartbeat there, so that it
+//! is told. A state older than one seen (news popped after a read) is dropped.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::seat::Name;
 use super::{Hub, State, WAKE_EXPIRE_MS};
-use crate::protocol::election::{self, Leader};
+use crate::protocol::election::{self, Leader, Seen};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue;
 use crate::protocol::request::Request;
@@ -37,6 +38,8 @@ pub(crate) struct Watch {
     /// Whether a read found nobody leading while someone was about to, and it is read again
     /// before that is reported.
     deferred: bool,
+    /// Where the last state seen stands (see [`Seen::order`]).
+    order: Option<(u64, bool)>,
 }
 
 /// One watcher's changes, in order: each leader it has not seen yet (`None`: nobody leads).
@@ -96,13 +99,25 @@ impl Watch {
         self.due.filter(|_| !self.is_empty())
     }
 
-    /// What a read found: each watcher hears of a leader that changed.
-    fn seen(&mut self, leader: Option<Leader>) {
-        if self.last.as_ref() != Some(&leader) {
+    /// What a read found, or the news unless it is older than what was seen (or came before
+    /// the first read): each watcher
+    /// hears of a leader that changed, and the hub reads again when its lease ends (a leader
+    /// may crash unannounced). A read is the server's state now, even if it looks older: a
+    /// server that restarted empty counts its terms from 1 again.
+    pub(super) fn seen(&mut self, seen: Seen, read: bool) {
+        // News before the first read may be older than anything the read will find (pushed
+        // while this process listened for another reason): the first report is a read's.
+        if !read && self.order.is_none_or(|order| seen.order < order) {
+            return;
+        }
+        self.order = Some(seen.order);
+        self.deferred = false;
+        self.due = seen.look_again.map(|left| Instant::now() + left);
+        if self.last.as_ref() != Some(&seen.leader) {
             for watcher in self.boxes.values() {
-                watcher.push(leader.clone());
+                watcher.push(seen.leader.clone());
             }
-            self.last = Some(leader);
+            self.last = Some(seen.leader);
         }
     }
 }
@@ -214,12 +229,7 @@ impl Hub {
                     name.watch.deferred = true;
                     name.watch.due = Some(Instant::now() + HANDOVER_GRACE);
                 }
-                Ok(seen) => {
-                    // Read again when the lease read ends: a leader may crash unannounced.
-                    name.watch.deferred = false;
-                    name.watch.due = seen.look_again.map(|left| Instant::now() + left);
-                    name.watch.seen(seen.leader);
-                }
+                Ok(seen) => name.watch.seen(seen, true),
                 Err(e) => {
                     log::debug!("{inbox}: a read of the leader failed ({e}); read again shortly");
                     name.watch.due = Some(Instant::now() + FIRST_PAUSE.max(lapse / 20));
