@@ -628,7 +628,8 @@ impl<R: Runtime> Inner<R> {
         let hold = Hold::start(self.name(), &self.settings.id);
         let mut state = self.state.lock();
         state.epoch += 1;
-        state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
+        let lease = Lease::new(state.epoch, Instant::now(), valid_until, token);
+        state.belief = Belief::Held(lease);
         state.renewal = renewal;
         state.hold = Some(hold);
         // A fresh notice: the last acquisition's stays as its end left it.

@@ -203,7 +203,20 @@ impl<R: Runtime> Inner<R> {
     pub(crate) async fn renew(&self) -> Option<Duration> {
         let expire = self.settings.expire()?;
         let interval = expire * 2 / 3;
-        match self.extend_ms(self.settings.expire_ms?).await {
+        let since = match self.state.lock().belief {
+            Belief::Held(lease) => lease.since,
+            // Released meanwhile: the release stops this renewal.
+            Belief::Free | Belief::Unsure(_) => return None,
+        };
+        let max_hold = self.settings.max_hold;
+        let Some(span) = lease::renewal_span(Instant::now(), since, expire, max_hold) else {
+            log::warn!("lock {:?}: held for max_hold; not renewed", self.name());
+            return None;
+        };
+        // Cut short by max_hold: the lease ends there, and the alarm at its end tells it.
+        let last = span < expire;
+        let ms = u64::try_from(span.as_millis()).ok()?;
+        match self.extend_ms(ms).await {
             Ok(Extended::Yes) => {
                 let lease = match self.state.lock().belief {
                     Belief::Held(lease) => lease,
@@ -215,6 +228,13 @@ impl<R: Runtime> Inner<R> {
                     // meanwhile, and a lost lease stays lost.
                     self.note_lost("renewed too late");
                     log::error!("lock {:?}: lost (renewed too late)", self.name());
+                    return None;
+                }
+                if last {
+                    log::warn!(
+                        "lock {:?}: renewed for the last time, up to max_hold",
+                        self.name()
+                    );
                     return None;
                 }
                 log::debug!("lock {:?}: renewed", self.name());
