@@ -298,12 +298,17 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`.
+    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`. A loss by
+    /// time is told to its notice now, as in [`lost_since`](Self::lost_since).
     pub(crate) fn lost(&self) -> bool {
-        match self.state.lock().belief {
+        let lost = match self.state.lock().belief {
             Belief::Held(lease) => lease.is_lost(Instant::now()),
             Belief::Free | Belief::Unsure(_) => false,
+        };
+        if lost {
+            self.lease_changed();
         }
+        lost
     }
 
     /// The fencing token of the current acquisition.
