@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::Lock;
+use redis_blpop_lock::{Error, Lock, LockBuilder};
 
 use super::{opt, percentile, ping, Impl, Line, Options, GOLDEN};
 
@@ -83,6 +83,19 @@ fn limit(expire: Duration) -> Duration {
     expire * 2 + Duration::from_secs(1)
 }
 
+/// A trial's holder: the lock `name` with expiry `expire`, renewed.
+fn holder<K>(builder: LockBuilder<K>, expire: Duration) -> LockBuilder<K> {
+    builder.expire(expire).auto_renewal(true)
+}
+
+/// What a trial says when `reset` found nothing: the holder had lost the lock before.
+fn held_until_reset(name: &str, reset: bool) -> Result<(), String> {
+    match reset {
+        true => Ok(()),
+        false => Err(format!("{name}: nothing to reset")),
+    }
+}
+
 /// A trial of the blocking API: its renewal scheduler finds the reset; the bench looks at
 /// the token every [`LOOK_EVERY`].
 fn told_blocking(
@@ -91,18 +104,17 @@ fn told_blocking(
     expire: Duration,
     pause: Duration,
 ) -> Result<Duration, String> {
-    let e = |e: redis_blpop_lock::Error| e.to_string();
-    let holder = Lock::builder(client, name)
-        .expire(expire)
-        .auto_renewal(true)
+    let e = |e: Error| e.to_string();
+    let lock = holder(Lock::builder(client, name), expire)
         .build()
         .map_err(e)?;
-    let guard = holder.lock().map_err(e)?;
+    let guard = lock.lock().map_err(e)?;
     let lost = guard.lost_token();
     thread::sleep(pause);
-    if !Lock::new(client, name).map_err(e)?.reset().map_err(e)? {
-        return Err(format!("{name}: nothing to reset"));
-    }
+    held_until_reset(
+        name,
+        Lock::new(client, name).map_err(e)?.reset().map_err(e)?,
+    )?;
     let reset = Instant::now();
     while !lost.is_cancelled() {
         if reset.elapsed() > limit(expire) {
@@ -123,19 +135,15 @@ fn told_async(
     pause: Duration,
 ) -> Result<Duration, String> {
     use redis_blpop_lock::aio;
-    let e = |e: redis_blpop_lock::Error| e.to_string();
+    let e = |e: Error| e.to_string();
     super::async_cells::runtime().block_on(async {
-        let holder = aio::Lock::builder(client, name)
-            .expire(expire)
-            .auto_renewal(true)
+        let lock = holder(aio::Lock::builder(client, name), expire)
             .build()
             .map_err(e)?;
-        let guard = holder.lock().await.map_err(e)?;
+        let guard = lock.lock().await.map_err(e)?;
         tokio::time::sleep(pause).await;
         let other = aio::Lock::new(client, name).map_err(e)?;
-        if !other.reset().await.map_err(e)? {
-            return Err(format!("{name}: nothing to reset"));
-        }
+        held_until_reset(name, other.reset().await.map_err(e)?)?;
         let reset = Instant::now();
         tokio::time::timeout(limit(expire), guard.when_lost())
             .await

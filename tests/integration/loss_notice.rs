@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_blpop_lock::inspect::{self, Primitive};
-use redis_blpop_lock::{CancelToken, Error, Lock, LockBuilder, RwLock, Semaphore};
+use redis_blpop_lock::{CancelToken, Error, Lock, LockBuilder, LockGuard, RwLock, Semaphore};
 
 use crate::support::{eventually, ms, secs, RedisServer};
 
@@ -39,101 +39,103 @@ fn assert_reset_told(token: &CancelToken, lost: impl Fn() -> bool, reset: impl F
     assert!(lost(), "the token was cancelled but lost() is false");
 }
 
+/// The handles of the reset tests, renewed, on `client`: a lock, a fair lock, a semaphore of
+/// 2 permits and a read-write lock.
+fn plain(client: &redis::Client) -> Lock {
+    renewed(Lock::builder(client, "l")).build().unwrap()
+}
+
+fn fair(client: &redis::Client) -> Lock {
+    renewed(Lock::builder(client, "f"))
+        .fair(true)
+        .build()
+        .unwrap()
+}
+
+fn semaphore(client: &redis::Client) -> Semaphore {
+    renewed(Semaphore::builder(client, "s", 2)).build().unwrap()
+}
+
+fn rwlock(client: &redis::Client) -> RwLock {
+    renewed(RwLock::builder(client, "rw")).build().unwrap()
+}
+
+/// The lock `l` with a [`SHORT`] expiry, not renewed.
+fn unrenewed(client: &redis::Client) -> Lock {
+    Lock::builder(client, "l").expire(SHORT).build().unwrap()
+}
+
+/// `lock` taken, and its guard's loss notice.
+fn watched(lock: &Lock) -> (LockGuard<'_>, CancelToken) {
+    let guard = lock.lock().unwrap();
+    let token = guard.lost_token();
+    (guard, token)
+}
+
+/// Another handle's reset of the lock `l`.
+fn reset_plain(client: &redis::Client) {
+    assert!(Lock::new(client, "l").unwrap().reset().unwrap());
+}
+
+/// Another handle's reset of the fair lock `f`.
+fn reset_fair(client: &redis::Client) {
+    assert!(fair(client).reset().unwrap());
+}
+
 /// The operator's reset of every hold of the queue primitive `kind` named `name`.
 fn reset_queue(client: &redis::Client, kind: Primitive, name: &str) {
     let removed = inspect::reset_queue(client, kind, name, None, 2, secs(5)).unwrap();
     assert!(removed >= 1, "nothing held to reset");
 }
 
-#[test]
-fn a_reset_cancels_a_lock_guards_token_within_a_renewal_interval() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let lock = renewed(Lock::builder(&client, "l")).build().unwrap();
-    let guard = lock.lock().unwrap();
-    assert_reset_told(
-        &guard.lost_token(),
-        || guard.lost(),
-        || {
-            assert!(Lock::new(&client, "l").unwrap().reset().unwrap());
-        },
-    );
+fn reset_semaphore(client: &redis::Client) {
+    reset_queue(client, Primitive::Semaphore, "s");
 }
 
-#[test]
-fn a_reset_cancels_a_fair_lock_guards_token_within_a_renewal_interval() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let fair = |client: &redis::Client| {
-        renewed(Lock::builder(client, "f"))
-            .fair(true)
-            .build()
-            .unwrap()
+fn reset_rwlock(client: &redis::Client) {
+    reset_queue(client, Primitive::RwLock, "rw");
+}
+
+/// The test `$test`: the hold that `$take` makes of the handle `$handle` builds is told of
+/// `$reset` within a renewal interval.
+macro_rules! reset_is_told {
+    ($test:ident: $handle:ident.$take:ident(), $reset:ident) => {
+        #[test]
+        fn $test() {
+            let server = RedisServer::start();
+            let client = server.client();
+            let handle = $handle(&client);
+            let held = handle.$take().unwrap();
+            assert_reset_told(&held.lost_token(), || held.lost(), || $reset(&client));
+        }
     };
-    let lock = fair(&client);
-    let guard = lock.lock().unwrap();
-    assert_reset_told(
-        &guard.lost_token(),
-        || guard.lost(),
-        || {
-            assert!(fair(&client).reset().unwrap());
-        },
-    );
 }
 
-#[test]
-fn a_reset_cancels_a_semaphore_permits_token_within_a_renewal_interval() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let semaphore = renewed(Semaphore::builder(&client, "s", 2))
-        .build()
-        .unwrap();
-    let permit = semaphore.acquire().unwrap();
-    assert_reset_told(
-        &permit.lost_token(),
-        || permit.lost(),
-        || {
-            reset_queue(&client, Primitive::Semaphore, "s");
-        },
-    );
-}
-
-#[test]
-fn a_reset_cancels_a_write_guards_token_within_a_renewal_interval() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let rwlock = renewed(RwLock::builder(&client, "rw")).build().unwrap();
-    let write = rwlock.write().unwrap();
-    assert_reset_told(
-        &write.lost_token(),
-        || write.lost(),
-        || {
-            reset_queue(&client, Primitive::RwLock, "rw");
-        },
-    );
-}
-
-#[test]
-fn a_reset_cancels_a_read_guards_token_within_a_renewal_interval() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let rwlock = renewed(RwLock::builder(&client, "rw")).build().unwrap();
-    let read = rwlock.read().unwrap();
-    assert_reset_told(
-        &read.lost_token(),
-        || read.lost(),
-        || {
-            reset_queue(&client, Primitive::RwLock, "rw");
-        },
-    );
-}
+reset_is_told!(
+    a_reset_cancels_a_lock_guards_token_within_a_renewal_interval:
+        plain.lock(), reset_plain
+);
+reset_is_told!(
+    a_reset_cancels_a_fair_lock_guards_token_within_a_renewal_interval:
+        fair.lock(), reset_fair
+);
+reset_is_told!(
+    a_reset_cancels_a_semaphore_permits_token_within_a_renewal_interval:
+        semaphore.acquire(), reset_semaphore
+);
+reset_is_told!(
+    a_reset_cancels_a_write_guards_token_within_a_renewal_interval:
+        rwlock.write(), reset_rwlock
+);
+reset_is_told!(
+    a_reset_cancels_a_read_guards_token_within_a_renewal_interval:
+        rwlock.read(), reset_rwlock
+);
 
 #[test]
 fn a_renewal_that_finds_another_owner_cancels_the_token() {
     let server = RedisServer::start();
-    let lock = renewed(Lock::builder(&server.client(), "l"))
-        .build()
-        .unwrap();
+    let lock = plain(&server.client());
     let guard = lock.lock().unwrap();
     assert_reset_told(
         &guard.lost_token(),
@@ -151,8 +153,7 @@ fn an_extend_that_finds_the_lock_gone_cancels_the_token_at_once() {
         .expire(secs(30))
         .build()
         .unwrap();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let (guard, token) = watched(&lock);
     let () = server.conn().del("lock:l").unwrap();
     assert!(matches!(guard.extend(None), Err(Error::NotAcquired { .. })));
     assert!(token.is_cancelled());
@@ -161,11 +162,8 @@ fn an_extend_that_finds_the_lock_gone_cancels_the_token_at_once() {
 #[test]
 fn a_renewing_holders_token_stays_uncancelled_through_three_intervals() {
     let server = RedisServer::start();
-    let lock = renewed(Lock::builder(&server.client(), "l"))
-        .build()
-        .unwrap();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let lock = plain(&server.client());
+    let (guard, token) = watched(&lock);
     let held = Instant::now();
     while held.elapsed() < EXPIRE * 2 {
         assert!(
@@ -182,13 +180,9 @@ fn a_renewing_holders_token_stays_uncancelled_through_three_intervals() {
 #[test]
 fn a_lock_without_renewal_cancels_its_token_at_its_expiry() {
     let server = RedisServer::start();
-    let lock = Lock::builder(&server.client(), "l")
-        .expire(SHORT)
-        .build()
-        .unwrap();
+    let lock = unrenewed(&server.client());
     let before = Instant::now();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let (guard, token) = watched(&lock);
     eventually(SHORT + secs(2), "the notice at the expiry", || {
         token.is_cancelled()
     });
@@ -199,12 +193,9 @@ fn a_lock_without_renewal_cancels_its_token_at_its_expiry() {
 #[test]
 fn renewals_that_cannot_get_through_cancel_the_token_once_the_lease_ran_out() {
     let server = RedisServer::start();
-    let lock = renewed(Lock::builder(&server.client(), "l"))
-        .build()
-        .unwrap();
+    let lock = plain(&server.client());
     let before = Instant::now();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let (guard, token) = watched(&lock);
     // Frozen before the first renewal is due: every renewal hangs.
     server.pause();
     eventually(
@@ -231,8 +222,7 @@ fn max_hold_cancels_a_hung_holders_token_when_its_last_lease_ends() {
         .build()
         .unwrap();
     let before = Instant::now();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let (guard, token) = watched(&lock);
     // The holder hangs: its thread only looks at the token, and renews nothing itself.
     eventually(MAX_HOLD + secs(2), "the notice at max_hold", || {
         token.is_cancelled()
@@ -271,12 +261,8 @@ fn max_hold_frees_a_hung_holders_lock_for_another_handle() {
 #[test]
 fn a_released_guards_token_is_never_cancelled() {
     let server = RedisServer::start();
-    let lock = Lock::builder(&server.client(), "l")
-        .expire(SHORT)
-        .build()
-        .unwrap();
-    let guard = lock.lock().unwrap();
-    let token = guard.lost_token();
+    let lock = unrenewed(&server.client());
+    let (guard, token) = watched(&lock);
     guard.unlock().unwrap();
     // Past the expiry the released lease would have had.
     std::thread::sleep(SHORT * 2);
@@ -286,10 +272,7 @@ fn a_released_guards_token_is_never_cancelled() {
 #[test]
 fn a_token_taken_after_the_loss_is_cancelled_already() {
     let server = RedisServer::start();
-    let lock = Lock::builder(&server.client(), "l")
-        .expire(SHORT)
-        .build()
-        .unwrap();
+    let lock = unrenewed(&server.client());
     let guard = lock.lock().unwrap();
     eventually(SHORT + secs(2), "the expiry", || guard.lost());
     assert!(guard.lost_token().is_cancelled());
@@ -299,16 +282,10 @@ fn a_token_taken_after_the_loss_is_cancelled_already() {
 fn a_handle_that_acquires_again_gets_a_fresh_token() {
     let server = RedisServer::start();
     let client = server.client();
-    let lock = renewed(Lock::builder(&client, "l")).build().unwrap();
+    let lock = plain(&client);
     let guard = lock.lock().unwrap();
     let first = guard.lost_token();
-    assert_reset_told(
-        &first,
-        || guard.lost(),
-        || {
-            assert!(Lock::new(&client, "l").unwrap().reset().unwrap());
-        },
-    );
+    assert_reset_told(&first, || guard.lost(), || reset_plain(&client));
     drop(guard);
     let again = lock.lock().unwrap();
     assert!(!again.lost_token().is_cancelled());
@@ -365,72 +342,59 @@ mod aio_api {
         );
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_reset_resolves_a_lock_guards_when_lost_within_a_renewal_interval() {
-        let server = RedisServer::start();
-        let client = server.client();
-        let lock = renewed(aio::Lock::builder(&client, "l")).build().unwrap();
-        let guard = lock.lock().await.unwrap();
-        assert_reset_told(guard.lost_token(), guard.when_lost(), || {
-            assert!(Lock::new(&client, "l").unwrap().reset().unwrap());
-        })
-        .await;
+    /// The async handles of the reset tests, as the blocking ones.
+    fn plain(client: &redis::Client) -> aio::Lock {
+        renewed(aio::Lock::builder(client, "l")).build().unwrap()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_reset_resolves_a_fair_lock_guards_when_lost_within_a_renewal_interval() {
-        let server = RedisServer::start();
-        let client = server.client();
-        let builder = renewed(aio::Lock::builder(&client, "f")).fair(true);
-        let lock = builder.build().unwrap();
-        let guard = lock.lock().await.unwrap();
-        assert_reset_told(guard.lost_token(), guard.when_lost(), || {
-            let fair = renewed(Lock::builder(&client, "f")).fair(true).build();
-            assert!(fair.unwrap().reset().unwrap());
-        })
-        .await;
+    fn fair(client: &redis::Client) -> aio::Lock {
+        let builder = renewed(aio::Lock::builder(client, "f")).fair(true);
+        builder.build().unwrap()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_reset_resolves_a_semaphore_permits_when_lost_within_a_renewal_interval() {
-        let server = RedisServer::start();
-        let client = server.client();
-        let semaphore = renewed(aio::Semaphore::builder(&client, "s", 2));
-        let semaphore = semaphore.build().unwrap();
-        let permit = semaphore.acquire().await.unwrap();
-        assert_reset_told(permit.lost_token(), permit.when_lost(), || {
-            reset_queue(&client, Primitive::Semaphore, "s");
-        })
-        .await;
+    fn semaphore(client: &redis::Client) -> aio::Semaphore {
+        let builder = renewed(aio::Semaphore::builder(client, "s", 2));
+        builder.build().unwrap()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_reset_resolves_a_write_guards_when_lost_within_a_renewal_interval() {
-        let server = RedisServer::start();
-        let client = server.client();
-        let rwlock = renewed(aio::RwLock::builder(&client, "rw"))
-            .build()
-            .unwrap();
-        let write = rwlock.write().await.unwrap();
-        assert_reset_told(write.lost_token(), write.when_lost(), || {
-            reset_queue(&client, Primitive::RwLock, "rw");
-        })
-        .await;
+    fn rwlock(client: &redis::Client) -> aio::RwLock {
+        renewed(aio::RwLock::builder(client, "rw")).build().unwrap()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_reset_resolves_a_read_guards_when_lost_within_a_renewal_interval() {
-        let server = RedisServer::start();
-        let client = server.client();
-        let rwlock = renewed(aio::RwLock::builder(&client, "rw"))
-            .build()
-            .unwrap();
-        let read = rwlock.read().await.unwrap();
-        assert_reset_told(read.lost_token(), read.when_lost(), || {
-            reset_queue(&client, Primitive::RwLock, "rw");
-        })
-        .await;
+    /// As `reset_is_told!`, awaiting `when_lost()`.
+    macro_rules! reset_is_told_async {
+        ($test:ident: $handle:ident.$take:ident(), $reset:ident) => {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let server = RedisServer::start();
+                let client = server.client();
+                let handle = $handle(&client);
+                let held = handle.$take().await.unwrap();
+                assert_reset_told(held.lost_token(), held.when_lost(), || $reset(&client)).await;
+            }
+        };
     }
+
+    reset_is_told_async!(
+        a_reset_resolves_a_lock_guards_when_lost_within_a_renewal_interval:
+            plain.lock(), reset_plain
+    );
+    reset_is_told_async!(
+        a_reset_resolves_a_fair_lock_guards_when_lost_within_a_renewal_interval:
+            fair.lock(), reset_fair
+    );
+    reset_is_told_async!(
+        a_reset_resolves_a_semaphore_permits_when_lost_within_a_renewal_interval:
+            semaphore.acquire(), reset_semaphore
+    );
+    reset_is_told_async!(
+        a_reset_resolves_a_write_guards_when_lost_within_a_renewal_interval:
+            rwlock.write(), reset_rwlock
+    );
+    reset_is_told_async!(
+        a_reset_resolves_a_read_guards_when_lost_within_a_renewal_interval:
+            rwlock.read(), reset_rwlock
+    );
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_async_lock_without_renewal_resolves_when_lost_at_its_expiry() {
