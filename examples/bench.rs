@@ -25,6 +25,8 @@
 //!     [--load async-semaphore,blocking-threads,mixed-100-names] [--load-scale F] [--json]
 //! cargo run --release --example bench --features tokio -- --cell idle-load [--waiters 700]
 //!     [--seconds 10] [--json]
+//! cargo run --release --example bench --features tokio -- --cell loss-notice
+//!     [--impl ours,ours-async] [--trials N] [--expire-ms E] [--json]
 //! ```
 //!
 //! Without `--url` (or `REDIS_URL`) and with nothing on the default port, the bench starts a
@@ -388,6 +390,23 @@
 //! (`seen` p50 − 1.5 × RTT) / RTT (target ≤ 2). Last, 1,000 watches of one election in the bench
 //! process: `watch_connections`, the server connections they added.
 //!
+//! # `loss-notice` cell: how soon a holder is told that its lock was taken away
+//!
+//! `--trials` trials (default 20) per impl, each on a fresh name (`support/notice_cells.rs`).
+//! A holder takes the lock with expiry E (`--expire-ms`, default 300) and auto-renewal, so a
+//! renewal runs every interval I = 2E/3, and takes its guard's `lost_token()`. Trial i then
+//! waits `frac(i × 0.618…)` of I (the notice comes with the next renewal, so a fixed phase
+//! would time one distance to it only), and another handle resets the lock (`Lock::reset`).
+//! notice = from the reset's reply to the holder being told: `ours` looks at the token every
+//! 50 µs (the figure's resolution); `ours-async` (feature `tokio`) awaits `when_lost()` on the
+//! bench's runtime. Reported: `notice_p50_us`, `notice_p99_us`, `notice_max_us`, against the
+//! target p99 ≤ I + 10 ms (`target_p99_us`, `meets_target`), and `rtt_p50_us`. Other impls
+//! have no notice and are skipped. One server only; about `trials` × (I + E) per impl.
+//!
+//! ```text
+//! cargo run --release --example bench --features tokio -- --cell loss-notice --impl ours,ours-async
+//! ```
+//!
 //! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
 //! `"cell"` field.
 
@@ -406,6 +425,8 @@ mod engine_cells;
 #[cfg(feature = "tokio")]
 #[path = "support/load_cells.rs"]
 mod load_cells;
+#[path = "support/notice_cells.rs"]
+mod notice_cells;
 #[path = "support/queue_cells.rs"]
 mod queue_cells;
 #[path = "support/queue_faults.rs"]
@@ -526,6 +547,8 @@ enum CellKind {
     IdleLoad,
     /// A killed leader's takeover, a watch's delay and 1,000 watches' connections.
     Election,
+    /// How soon a holder is told that its lock was reset under it.
+    LossNotice,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -668,7 +691,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             | CellKind::DeadWaiter
             | CellKind::Fifo
             | CellKind::EngineCost
-            | CellKind::Election => match &place {
+            | CellKind::Election
+            | CellKind::LossNotice => match &place {
                 Place::Server { url, client } => match kind {
                     CellKind::Crash | CellKind::Overshoot => {
                         run_tail_cells(client, url, kind, &options)?
@@ -677,6 +701,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     CellKind::Election => {
                         election_cells::run(client, url, &options)?.print(options.json)
                     }
+                    CellKind::LossNotice => notice_cells::run_loss_notice(client, &options)?,
                     _ => run_queue_faults(client, url, kind, &options)?,
                 },
                 Place::Quorum { .. } => {
@@ -1021,10 +1046,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "connections" => Err(rebuild("the connections cell", "tokio")),
                         "idle-load" if cfg!(feature = "tokio") => Ok(CellKind::IdleLoad),
                         "idle-load" => Err(rebuild("the idle-load cell", "tokio")),
+                        "loss-notice" => Ok(CellKind::LossNotice),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
                              scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
-                             engine-cost, connections, idle-load, election)"
+                             engine-cost, connections, idle-load, election, loss-notice)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -1109,6 +1135,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 | Connections
                 | IdleLoad
                 | Election
+                | LossNotice
         )
     };
     if options.cluster && options.cells.iter().any(tail) {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-/// Ends the waits of the locks built with it, from any thread.
+/// Ends the waits of the locks built with it, from any thread; also the loss notice of a
+/// guard or permit (`lost_token()`), which the crate cancels when the acquisition is lost.
 ///
 /// Once cancelled, a wait on such a lock (`lock()`, `acquire()`, `try_lock_for`, ...) returns
 /// [`Error::Cancelled`](crate::Error::Cancelled) within about one round trip, and so does
@@ -125,9 +126,29 @@ impl CancelToken {
         self.is_cancelled()
     }
 
-    /// Resolves once the token is cancelled.
+    /// Resolves once the token is cancelled, at once if it is already (feature `tokio`).
+    /// Safe to drop at any `.await`. For `select!`ing work against a cancel, or against the
+    /// loss of a lock through a guard's [`lost_token`](crate::aio::LockGuard::lost_token):
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "exports")
+    ///     .expire(Duration::from_secs(10))
+    ///     .auto_renewal(true)
+    ///     .build()?;
+    /// let guard = lock.lock().await?;
+    /// let lost = guard.lost_token();
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(Duration::from_secs(30)) => guard.unlock().await?,
+    ///     () = lost.cancelled() => println!("lost the lock: export stopped"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[cfg(feature = "tokio")]
-    pub(crate) async fn cancelled(&self) {
+    pub async fn cancelled(&self) {
         let notified = self.inner.cancelled_async.notified();
         let mut notified = std::pin::pin!(notified);
         // Registered before the check, so a cancel in between is not missed.

@@ -173,6 +173,70 @@
 //! logged. A lock without an expiry never counts as lost; use an expiry and
 //! `auto_renewal(true)` when you need `lost()`.
 //!
+//! ## Told when a lock is lost: `lost_token()`, `when_lost()`, `max_hold`
+//!
+//! `lost()` answers when asked; a worker deep in its work may not ask in time. Every guard and
+//! permit, in both APIs ([`LockGuard`], [`ArcLockGuard`], [`SemaphorePermit`],
+//! [`ArcSemaphorePermit`], [`RwLockReadGuard`], [`RwLockWriteGuard`], and their `aio` twins;
+//! a fair lock's guards are [`LockGuard`]s), also has `lost_token()`: a [`CancelToken`] that
+//! the crate cancels when that acquisition is lost. Hand it to the work, which checks
+//! `is_cancelled()` between steps; in async code `select!` on `token.cancelled()` or on the
+//! guard's `when_lost()`, which resolves at the same moment.
+//!
+//! It is cancelled as soon as the loss can be known, within one renewal interval (two thirds
+//! of the expiry):
+//!
+//! - a renewal or [`extend`](Lock::extend) finds another id in the key, or none (someone
+//!   reset the lock, or took it after it expired): at that renewal, so a reset is told at the
+//!   next one;
+//! - the lease runs out: renewals could not get through until its expiry (a server away), the
+//!   lock does not renew, or the hold reached `max_hold` (below): at the expiry the handle
+//!   believes (counted from before the request that set it, so never after the server's), by
+//!   the process's timer thread, which holds only a weak reference to the handle.
+//!
+//! It is never cancelled while the acquisition holds, nor by a release (`unlock`, a dropped
+//! guard, the handle's `release`): a released acquisition's token stays as it was, so a
+//! worker can tell "lost" from "done". Once cancelled it stays so and `lost()` is true, for
+//! good: a renewal that gets through after the expiry does not undo it. A token taken after
+//! the loss is cancelled already, and each acquisition has its own. A lock without an expiry is
+//! only ever found lost by an `extend`.
+//!
+//! [`LockBuilder::max_hold`] bounds a hold whose holder is stuck (a hung thread, a deadlock)
+//! while its renewal keeps the lock alive: the renewal stops at `max_hold` from the grant (the
+//! last one extends the lease only up to that point), so the lock expires then, the next waiter
+//! takes it, and the holder is told as for any loss. It needs an expire at most as long, and
+//! works for every primitive.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_blpop_lock::Error> {
+//! use std::time::Duration;
+//! use redis_blpop_lock::Lock;
+//!
+//! # fn process(_batch: u32) {}
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let lock = Lock::builder(&client, "rebuild-index")
+//!     .expire(Duration::from_secs(30))
+//!     .auto_renewal(true)
+//!     .max_hold(Duration::from_secs(600)) // a rebuild that takes longer is stuck
+//!     .build()?;
+//! let guard = lock.lock()?;
+//! let lost = guard.lost_token();
+//! let worker = std::thread::spawn(move || {
+//!     for batch in 0..100 {
+//!         if lost.is_cancelled() {
+//!             return false; // someone else may hold the lock now: stop writing
+//!         }
+//!         process(batch);
+//!     }
+//!     true
+//! });
+//! let finished = worker.join().unwrap_or(false);
+//! drop(guard); // a release: the token, if not cancelled by now, never will be
+//! println!("finished: {finished}");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Fencing tokens
 //!
 //! `lost()` can only notice after the fact. No lock can stop a holder that was paused past its
@@ -756,7 +820,9 @@
 //! (a guard dropped as `#[tokio::main]` returns, or held by a task the runtime drops), the
 //! release is done on the thread that drops it, over a blocking connection, by the I/O timeout. `when_lost().await`
 //! resolves once the acquisition is lost (a renewal found another id or failed until the
-//! expiry, or the expiry passed), to `select!` the work against. The renewal is a task holding
+//! expiry, or the expiry passed), as its `lost_token()` is cancelled and never for a release,
+//! to `select!` the work against (see [Told when a lock is
+//! lost](#told-when-a-lock-is-lost-lost_token-when_lost-max_hold)). The renewal is a task holding
 //! only a weak reference, run when a third of the expiry is left: it stops once the handle and
 //! its guards are gone.
 //!
@@ -1083,7 +1149,8 @@
 //! [`Error`] has a variant for each thing a caller may want to handle: `AlreadyAcquired` (this id
 //! already holds the lock), `NotAcquired` (release or extend of a lock that is not ours; nothing
 //! changed), `NotExpirable`, `InvalidArgument` (empty name or id, an expiry of zero or over
-//! 2^40 ms, auto-renewal without an expiry; checked when the handle is built), `Redis` (the
+//! 2^40 ms, auto-renewal without an expiry, a `max_hold` of zero, without an expiry or shorter
+//! than it; checked when the handle is built), `Redis` (the
 //! server's own message: `WRONGTYPE`, `NOPERM`, `READONLY`, a refused connection, ...),
 //! `UnexpectedReply`, `Random` (the OS random source failed: no weaker fallback) and `Thread`;
 //! and, with the deadline and outcome rules above, `Cancelled { name }` (the handle's

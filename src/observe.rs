@@ -74,9 +74,9 @@ impl Label {
 
 /// Runs `acquire`, one acquire-style call, in a `redis_lock.acquire` span, and counts its
 /// outcome and how long it took.
-pub(crate) async fn acquiring<F>(label: &Label, name: &str, owner: &str, acquire: F) -> F::Output
+pub(crate) async fn acquiring<F, T>(label: &Label, name: &str, owner: &str, acquire: F) -> F::Output
 where
-    F: Future<Output = Result<Option<u64>, Error>>,
+    F: Future<Output = Result<Option<T>, Error>>,
 {
     #[cfg(feature = "tracing")]
     let acquire = tracing::Instrument::instrument(

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::turn::{self, Turn, Turns};
 use crate::driver::tokio::Tokio;
-use crate::driver::{Inner, Runtime};
+use crate::driver::{Inner, Runtime, Taken};
 use crate::protocol::lease::Wait;
 use crate::{Backend, CancelToken, Error};
 
@@ -98,8 +98,8 @@ impl Lock {
         let inner = Arc::clone(&self.inner);
         let turns = self.turns.clone();
         let acquire = move |cancel: CancelToken| async move {
-            let epoch = inner.take(wait, &cancel).await?;
-            Ok(epoch.map(|epoch| LockGuard::new(inner, turns, epoch, turn)))
+            let taken = inner.take(wait, &cancel).await?;
+            Ok(taken.map(|taken| LockGuard::new(inner, turns, taken, turn)))
         };
         let settings = &self.inner.settings;
         let guard = Tokio::apart(&settings.name, &settings.cancel, acquire).await?;
@@ -169,6 +169,8 @@ pub struct LockGuard {
     inner: Arc<Inner<Tokio>>,
     turns: Turns,
     epoch: u64,
+    /// Cancelled when the acquisition is lost.
+    notice: CancelToken,
     /// Whether dropping it releases; not once it has been released or handed to its handle.
     armed: bool,
     /// The handle's turn, while the guard is on its way from the acquiring task to the caller.
@@ -176,11 +178,12 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(inner: Arc<Inner<Tokio>>, turns: Turns, epoch: u64, turn: Turn) -> Self {
+    pub(crate) fn new(inner: Arc<Inner<Tokio>>, turns: Turns, taken: Taken, turn: Turn) -> Self {
         LockGuard {
             inner,
             turns,
-            epoch,
+            epoch: taken.epoch,
+            notice: taken.notice,
             armed: true,
             turn: Some(turn),
         }
@@ -222,10 +225,12 @@ impl LockGuard {
         self.inner.name()
     }
 
-    /// Resolves once this acquisition is lost: a renewal found another id in the key or
-    /// failed until the expiry passed, an [`extend`](Self::extend) found it not ours, or, with
-    /// no renewal, the expiry passed. Never resolves for a lock without an expiry that nobody
-    /// takes away. For `select!`ing work against losing the lock:
+    /// Resolves once this acquisition is lost, as its [`lost_token`](Self::lost_token) is
+    /// cancelled (see there for when): a renewal found another id in the key or failed until
+    /// the expiry passed, an [`extend`](Self::extend) found it not ours, the expiry passed
+    /// without a renewal, or [`max_hold`](crate::LockBuilder::max_hold) was reached. Never
+    /// resolves while the lock is held, nor for a release, nor for a lock without an expiry
+    /// that nobody takes away. For `select!`ing work against losing the lock:
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
@@ -244,7 +249,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn when_lost(&self) {
-        self.inner.when_lost(self.epoch).await;
+        self.lost_token().cancelled().await;
     }
 
     /// Releases the lock now and returns the error, if any, instead of logging it. The

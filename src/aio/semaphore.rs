@@ -4,8 +4,9 @@
 crate::shell::for_api!(semaphore, aio);
 
 impl SemaphorePermit<'_> {
-    /// Resolves once the permit is lost, as [`LockGuard::when_lost`](super::LockGuard::when_lost)
-    /// does for a lock: for `select!`ing work against losing it.
+    /// Resolves once the permit is lost, as its [`lost_token`](Self::lost_token) is cancelled
+    /// (and as [`LockGuard::when_lost`](super::LockGuard::when_lost) does for a lock): for
+    /// `select!`ing work against losing it.
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::blocking::Blocking;
-use crate::driver::Inner;
+use crate::driver::{Inner, Taken};
 use crate::protocol::lease::Wait;
 use crate::transport::send::now;
-use crate::{Backend, Error};
+use crate::{Backend, CancelToken, Error};
 
 crate::shell::for_api!(lock, blocking;
     guard = [LockGuard<'_>],
@@ -67,6 +67,10 @@ pub struct Lock {
 pub struct LockGuard<'a> {
     lock: &'a Lock,
     epoch: u64,
+    /// Cancelled when the acquisition is lost.
+    notice: CancelToken,
+    /// Whether dropping it releases; not once it has been released or handed on.
+    armed: bool,
 }
 
 /// A [`LockGuard`] that owns an `Arc` of its lock, so it is `'static` and can move into a
@@ -90,6 +94,8 @@ pub struct LockGuard<'a> {
 pub struct ArcLockGuard {
     lock: Arc<Lock>,
     epoch: u64,
+    notice: CancelToken,
+    armed: bool,
 }
 
 impl Lock {
@@ -99,8 +105,13 @@ impl Lock {
 
     /// The acquire path, into a guard.
     async fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
-        let epoch = self.inner.take(wait, &self.inner.settings.cancel).await?;
-        Ok(epoch.map(|epoch| LockGuard { lock: self, epoch }))
+        let taken = self.inner.take(wait, &self.inner.settings.cancel).await?;
+        Ok(taken.map(|Taken { epoch, notice }| LockGuard {
+            lock: self,
+            epoch,
+            notice,
+            armed: true,
+        }))
     }
 
     async fn release_held(&self) -> Result<(), Error> {
@@ -205,14 +216,18 @@ impl<'a> LockGuard<'a> {
     }
 
     /// Leaves the lock held by its handle, with no guard to release it.
-    fn keep(self) {
-        std::mem::forget(self);
+    fn keep(mut self) {
+        self.armed = false;
     }
 
-    fn into_arc(self, lock: Arc<Lock>) -> ArcLockGuard {
-        let epoch = self.epoch;
-        std::mem::forget(self);
-        ArcLockGuard { lock, epoch }
+    fn into_arc(mut self, lock: Arc<Lock>) -> ArcLockGuard {
+        self.armed = false;
+        ArcLockGuard {
+            lock,
+            epoch: self.epoch,
+            notice: self.notice.clone(),
+            armed: true,
+        }
     }
 
     /// The lock this guard holds.
@@ -241,16 +256,17 @@ impl<'a> LockGuard<'a> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn unlock(self) -> Result<(), Error> {
-        let (lock, epoch) = (self.lock, self.epoch);
-        std::mem::forget(self);
-        now(lock.inner.release(Some(epoch)))
+    pub fn unlock(mut self) -> Result<(), Error> {
+        self.armed = false;
+        now(self.lock.inner.release(Some(self.epoch)))
     }
 }
 
 impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
-        release_on_drop(self.lock, self.epoch);
+        if self.armed {
+            release_on_drop(self.lock, self.epoch);
+        }
     }
 }
 
@@ -284,17 +300,17 @@ impl ArcLockGuard {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn unlock(self) -> Result<(), Error> {
-        let epoch = self.epoch;
-        let lock = Arc::clone(&self.lock);
-        std::mem::forget(self);
-        now(lock.inner.release(Some(epoch)))
+    pub fn unlock(mut self) -> Result<(), Error> {
+        self.armed = false;
+        now(self.lock.inner.release(Some(self.epoch)))
     }
 }
 
 impl Drop for ArcLockGuard {
     fn drop(&mut self) {
-        release_on_drop(&self.lock, self.epoch);
+        if self.armed {
+            release_on_drop(&self.lock, self.epoch);
+        }
     }
 }
 

@@ -39,6 +39,7 @@ pub struct LockBuilder<K = Lock> {
     name: String,
     expire: Option<Duration>,
     auto_renewal: bool,
+    max_hold: Option<Duration>,
     id: Option<String>,
     signal_expire: Duration,
     fencing: bool,
@@ -70,6 +71,7 @@ impl<K> LockBuilder<K> {
             name,
             expire: None,
             auto_renewal: false,
+            max_hold: None,
             id: None,
             signal_expire: DEFAULT_SIGNAL_EXPIRE,
             fencing: false,
@@ -120,6 +122,40 @@ impl<K> LockBuilder<K> {
     /// ```
     pub fn auto_renewal(mut self, on: bool) -> Self {
         self.auto_renewal = on;
+        self
+    }
+
+    /// Bounds how long one acquisition is kept alive: the renewal stops once the acquisition
+    /// has been held for `max_hold`, counted from the grant, so a holder stuck in its work (a
+    /// hung thread, a deadlock) cannot keep the lock for good while its renewal runs on. The
+    /// renewal that would carry the lease past `max_hold` extends it only to that point and is
+    /// the last, so the lock expires `max_hold` after the grant at the latest (give or take a
+    /// network trip) and the next waiter takes it then. The holder is told as for any loss:
+    /// [`lost()`](crate::Lock::lost) turns true and the guard's
+    /// [`lost_token`](crate::LockGuard::lost_token) is cancelled at that expiry. An explicit
+    /// [`extend`](crate::Lock::extend) is the caller's own choice and is not bounded.
+    ///
+    /// Needs [`expire`](Self::expire), and is at least as long (a first lease longer than
+    /// `max_hold` could not be kept within it); otherwise `build()` fails with
+    /// [`Error::InvalidArgument`], as it does for zero. For every primitive: a lock, a fair
+    /// lock, a semaphore's permits and a read-write lock's holds, in both APIs.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let lock = redis_blpop_lock::Lock::builder(&client, "nightly-report")
+    ///     .expire(Duration::from_secs(30))
+    ///     .auto_renewal(true)
+    ///     .max_hold(Duration::from_secs(3600)) // a report never takes an hour
+    ///     .build()?;
+    /// let guard = lock.lock()?;
+    /// let stop = guard.lost_token(); // cancelled at the latest an hour from now
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -343,6 +379,17 @@ impl<K> LockBuilder<K> {
         if self.auto_renewal && expire_ms.is_none() {
             return Err(Error::invalid("auto_renewal needs an expire"));
         }
+        if let Some(max_hold) = self.max_hold {
+            millis("max_hold", max_hold)?;
+            let Some(expire) = self.expire else {
+                return Err(Error::invalid("max_hold needs an expire"));
+            };
+            if max_hold < expire {
+                return Err(Error::invalid(format!(
+                    "max_hold ({max_hold:?}) must be at least the expire ({expire:?})"
+                )));
+            }
+        }
         let id = match self.id {
             Some(id) if id.is_empty() => return Err(Error::invalid("the owner id is empty")),
             Some(id) => id,
@@ -365,6 +412,7 @@ impl<K> LockBuilder<K> {
             expire_ms,
             signal_expire_ms,
             auto_renewal: self.auto_renewal,
+            max_hold: self.max_hold,
             fencing: self.fencing,
             io_timeout: self.io_timeout,
             cancel: self.cancel.unwrap_or_default(),

@@ -25,6 +25,8 @@ pub(crate) struct Settings {
     pub(crate) expire_ms: Option<u64>,
     pub(crate) signal_expire_ms: u64,
     pub(crate) auto_renewal: bool,
+    /// How long an acquisition is renewed at the most, counted from its grant.
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) fencing: bool,
     pub(crate) io_timeout: Duration,
     /// The caller's token, or one of the handle's own that nobody cancels.

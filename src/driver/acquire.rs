@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::hub::{Carried, Heard, Listener, Told};
 use super::settle::Claim;
-use super::{Confirmed, Inner, Runtime, Tried};
+use super::{Confirmed, Inner, Runtime, Taken, Tried};
 use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
@@ -25,12 +25,11 @@ use crate::{CancelToken, Error};
 impl<R: Runtime> Inner<R> {
     /// The acquire path: one try on a short connection, then waits for a wake-up signal and
     /// tries again, until the lock is ours, the wait is over, or `cancel` is cancelled.
-    /// Returns the acquisition's epoch.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         let settings = &self.settings;
         let acquire = self.acquire_unobserved(wait, cancel);
         observe::acquiring(&settings.label, &settings.name, &settings.id, acquire).await
@@ -40,13 +39,13 @@ impl<R: Runtime> Inner<R> {
         self: &Arc<Self>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         if cancel.is_cancelled() {
             return Err(self.error(|name| Error::Cancelled { name }));
         }
         self.transport.blocking().check_acquire(&self.settings)?;
-        if let Some(epoch) = self.before_acquire(wait, cancel).await? {
-            return Ok(Some(epoch));
+        if let Some(taken) = self.before_acquire(wait, cancel).await? {
+            return Ok(Some(taken));
         }
         log::debug!("lock {:?}: acquiring", self.name());
         let mut listening = Listening {
@@ -499,12 +498,12 @@ impl<R: Runtime> Inner<R> {
 
     /// Before a new acquisition: a handle that holds the lock may not take it again; one
     /// whose lock was lost may; one that is unsure asks Redis, and if the lock turns out to be
-    /// ours it is acquired (its epoch is returned).
+    /// ours it is acquired (and returned).
     pub(super) async fn before_acquire(
         self: &Arc<Self>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         self.refuse_evicting(wait).await?;
         if let Some((unsure, claim)) = self.claim("acquire", self.give_up(wait), cancel).await? {
             return self.ask_redis(unsure, claim, wait, cancel).await;
@@ -563,7 +562,7 @@ impl<R: Runtime> Inner<R> {
         _claim: Claim<'_>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         let (observed, sent) = match self.settle(unsure.conn, wait, cancel).await {
             Ok(settled) => settled,
             Err(e) => {
@@ -604,7 +603,7 @@ impl<R: Runtime> Inner<R> {
         self: &Arc<Self>,
         valid_until: Option<Instant>,
         token: Option<u64>,
-    ) -> Result<u64, Error> {
+    ) -> Result<Taken, Error> {
         let renewal = match self
             .settings
             .expire()
@@ -629,9 +628,14 @@ impl<R: Runtime> Inner<R> {
         let hold = Hold::start(self.name(), &self.settings.id);
         let mut state = self.state.lock();
         state.epoch += 1;
-        state.belief = Belief::Held(Lease::new(state.epoch, valid_until, token));
+        let lease = Lease::new(state.epoch, Instant::now(), valid_until, token);
+        state.belief = Belief::Held(lease);
         state.renewal = renewal;
         state.hold = Some(hold);
+        // A fresh notice: the last acquisition's stays as its end left it.
+        state.notice = CancelToken::new();
+        state.watched = false;
+        let notice = state.notice.clone();
         // A counter that went back (evicted, or a restart without persistence) is not kept
         // silent: the store that checks tokens would refuse this holder, or take a stale one.
         let went_back = token
@@ -645,7 +649,7 @@ impl<R: Runtime> Inner<R> {
         }
         self.lease_changed();
         log::debug!("lock {:?}: acquired", self.name());
-        Ok(epoch)
+        Ok(Taken { epoch, notice })
     }
 }
 

@@ -7,20 +7,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::line::LineEnd;
-use super::{Inner, Place, Runtime};
+use super::{Inner, Place, Runtime, Taken};
 use crate::observe;
 use crate::protocol::lease::{Wait, LOOSE};
 use crate::{CancelToken, Error};
 
 impl<R: Runtime> Inner<R> {
-    /// Waits in line as `wait` allows; returns the acquisition's epoch, or `None` when the
+    /// Waits in line as `wait` allows; returns the acquisition, or `None` when the
     /// wait ended first (nothing is then held, and the waiter has left the queue).
     pub(crate) async fn acquire_in_line(
         self: &Arc<Self>,
         place: &Place,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         let settings = &self.settings;
         let waiting = async {
             loop {
@@ -28,8 +28,8 @@ impl<R: Runtime> Inner<R> {
                     return Err(self.error(|name| Error::Cancelled { name }));
                 }
                 // A handle that holds already (a fair lock's) must not be granted twice.
-                if let Some(epoch) = self.before_acquire(wait, cancel).await? {
-                    return Ok(Some(epoch));
+                if let Some(taken) = self.before_acquire(wait, cancel).await? {
+                    return Ok(Some(taken));
                 }
                 let (line, ask) = (self.line(place), &place.ask);
                 let end = match wait {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::hub::Hub;
-use super::{Inner, Place, Runtime};
+use super::{Inner, Place, Runtime, Taken};
 use crate::config::settings::Settings;
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::lease::Wait;
@@ -37,6 +37,8 @@ pub(crate) struct Acquirer<R: Runtime> {
 pub(crate) struct Acquisition<R: Runtime> {
     inner: Arc<Inner<R>>,
     epoch: u64,
+    /// Cancelled when it is lost.
+    notice: CancelToken,
     /// Whether dropping it gives it back: not once it has been released.
     armed: bool,
     /// What to send once it has been given back (an election's vacating).
@@ -112,10 +114,11 @@ impl<R: Runtime> Acquisition<R> {
     ) -> Result<Option<Acquisition<R>>, Error> {
         let name = inner.name().to_string();
         let acquire = move |cancel| async move {
-            let epoch = inner.take(wait, &cancel).await?;
-            Ok(epoch.map(|epoch| Acquisition {
+            let taken = inner.take(wait, &cancel).await?;
+            Ok(taken.map(|Taken { epoch, notice }| Acquisition {
                 inner,
                 epoch,
+                notice,
                 armed: true,
                 then: None,
             }))
@@ -141,10 +144,16 @@ impl<R: Runtime> Acquisition<R> {
         self.inner.fencing_token()
     }
 
-    /// Resolves once the lease is lost; see [`Inner::when_lost`].
+    /// The token cancelled when it is lost (never by a release); at once if it is already.
+    pub(crate) fn lost_token(&self) -> CancelToken {
+        self.inner.watched(self.epoch);
+        self.notice.clone()
+    }
+
+    /// Resolves once it is lost, as its [`lost_token`](Self::lost_token) is cancelled.
     #[cfg(feature = "tokio")]
     pub(crate) async fn when_lost(&self) {
-        self.inner.when_lost(self.epoch).await;
+        self.lost_token().cancelled().await;
     }
 
     /// Gives it back, waking the waiters that can now proceed. Stopped before its end, the

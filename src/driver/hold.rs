@@ -1,14 +1,18 @@
 //! What a holder does and knows: release, extend, renew and reset, `lost()` and the fencing
 //! token, and the hold's metrics.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Inner, Runtime};
+use parking_lot::Mutex;
+
+use super::{Inner, Runtime, State};
 use crate::config::settings::millis;
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
 use crate::protocol::lock::Extended;
 use crate::transport::send::AnyTransport;
+use crate::transport::timer;
 use crate::{CancelToken, Error};
 
 /// Who holds a lock, from [`Lock::holder`](crate::Lock::holder).
@@ -68,6 +72,7 @@ impl<R: Runtime> Inner<R> {
             // Its expiry passed without a renewal (a lock that does not renew, held too
             // long): `lost()` turned true, and it counts as lost.
             self.note_lost("expired while held");
+            self.lease_changed();
         }
         self.end_hold();
         self.stop_renewal();
@@ -198,7 +203,20 @@ impl<R: Runtime> Inner<R> {
     pub(crate) async fn renew(&self) -> Option<Duration> {
         let expire = self.settings.expire()?;
         let interval = expire * 2 / 3;
-        match self.extend_ms(self.settings.expire_ms?).await {
+        let since = match self.state.lock().belief {
+            Belief::Held(lease) => lease.since,
+            // Released meanwhile: the release stops this renewal.
+            Belief::Free | Belief::Unsure(_) => return None,
+        };
+        let max_hold = self.settings.max_hold;
+        let Some(span) = lease::renewal_span(Instant::now(), since, expire, max_hold) else {
+            log::warn!("lock {:?}: held for max_hold; not renewed", self.name());
+            return None;
+        };
+        // Cut short by max_hold: the lease ends there, and the alarm at its end tells it.
+        let last = span < expire;
+        let ms = u64::try_from(span.as_millis()).ok()?;
+        match self.extend_ms(ms).await {
             Ok(Extended::Yes) => {
                 let lease = match self.state.lock().belief {
                     Belief::Held(lease) => lease,
@@ -210,6 +228,13 @@ impl<R: Runtime> Inner<R> {
                     // meanwhile, and a lost lease stays lost.
                     self.note_lost("renewed too late");
                     log::error!("lock {:?}: lost (renewed too late)", self.name());
+                    return None;
+                }
+                if last {
+                    log::warn!(
+                        "lock {:?}: renewed for the last time, up to max_hold",
+                        self.name()
+                    );
                     return None;
                 }
                 log::debug!("lock {:?}: renewed", self.name());
@@ -273,12 +298,17 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`.
+    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`. A loss by
+    /// time is told to its notice now, as in [`lost_since`](Self::lost_since).
     pub(crate) fn lost(&self) -> bool {
-        match self.state.lock().belief {
+        let lost = match self.state.lock().belief {
             Belief::Held(lease) => lease.is_lost(Instant::now()),
             Belief::Free | Belief::Unsure(_) => false,
+        };
+        if lost {
+            self.lease_changed();
         }
+        lost
     }
 
     /// The fencing token of the current acquisition.
@@ -289,9 +319,14 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// Whether acquisition `epoch` is over or lost.
+    /// Whether acquisition `epoch` is over or lost. A loss by time is told to its notice
+    /// now, so that what this says and the notice agree without waiting for the alarm.
     pub(crate) fn lost_since(&self, epoch: u64) -> bool {
-        self.valid_until(epoch).is_none()
+        let over = self.valid_until(epoch).is_none();
+        if over {
+            self.lease_changed();
+        }
+        over
     }
 
     /// Until when acquisition `epoch` is valid (`Some(None)`: no expiry), or `None` once it
@@ -305,8 +340,9 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    /// Forgets the acquisition and stops its renewal.
+    /// Forgets the acquisition and stops its renewal; a loss by time is told first.
     pub(super) fn forget(&self) {
+        self.lease_changed();
         self.state.lock().belief = Belief::Free;
         self.end_hold();
         self.stop_renewal();
@@ -320,8 +356,65 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
+    /// The notice of acquisition `epoch` is handed out: from now on an alarm at its lease's
+    /// end tells a loss by time, and one already past is told now.
+    pub(crate) fn watched(&self, epoch: u64) {
+        {
+            let mut state = self.state.lock();
+            if state.epoch == epoch {
+                state.watched = true;
+            }
+        }
+        self.lease_changed();
+    }
+
+    /// Keeps the notice of the acquisition held in step with its lease (see [`watch`]).
     pub(super) fn lease_changed(&self) {
-        #[cfg(feature = "tokio")]
-        self.lease_changed.notify_waiters();
+        watch(&self.state);
+    }
+}
+
+/// Keeps the notice of the acquisition that `shared` holds in step with its lease: a lease
+/// lost (by time, or marked) is marked lost for good and its notice cancelled; a watched one
+/// with an expiry has an alarm at that expiry, moved when the expiry moves, which watches it
+/// again then. The alarm holds only a `Weak`, so a dropped handle leaves nothing ringing.
+/// Quick and without I/O: the alarm runs it on the timer thread.
+fn watch(shared: &Arc<Mutex<State>>) {
+    let now = Instant::now();
+    let mut state = shared.lock();
+    let watched = state.watched;
+    let mut lost = false;
+    let until = match &mut state.belief {
+        Belief::Held(lease) if lease.is_lost(now) => {
+            lease.mark_lost();
+            lost = true;
+            None
+        }
+        Belief::Held(lease) => lease.valid_until.filter(|_| watched),
+        Belief::Free | Belief::Unsure(_) => None,
+    };
+    if lost {
+        state.alarm = None;
+        let notice = state.notice.clone();
+        // Cancelled outside the state's lock: the token may wake waits of other locks built
+        // with it.
+        drop(state);
+        notice.cancel();
+        return;
+    }
+    match until {
+        Some(until) if state.alarm.as_ref().is_some_and(|(at, _)| *at == until) => {}
+        Some(until) => {
+            let weak = Arc::downgrade(shared);
+            let alarm = timer::call_at(until, move || {
+                if let Some(shared) = weak.upgrade() {
+                    // Rung: whatever watches next needs an alarm of its own.
+                    shared.lock().alarm = None;
+                    watch(&shared);
+                }
+            });
+            state.alarm = Some((until, alarm));
+        }
+        None => state.alarm = None,
     }
 }

@@ -43,6 +43,7 @@ use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask};
 use crate::protocol::request::Request;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
+use crate::transport::timer::Alarm;
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
 use hub::{Hub, Mailbox, Told};
@@ -142,9 +143,6 @@ pub(crate) struct Inner<R: Runtime> {
     state: Arc<Mutex<State>>,
     /// Whether the servers' eviction policy was asked for (`refuse_evicting`).
     eviction_asked: std::sync::atomic::AtomicBool,
-    /// Told whenever the lease changes, for the async guard's `when_lost`.
-    #[cfg(feature = "tokio")]
-    pub(crate) lease_changed: ::tokio::sync::Notify,
 }
 
 struct State {
@@ -161,6 +159,21 @@ struct State {
     hold: Option<Hold>,
     /// The highest fencing token this handle was given.
     top_token: Option<u64>,
+    /// The latest acquisition's loss notice: cancelled once it is lost, never by a release.
+    notice: CancelToken,
+    /// Whether the latest acquisition's notice was handed out (`lost_token`): only then does
+    /// an alarm watch its lease's end, so that an acquisition nobody watches costs the timer
+    /// thread nothing.
+    watched: bool,
+    /// While a watched lease with an expiry is held, the alarm at that expiry which tells its
+    /// loss, and when it rings.
+    alarm: Option<(Instant, Alarm)>,
+}
+
+/// An acquisition just made: which of its handle's it is, and the token its loss cancels.
+pub(crate) struct Taken {
+    pub(crate) epoch: u64,
+    pub(crate) notice: CancelToken,
 }
 
 /// A queue primitive's acquisition, in the queue engine: the line's keys, what it asks for
@@ -270,10 +283,11 @@ impl<R: Runtime> Inner<R> {
                 settler: None,
                 hold: None,
                 top_token: None,
+                notice: CancelToken::new(),
+                watched: false,
+                alarm: None,
             })),
             eviction_asked: Default::default(),
-            #[cfg(feature = "tokio")]
-            lease_changed: ::tokio::sync::Notify::new(),
         }
     }
 
@@ -282,13 +296,13 @@ impl<R: Runtime> Inner<R> {
         self.place.as_ref()
     }
 
-    /// Takes the lock (or a hold on the queue engine) as `wait` allows: the acquisition's
-    /// epoch, or `None` when the wait ended first. The acquire path of every primitive.
+    /// Takes the lock (or a hold on the queue engine) as `wait` allows: the acquisition, or
+    /// `None` when the wait ended first. The acquire path of every primitive.
     pub(crate) async fn take(
         self: &Arc<Self>,
         wait: Wait,
         cancel: &CancelToken,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<Option<Taken>, Error> {
         match &self.place {
             Some(place) => self.acquire_in_line(place, wait, cancel).await,
             None => self.acquire(wait, cancel).await,

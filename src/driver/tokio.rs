@@ -169,29 +169,6 @@ impl Runtime for Tokio {
     }
 }
 
-impl<R: Runtime> Inner<R> {
-    /// Resolves once acquisition `epoch` is lost: a renewal found it not ours or failed until
-    /// the expiry passed, an extend found it not ours, or, with no renewal, the expiry passed.
-    pub(crate) async fn when_lost(&self, epoch: u64) {
-        loop {
-            let changed = self.lease_changed.notified();
-            let mut changed = std::pin::pin!(changed);
-            // Registered before the lease is read, so a change in between is not missed.
-            changed.as_mut().enable();
-            match self.valid_until(epoch) {
-                None => return,
-                Some(None) => changed.await,
-                Some(Some(until)) => {
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(until.into()) => {}
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Cancels a spawned acquire when the future waiting for it is dropped.
 pub(crate) struct Abandon(pub(crate) CancelToken);
 

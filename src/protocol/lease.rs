@@ -112,6 +112,30 @@ pub(crate) fn renewal_due(now: Instant, valid_until: Instant, expire: Duration) 
         .map_or(Duration::ZERO, |due| due.saturating_duration_since(now))
 }
 
+/// What the renewal due at `now` of a lease held since `since` extends it by: the expiry, or
+/// with a `max_hold`, no further than `since + max_hold`, whole milliseconds rounded down so
+/// that the server's expiry never passes that point. `None`: nothing is left to extend by.
+/// A span shorter than `expire` is the last renewal: the hold then ends within `max_hold`.
+pub(crate) fn renewal_span(
+    now: Instant,
+    since: Instant,
+    expire: Duration,
+    max_hold: Option<Duration>,
+) -> Option<Duration> {
+    let Some(max_hold) = max_hold else {
+        return Some(expire);
+    };
+    let left = since
+        .checked_add(max_hold)
+        .map_or(expire, |end| end.saturating_duration_since(now));
+    let left = Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+    match left {
+        left if left >= expire => Some(expire),
+        left if left.is_zero() => None,
+        left => Some(left),
+    }
+}
+
 /// One acquisition in progress: when the request that may take the lock was sent, and whether
 /// it followed a wait.
 #[derive(Clone, Copy, Debug)]
@@ -169,6 +193,8 @@ pub(crate) fn valid_from_read(sent: Instant, pttl: Pttl) -> Option<Instant> {
 pub(crate) struct Lease {
     /// Which acquisition of this handle it is: a guard releases only its own.
     pub(crate) epoch: u64,
+    /// When the handle became its holder: what `max_hold` counts from.
+    pub(crate) since: Instant,
     /// When the key expires at the earliest, as far as this process can tell.
     pub(crate) valid_until: Option<Instant>,
     pub(crate) token: Option<u64>,
@@ -178,9 +204,15 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(epoch: u64, valid_until: Option<Instant>, token: Option<u64>) -> Self {
+    pub(crate) fn new(
+        epoch: u64,
+        since: Instant,
+        valid_until: Option<Instant>,
+        token: Option<u64>,
+    ) -> Self {
         Lease {
             epoch,
+            since,
             valid_until,
             token,
             lost: false,
@@ -338,6 +370,51 @@ mod tests {
     }
 
     #[test]
+    fn without_max_hold_a_renewal_extends_by_the_expiry() {
+        let now = Instant::now();
+        assert_eq!(renewal_span(now, now, ms(3000), None), Some(ms(3000)));
+    }
+
+    #[test]
+    fn a_renewal_that_would_pass_max_hold_extends_only_to_it() {
+        let since = Instant::now();
+        let expire = ms(3000);
+        let max_hold = Some(ms(10_000));
+        // Far from it: the whole expiry.
+        assert_eq!(
+            renewal_span(since + ms(2000), since, expire, max_hold),
+            Some(expire)
+        );
+        // Just within: still the whole expiry, ending at max_hold exactly.
+        assert_eq!(
+            renewal_span(since + ms(7000), since, expire, max_hold),
+            Some(expire)
+        );
+        // Past that: only what is left, rounded down.
+        let left = renewal_span(
+            since + ms(8000) + Duration::from_micros(600),
+            since,
+            expire,
+            max_hold,
+        );
+        assert_eq!(left, Some(ms(1999)));
+    }
+
+    #[test]
+    fn no_renewal_is_left_at_max_hold() {
+        let since = Instant::now();
+        let max_hold = Some(ms(10_000));
+        assert_eq!(
+            renewal_span(since + ms(10_000), since, ms(3000), max_hold),
+            None
+        );
+        assert_eq!(
+            renewal_span(since + ms(12_000), since, ms(3000), max_hold),
+            None
+        );
+    }
+
+    #[test]
     fn a_lock_settled_by_reading_counts_from_the_read() {
         let sent = Instant::now();
         assert_eq!(
@@ -350,7 +427,7 @@ mod tests {
     #[test]
     fn a_lease_is_lost_at_its_deadline_and_stays_lost() {
         let t = Instant::now();
-        let mut lease = Lease::new(1, Some(t + ms(100)), None);
+        let mut lease = Lease::new(1, t, Some(t + ms(100)), None);
         assert!(!lease.is_lost(t + ms(99)));
         assert!(lease.is_lost(t + ms(100)));
         lease.extended(t + ms(150), ms(100));
@@ -363,7 +440,7 @@ mod tests {
     #[test]
     fn an_extend_in_time_moves_the_deadline_from_its_send() {
         let t = Instant::now();
-        let mut lease = Lease::new(1, Some(t + ms(100)), None);
+        let mut lease = Lease::new(1, t, Some(t + ms(100)), None);
         lease.extended(t + ms(50), ms(100));
         assert_eq!(lease.valid_until, Some(t + ms(150)));
         assert!(!lease.is_lost(t + ms(149)));
@@ -371,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_lease_without_expiry_is_never_lost_by_time() {
-        let lease = Lease::new(1, None, None);
+        let lease = Lease::new(1, Instant::now(), None, None);
         assert!(!lease.is_lost(Instant::now() + Duration::from_secs(1 << 30)));
     }
 }

@@ -38,7 +38,7 @@ macro_rules! lock {
             use super::*;
             use std::time::{Duration, Instant};
 
-            use $crate::{Error, Holder};
+            use $crate::{CancelToken, Error, Holder};
             use $crate::protocol::lease::Wait;
             use $crate::shell::$run;
 
@@ -560,6 +560,45 @@ macro_rules! guard_methods {
             /// ```
             pub fn lost(&self) -> bool {
                 self.inner().lost_since(self.epoch)
+            }
+
+            /// A token cancelled when this acquisition is lost: for work to check
+            /// ([`CancelToken::is_cancelled`]), or in async code to `select!` on
+            /// (`CancelToken::cancelled`, feature `tokio`). Taking it costs no round trip.
+            ///
+            /// It is cancelled when the loss becomes knowable, within one renewal interval
+            /// (two thirds of the expiry) at most:
+            /// - a renewal, or an [`extend`](Self::extend), finds another owner in the key, or
+            ///   none (someone reset the lock, or took it after it expired): at that renewal;
+            /// - the lease runs out: renewals failed until then (the server is away), the lock
+            ///   does not renew, or the hold reached
+            ///   [`max_hold`](crate::LockBuilder::max_hold): at the expiry, by the process's
+            ///   timer thread.
+            ///
+            /// It is never cancelled while the acquisition holds, nor by its release (an
+            /// unlock, the guard's drop, the handle's release): a released acquisition's token
+            /// stays as it was. Once cancelled it stays so, and [`lost`](Self::lost) is true;
+            /// a token taken after the loss is cancelled already. Each acquisition has its own:
+            /// the handle's next one comes with a fresh token.
+            ///
+            /// ```no_run
+            #[doc = $head]
+            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let lock = ", $make, ";")]
+            #[doc = concat!("let guard = lock.", $take, "()", $aw, "?;")]
+            /// let lost = guard.lost_token();
+            /// for batch in 0..100 {
+            ///     if lost.is_cancelled() {
+            ///         break; // someone else may hold the lock now: stop writing
+            ///     }
+            ///     println!("batch {batch}");
+            /// }
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn lost_token(&self) -> CancelToken {
+                self.inner().watched(self.epoch);
+                self.notice.clone()
             }
 
             /// This acquisition's fencing token, when the lock was built with

@@ -121,7 +121,7 @@ macro_rules! rwlock {
             /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
             #[must_use = "the read lock is released as soon as the guard is dropped"]
             pub struct RwLockReadGuard<'a> {
-                held: Acquisition<$rt>,
+                pub(super) held: Acquisition<$rt>,
                 _reading: Reading<'a>,
             }
 
@@ -129,7 +129,7 @@ macro_rules! rwlock {
             #[must_use = "the write lock is released as soon as the guard is dropped"]
             pub struct RwLockWriteGuard<'a> {
                 lock: &'a RwLock,
-                held: Acquisition<$rt>,
+                pub(super) held: Acquisition<$rt>,
             }
 
             impl RwLock {
@@ -461,6 +461,25 @@ macro_rules! guard_methods {
             /// ```
             pub fn lost(&self) -> bool {
                 self.held.lost()
+            }
+
+            /// A token cancelled when the hold is lost: a renewal finds it gone (it was
+            /// reset), its lease runs out (renewals failed, or
+            /// [`max_hold`](crate::LockBuilder::max_hold) was reached). Never while it holds,
+            /// nor by its release; cancelled already when taken after the loss. A write lock
+            /// downgraded keeps its token. When and how, as for a lock:
+            /// [`LockGuard::lost_token`](crate::LockGuard::lost_token).
+            ///
+            /// ```no_run
+            #[doc = $head]
+            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let config = ", $path, "RwLock::new(&client, \"config\")?;")]
+            #[doc = concat!("assert!(!config.", $take, "()", $aw, "?.lost_token().is_cancelled());")]
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn lost_token(&self) -> CancelToken {
+                self.held.lost_token()
             }
 
             /// This hold's fencing token, larger for every grant of this lock.

@@ -491,6 +491,25 @@ macro_rules! permit_methods {
                 self.held.lost()
             }
 
+            /// A token cancelled when the permit is lost: a renewal finds it gone (it was
+            /// reset), its lease runs out (renewals failed, or
+            /// [`max_hold`](crate::LockBuilder::max_hold) was reached). Never while the
+            /// permit holds, nor by its release; cancelled already when taken after the loss.
+            /// When and how, as for a lock: [`LockGuard::lost_token`](crate::LockGuard::lost_token).
+            ///
+            /// ```no_run
+            #[doc = $head]
+            /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let semaphore = ", $path, "Semaphore::new(&client, \"exports\", 4)?;")]
+            #[doc = concat!("let permit = ", $take, $aw, "?;")]
+            /// assert!(!permit.lost_token().is_cancelled());
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn lost_token(&self) -> CancelToken {
+                self.held.lost_token()
+            }
+
             /// The permit's fencing token: larger for every grant of this semaphore, so a
             /// store can refuse writes from a holder whose permit was given to someone else
             /// since.

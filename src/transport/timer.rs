@@ -1,5 +1,6 @@
-//! The process's clock: runs the renewal scheduler's watchdog from one thread per process,
-//! which wakes within a fraction of a millisecond of its alarm.
+//! The process's clock: runs the renewal scheduler's watchdog and the loss notices' alarms
+//! (at a watched lease's end) from one thread per process, which wakes within a fraction of a
+//! millisecond of its alarm.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -46,7 +47,10 @@ pub(crate) fn call_at(at: Instant, call: impl FnOnce() + Send + 'static) -> Alar
         match spawned {
             Ok(_) => state.running = true,
             Err(e) => {
-                log::warn!("no timer thread ({e}): the renewals' watchdog does not run");
+                log::warn!(
+                    "no timer thread ({e}): the renewals' watchdog and the loss notices' \
+                     alarms do not run"
+                );
                 return Alarm { slot: None };
             }
         }

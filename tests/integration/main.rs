@@ -44,6 +44,7 @@ mod inspect;
 mod interop;
 mod lease;
 mod lock;
+mod loss_notice;
 #[cfg(all(feature = "metrics", feature = "tracing"))]
 mod observe;
 mod outcomes;

@@ -412,6 +412,43 @@ fn the_queue_fault_cells_print_their_json() {
     }
 }
 
+/// The `loss-notice` cell, two trials per impl (`ours-async` with `tokio`): every holder was
+/// told of the reset, in time on an idle machine.
+#[test]
+fn the_loss_notice_cell_times_the_notice_of_a_reset() {
+    let server = RedisServer::start();
+    let impls = if cfg!(feature = "tokio") {
+        "ours,ours-async"
+    } else {
+        "ours"
+    };
+    let mut bench = bench_on(&server);
+    bench.args([
+        "--cell",
+        "loss-notice",
+        "--impl",
+        impls,
+        "--trials",
+        "2",
+        "--json",
+    ]);
+    let (stdout, cells) = json_lines(&mut bench);
+    assert_eq!(cells.len(), impls.split(',').count(), "{stdout}");
+    for cell in &cells {
+        assert_eq!(cell["cell"], "loss-notice", "{stdout}");
+        assert_eq!(cell["trials"], 2, "{cell}");
+        for field in [
+            "notice_p50_us",
+            "notice_p99_us",
+            "notice_max_us",
+            "rtt_p50_us",
+        ] {
+            assert!(cell[field].is_u64(), "{field} in {cell}");
+        }
+        assert!(cell["meets_target"].is_boolean(), "{cell}");
+    }
+}
+
 #[test]
 fn the_bench_refuses_a_bad_argument() {
     let output = Command::new(example_binary("bench"))
