@@ -22,7 +22,7 @@ const WOKEN_WITHIN: Duration = Duration::from_secs(3);
 
 /// `sh -c` scripts for the command under the lock; `$1` is a file they write to.
 /// Marks its start, then sleeps until SIGTERM, which it notes before exiting 0.
-const NOTES_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; exit 0' TERM
+pub(crate) const NOTES_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; exit 0' TERM
 echo started >> "$1"; sleep 60 & wait"#;
 /// Same, but after noting SIGTERM it dies of it, as a command without a handler would.
 const DIES_OF_SIGTERM: &str = r#"trap 'echo term >> "$1"; kill $!; trap - TERM; kill -TERM $$' TERM
@@ -58,10 +58,10 @@ fn held(server: &RedisServer, name: &str) -> bool {
 }
 
 /// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "redis-lock-cli-{}-{}",
@@ -72,7 +72,7 @@ impl Scratch {
         Scratch(dir)
     }
 
-    fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
@@ -83,7 +83,7 @@ impl Drop for Scratch {
     }
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_default()
 }
 
@@ -271,8 +271,13 @@ fn a_run_interrupted_as_the_lock_frees_leaves_no_lock_and_passes_the_wakeup_on()
 
 /// A `redis-lock run l --expire SECS` whose command, `sleep 60`, has started; with its pid.
 fn run_sleeping(server: &RedisServer, scratch: &Scratch, expire: &str) -> (Child, String) {
+    sleeping(server, scratch, &["run", "l", "--expire", expire])
+}
+
+/// A `redis-lock ARGS...` whose command, `sleep 60`, has started; with its pid.
+pub(crate) fn sleeping(server: &RedisServer, scratch: &Scratch, args: &[&str]) -> (Child, String) {
     let script = r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#;
-    run_noting_pid(server, scratch, expire, script)
+    noting_pid(server, scratch, args, script)
 }
 
 /// A `redis-lock run l --expire SECS -- sh -c SCRIPT`, once SCRIPT has written a pid to the
@@ -283,10 +288,21 @@ fn run_noting_pid(
     expire: &str,
     script: &str,
 ) -> (Child, String) {
+    noting_pid(server, scratch, &["run", "l", "--expire", expire], script)
+}
+
+/// A `redis-lock ARGS... -- sh -c SCRIPT`, once SCRIPT has written a pid to the file `$1`;
+/// with that pid.
+fn noting_pid(
+    server: &RedisServer,
+    scratch: &Scratch,
+    args: &[&str],
+    script: &str,
+) -> (Child, String) {
     let pid_file = scratch.file("pid");
     let run = redis_lock(server)
-        .args(["run", "l", "--expire", expire, "--", "sh", "-c", script])
-        .arg("sh")
+        .args(args)
+        .args(["--", "sh", "-c", script, "sh"])
         .arg(&pid_file)
         // An orphaned `sleep` must not keep the test's pipes open.
         .stdout(Stdio::null())
@@ -686,7 +702,7 @@ fn urls_split_around_the_subcommand_are_a_usage_error() {
 
 /// Whether process `pid` is gone: exited, or a zombie nobody has reaped yet (in a container
 /// whose first process does not reap, an orphan stays one).
-fn gone(pid: &str) -> bool {
+pub(crate) fn gone(pid: &str) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which is in parentheses.
         Ok(stat) => stat

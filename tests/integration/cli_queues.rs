@@ -273,8 +273,8 @@ fn run_once(server: &RedisServer, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Ends a run with SIGTERM, which its command gets; the run releases what it held.
-fn end(run: Child) {
+/// Ends a run (or a lead) with SIGTERM, which its command gets; the run releases what it held.
+pub(crate) fn end(run: Child) {
     send_signal(run.id(), "TERM");
     let output = finish(run);
     assert_eq!(output.status.code(), Some(128 + 15), "{}", stderr(&output));
@@ -461,27 +461,32 @@ fn a_signal_while_waiting_in_a_semaphores_line_runs_nothing() {
 
 #[test]
 fn on_a_quorum_the_queue_primitives_are_refused_not_reported_free() {
+    refused_on_a_quorum(
+        &[
+            &["status", "--semaphore", "s"],
+            &["reset", "--fair", "s", "--force"],
+            &["run", "--permits", "2", "s", "--", "true"],
+        ],
+        "not supported",
+    );
+}
+
+/// Runs each of `commands` on a quorum of three servers: each must exit 2 with an error
+/// that says `saying`.
+pub(crate) fn refused_on_a_quorum(commands: &[&[&str]], saying: &str) {
     let servers = [
         RedisServer::start(),
         RedisServer::start(),
         RedisServer::start(),
     ];
-    for args in [
-        &["status", "--semaphore", "s"][..],
-        &["reset", "--fair", "s", "--force"],
-        &["run", "--permits", "2", "s", "--", "true"],
-    ] {
-        let output = redis_lock_over(&servers).args(args).output().unwrap();
+    for args in commands {
+        let output = redis_lock_over(&servers).args(*args).output().unwrap();
         assert_eq!(
             output.status.code(),
             Some(2),
             "{args:?}: {}",
             stderr(&output)
         );
-        assert!(
-            stderr(&output).contains("not supported"),
-            "{}",
-            stderr(&output)
-        );
+        assert!(stderr(&output).contains(saying), "{}", stderr(&output));
     }
 }

@@ -34,6 +34,8 @@ mod election;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_election;
+#[cfg(feature = "cli")]
 mod cli_queues;
 mod eviction;
 mod fair_lock;

@@ -66,8 +66,8 @@ pub(crate) fn status(place: &Place, name: &str, json: bool) -> Outcome {
     Ok(code)
 }
 
-/// Every held lock, a line (or a JSON object) each; then every semaphore, fair lock and
-/// read-write lock with a holder or a waiter.
+/// Every held lock, a line (or a JSON object) each; then every semaphore, fair lock,
+/// read-write lock and election with a holder or a waiter.
 pub(crate) fn list(place: &Place, json: bool) -> Outcome {
     let held =
         inspect::holders(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))?;
@@ -169,7 +169,8 @@ pub(crate) fn reset_all(place: &Place, yes: bool) -> Outcome {
         // A prompt that cannot be shown or answered is a "no", so write errors are let go.
         let _ = write!(
             stderr,
-            "Release every lock (every lock:* key), semaphore, fair lock and read-write lock on {}? [y/N] ",
+            "Release every lock (every lock:* key), semaphore, fair lock, read-write lock and \
+             election on {}? [y/N] ",
             place.describe()
         );
         let _ = stderr.flush();

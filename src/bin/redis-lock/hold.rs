@@ -1,16 +1,18 @@
 //! What `run` takes and holds while its command runs: the lock (python-redis-lock's, or the
 //! fair one), a permit of a semaphore, or a shared or exclusive hold of a read-write lock;
-//! one shape for the waiting and the watching of each.
+//! and what `lead` campaigns for, the leadership of an election. One shape for the waiting and
+//! the watching of each.
 
 use std::time::Duration;
 
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{
-    CancelToken, Error, Lock, LockBuilder, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore,
-    SemaphorePermit,
+    CancelToken, Election, Error, Leadership, Lock, LockBuilder, RwLock, RwLockReadGuard,
+    RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 
 use crate::place::Place;
+use crate::queues::not_on_a_quorum;
 use crate::render;
 use crate::{Failure, RunArgs};
 
@@ -26,6 +28,8 @@ pub(crate) enum Target {
     Read(RwLock),
     /// A read-write lock, exclusive.
     Write(RwLock),
+    /// The leadership of an election (`lead`), and the info its leader publishes.
+    Election(Election, String),
 }
 
 /// A hold that `run` keeps while its command runs.
@@ -34,6 +38,10 @@ pub(crate) trait Hold: Send {
     fn lost(&self) -> bool;
     /// Gives the hold back; `Error::NotAcquired` when it was no longer ours.
     fn release(self: Box<Self>) -> Result<(), Error>;
+    /// What the command is told of the hold, in its environment.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// A held lock: the handle is the hold.
@@ -76,6 +84,25 @@ impl Hold for RwLockWriteGuard<'_> {
 
     fn release(self: Box<Self>) -> Result<(), Error> {
         self.unlock()
+    }
+}
+
+impl Hold for Leadership {
+    fn lost(&self) -> bool {
+        Leadership::lost(self)
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        self.resign()
+    }
+
+    /// The term, for the command to fence its writes with; and the info, so that the command
+    /// says of itself what the election's readers are told.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("REDIS_LOCK_TERM", self.term().to_string()),
+            ("REDIS_LOCK_INFO", self.info().to_string()),
+        ]
     }
 }
 
@@ -131,6 +158,42 @@ impl Target {
         built.map_err(|e| place.failure(e))
     }
 
+    /// The election `args.name`, to lead with `info`, with the run's lease; its campaigns end
+    /// on `cancel` (the candidate then leaves the line).
+    pub(crate) fn election(
+        place: &Place,
+        args: &RunArgs,
+        id: String,
+        cancel: &CancelToken,
+        info: String,
+    ) -> Result<Target, Failure> {
+        not_on_a_quorum(place, Primitive::Election, &args.name)?;
+        leased(
+            Election::builder(place.backend(), &args.name),
+            place,
+            args,
+            &id,
+        )
+        .cancel_token(cancel.clone())
+        .build()
+        .map(|election| Target::Election(election, info))
+        .map_err(|e| place.failure(e))
+    }
+
+    /// What is taken, for redis-lock's messages: `lock "NAME"` (whatever kind of lock, as
+    /// `run` has always said), or the leadership of an election.
+    pub(crate) fn what(&self) -> String {
+        let name = match self {
+            Target::Election(election, _) => {
+                return format!("the leadership of election {:?}", election.name())
+            }
+            Target::Lock(lock) | Target::FairLock(lock) => lock.name(),
+            Target::Permit(semaphore) => semaphore.name(),
+            Target::Read(rw) | Target::Write(rw) => rw.name(),
+        };
+        format!("lock {name:?}")
+    }
+
     /// One try, never waiting.
     pub(crate) fn try_take(&self) -> Took<'_> {
         Ok(match self {
@@ -138,6 +201,9 @@ impl Target {
             Target::Permit(semaphore) => boxed(semaphore.try_acquire()?),
             Target::Read(rw) => boxed(rw.try_read()?),
             Target::Write(rw) => boxed(rw.try_write()?),
+            Target::Election(election, info) => {
+                boxed(election.try_campaign_for(info, Duration::ZERO)?)
+            }
         })
     }
 
@@ -159,6 +225,10 @@ impl Target {
             (Target::Read(rw), None) => boxed(Some(rw.read()?)),
             (Target::Write(rw), Some(timeout)) => boxed(rw.try_write_for(timeout)?),
             (Target::Write(rw), None) => boxed(Some(rw.write()?)),
+            (Target::Election(election, info), Some(timeout)) => {
+                boxed(election.try_campaign_for(info, timeout)?)
+            }
+            (Target::Election(election, info), None) => boxed(Some(election.campaign(info)?)),
         })
     }
 
@@ -169,6 +239,15 @@ impl Target {
                 return match lock.holder() {
                     Ok(Some(holder)) => format!(", {}", render::describe(&holder)),
                     // Freed just now, or Redis went away: the busy answer stands either way.
+                    Ok(None) | Err(_) => String::new(),
+                };
+            }
+            Target::Election(election, _) => {
+                return match election.leader() {
+                    Ok(Some(leader)) => {
+                        format!(", led by {:?} in term {}", leader.info, leader.term)
+                    }
+                    // Nobody between two terms, or Redis went away: the wait will tell.
                     Ok(None) | Err(_) => String::new(),
                 };
             }

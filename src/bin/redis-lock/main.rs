@@ -19,6 +19,7 @@ macro_rules! err {
 
 mod admin;
 mod hold;
+mod leader;
 mod peek;
 mod place;
 mod queues;
@@ -28,6 +29,7 @@ mod supervise;
 mod top;
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -38,7 +40,8 @@ use clap::{Args, Parser, Subcommand};
 mod exit {
     /// The lock was busy (`--no-wait`, or `--timeout` passed), unless `--conflict-exit-code`.
     pub const CONFLICT: u8 = 1;
-    /// `status`: the lock is free (0: held), so that `if redis-lock status NAME` reads true.
+    /// `status`: the lock is free (0: held), so that `if redis-lock status NAME` reads true;
+    /// `leader`: nobody leads, likewise.
     pub const FREE: u8 = 1;
     /// Bad usage, or `reset-all` without `--yes` where nobody can be asked.
     pub const USAGE: u8 = 2;
@@ -60,12 +63,12 @@ mod exit {
 }
 
 const EXIT_CODES: &str = "\
-Exit codes of `run`:
+Exit codes of `run` and `lead`:
   N      the command's own exit code
   128+N  the command was killed by signal N; or redis-lock got signal N while still
-         waiting for the lock, and ran nothing
+         waiting for the lock (or campaigning), and ran nothing
   1      the lock was busy (--no-wait, or --timeout passed) and nothing ran;
-         --conflict-exit-code changes it
+         --conflict-exit-code changes it (`run` only: `lead` always waits)
   2      bad usage (unknown option, missing `-- COMMAND`, bad URL, ...)
   65     the lock's key holds something that is not a lock, and nothing ran
          (`redis-lock reset --force NAME` deletes it)
@@ -75,12 +78,14 @@ Exit codes of `run`:
          renewed before its expiry), so its work may have overlapped another
          holder's; a command still running was sent SIGTERM (and SIGKILL if it
          did not exit within --kill-after); or the command ran for --max-hold
-         and was stopped the same way
+         and was stopped the same way; for `lead`: the leadership was lost
+         (reset, or not renewed before its expiry) and the command stopped so
   126    the command could not be started
   127    the command was not found
 Other commands exit 0 on success, 2 on bad usage, 65 for a key that is not a
 lock, 69 when Redis fails; `status` exits 0 when the lock is held and 1 when it is
-free; `reset-all` exits 1 when the operator answers no.
+free; `leader` exits 0 when the election has a leader and 1 when it has none
+(with --watch: 0 when stopped); `reset-all` exits 1 when the operator answers no.
 
 The connection comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379/.
 With --cluster that URL is any node of a Redis Cluster (lock keys are then
@@ -154,11 +159,44 @@ enum Command {
     /// without redis-lock the lock expires, and the job may start elsewhere.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
+    /// Campaign in the election NAME, waiting in line; run COMMAND while leading, with the
+    /// term in $REDIS_LOCK_TERM and the info in $REDIS_LOCK_INFO; resign when it ends.
+    ///
+    /// Candidates lead one at a time, in the order they campaigned, each new leader with a
+    /// larger term (a fencing token for the command's writes). SIGINT, SIGTERM and SIGHUP
+    /// sent to redis-lock while it campaigns end the campaign, running nothing; while it
+    /// leads they are passed on to the command, as `run` does. If the leadership is lost
+    /// (an operator's `reset --election`, or not renewed before its expiry), the command gets
+    /// SIGTERM, then SIGKILL if it has not exited --kill-after seconds later, and redis-lock
+    /// exits 75 once it has exited. On Linux, if redis-lock itself is killed, the command is
+    /// killed with it, and the next candidate leads at the lease's expiry.
+    #[command(after_help = EXIT_CODES)]
+    Lead(LeadArgs),
+    /// Show the leader of the election NAME: its info, its term and since when it leads;
+    /// exits 0 when there is one, 1 when there is none.
+    ///
+    /// Text: `election "NAME": led by "INFO" in term N since 2026-11-26T05:46:08.123Z` (RFC
+    /// 3339, UTC, by the Redis server's clock), or `election "NAME": no leader`.
+    Leader {
+        /// The election's name (its keys are election:{NAME}:*).
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+        /// Print one JSON object: {"name":..,"led":true,"id":..,"info":..,"term":..,
+        /// "since":"2026-11-26T05:46:08.123Z","since_ms":..}; with nobody leading, "led" is
+        /// false and the others are null.
+        #[arg(long)]
+        json: bool,
+        /// Print the leader now, then a line (an object, with --json) at each change, as the
+        /// election tells of it (nothing polls), until SIGINT, SIGTERM or SIGHUP (exit 0).
+        #[arg(long)]
+        watch: bool,
+    },
     /// Show whether the lock is held, by whom, and for how much longer; exits 0 when it is
     /// held, 1 when it is free.
     ///
     /// With --semaphore, --fair or --rwlock: that primitive's holders (id, units, expiry,
-    /// fencing token) and its line of waiters, first first.
+    /// fencing token) and its line of waiters, first first. With --election: its leader's
+    /// hold (id, expiry, term) and the candidates in line.
     Status {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
@@ -171,8 +209,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Every held lock: its name, owner and remaining expiry; then every semaphore, fair lock
-    /// and read-write lock with a holder or a waiter: its holders and its line.
+    /// Every held lock: its name, owner and remaining expiry; then every semaphore, fair lock,
+    /// read-write lock and election with a holder or a waiter: its holders and its line.
     List {
         /// Print one JSON array: [{"kind":"lock","name":..,"owner":..,"ttl_ms":..|null},...],
         /// then the queue primitives as `status --semaphore NAME --json` prints them.
@@ -203,7 +241,8 @@ enum Command {
     /// Forcibly release a lock, whoever holds it; the first waiter, if any, takes it.
     ///
     /// With --semaphore, --fair or --rwlock: end the hold of the holder --id names (every
-    /// holder's with --force), and hand it on to the first waiters.
+    /// holder's with --force), and hand it on to the first waiters. With --election: end the
+    /// leader's term (the one --id names, if given); the first candidate in line leads next.
     Reset {
         /// The lock's name (its key is lock:NAME).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
@@ -215,7 +254,7 @@ enum Command {
         #[command(flatten)]
         which: queues::Which,
         /// The holder to release, by its id (`status` shows them); only with --semaphore,
-        /// --fair or --rwlock.
+        /// --fair, --rwlock or --election.
         #[arg(long, value_parser = NonEmptyStringValueParser::new())]
         id: Option<String>,
         /// The semaphore's permit count, so the permits go to the waiters that fit.
@@ -223,7 +262,7 @@ enum Command {
         permits: Option<u32>,
     },
     /// Forcibly release every lock (every lock:* key), and every hold and line of the
-    /// semaphores, fair locks and read-write locks, and wake their waiters.
+    /// semaphores, fair locks, read-write locks and elections, and wake their waiters.
     ResetAll {
         /// Do not ask for confirmation (needed when not run on a terminal).
         #[arg(long, short = 'y')]
@@ -300,18 +339,8 @@ struct RunArgs {
         allow_negative_numbers = true
     )]
     max_hold: Option<Duration>,
-    /// Seconds COMMAND has to exit after redis-lock sends it SIGTERM (a lost lock,
-    /// --max-hold) before it gets SIGKILL (its process group, off a terminal). A lost lock
-    /// is already free for others, so the overlap lasts at most this long. Signals passed on
-    /// to COMMAND start no such timer.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value = "5",
-        value_parser = positive_seconds,
-        allow_negative_numbers = true
-    )]
-    kill_after: Duration,
+    #[command(flatten)]
+    kill_after: KillAfter,
     /// Exit with N instead of 1 when the lock is busy.
     #[arg(
         long,
@@ -325,6 +354,77 @@ struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// `--kill-after`, the same for `run` and `lead`.
+#[derive(Args)]
+struct KillAfter {
+    /// Seconds COMMAND has to exit after redis-lock sends it SIGTERM (a lost lock or
+    /// leadership, or `run`'s --max-hold) before it gets SIGKILL (its process group, off a
+    /// terminal). What was lost is already free for others, so the overlap lasts at most this
+    /// long. Signals passed on to COMMAND start no such timer.
+    #[arg(
+        long = "kill-after",
+        value_name = "SECS",
+        default_value = "5",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
+    secs: Duration,
+}
+
+#[derive(Args)]
+struct LeadArgs {
+    /// The election's name (its keys are election:{NAME}:*, or election:=NAME:* when NAME has
+    /// a {tag} of its own).
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    name: String,
+    /// What the leader publishes while it leads, for `leader` and the watchers to read (an
+    /// address, say); also in COMMAND's $REDIS_LOCK_INFO. Default: this host's name.
+    #[arg(long, value_name = "TEXT")]
+    info: Option<String>,
+    /// Seconds the leadership lives without renewal; it is renewed every 2/3 of this while
+    /// COMMAND runs, so a crashed leader is succeeded after at most this long.
+    #[arg(
+        long,
+        short = 'e',
+        value_name = "SECS",
+        default_value = "10",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
+    expire: Duration,
+    #[command(flatten)]
+    kill_after: KillAfter,
+    /// The candidate's id (default: HOST:PID:RANDOM); its leadership's id, as `status
+    /// --election` and `leader --json` show it, adds a count and the process.
+    #[arg(long, value_parser = NonEmptyStringValueParser::new())]
+    id: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+impl LeadArgs {
+    /// `run`'s arguments for the same hold: it always waits, and has no --max-hold.
+    fn into_run(self) -> RunArgs {
+        RunArgs {
+            name: self.name,
+            expire: self.expire,
+            timeout: None,
+            no_wait: false,
+            id: self.id,
+            permits: None,
+            read: false,
+            write: false,
+            fair: false,
+            refuse_evicting: false,
+            max_hold: None,
+            kill_after: self.kill_after,
+            conflict_exit_code: exit::CONFLICT,
+            command: self.command,
+        }
+    }
 }
 
 /// Why redis-lock stops early: the exit code and the one line that says why.
@@ -366,6 +466,8 @@ fn main() -> ExitCode {
         })
         .and_then(|place| match cli.command {
             Command::Run(args) => run::run(&place, args),
+            Command::Lead(args) => run::lead(&place, args),
+            Command::Leader { name, json, watch } => leader::leader(&place, &name, json, watch),
             Command::Status { name, which, json } => match which.primitive() {
                 Some(kind) => queues::status(&place, kind, &name, json),
                 None => admin::status(&place, &name, json),
@@ -393,7 +495,7 @@ fn main() -> ExitCode {
                 Some(kind) => queues::reset(&place, kind, &name, id.as_deref(), force, permits),
                 None if id.is_some() || permits.is_some() => Err(Failure::new(
                     exit::USAGE,
-                    "--id and --permits are for --semaphore, --fair and --rwlock",
+                    "--id and --permits are for --semaphore, --fair, --rwlock and --election",
                 )),
                 None => admin::reset(&place, &name, force),
             },
@@ -469,14 +571,20 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             message = format!("{message}; {tip}");
         }
     }
-    let about_run = std::env::args_os().skip(1).any(|arg| arg == "run");
-    if about_run
+    let runs_a_command = std::env::args_os()
+        .skip(1)
+        .find(|arg| arg == "run" || arg == "lead");
+    if let Some(subcommand) = runs_a_command
         && matches!(
             e.kind(),
             ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
         )
     {
-        message.push_str("; the command goes after `--`: redis-lock run NAME -- COMMAND [ARGS...]");
+        let _ = write!(
+            message,
+            "; the command goes after `--`: redis-lock {} NAME -- COMMAND [ARGS...]",
+            subcommand.to_string_lossy()
+        );
     }
     err!("redis-lock: {message} (see redis-lock --help)");
     ExitCode::from(exit::USAGE)

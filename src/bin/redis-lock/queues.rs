@@ -1,5 +1,5 @@
-//! `status`, `list` and `reset` for the semaphores, fair locks and read-write locks: their
-//! holders and their line of waiters.
+//! `status`, `list` and `reset` for the semaphores, fair locks, read-write locks and elections:
+//! their holders and their line of waiters.
 
 use std::fmt::Write as _;
 
@@ -27,6 +27,10 @@ pub(crate) struct Which {
     /// (rwlock:=NAME:* when NAME has a {tag} of its own).
     #[arg(long)]
     rwlock: bool,
+    /// NAME is a leader election (`lead`): keys election:{NAME}:*
+    /// (election:=NAME:* when NAME has a {tag} of its own).
+    #[arg(long)]
+    election: bool,
 }
 
 impl Which {
@@ -36,6 +40,7 @@ impl Which {
             (self.semaphore, Primitive::Semaphore),
             (self.fair, Primitive::FairLock),
             (self.rwlock, Primitive::RwLock),
+            (self.election, Primitive::Election),
         ]
         .into_iter()
         .find_map(|(chosen, kind)| chosen.then_some(kind))
@@ -44,13 +49,13 @@ impl Which {
 
 /// Refused on a quorum, as their handles are there: reading one server, or each, would say
 /// "free" of something that cannot exist.
-fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Failure> {
+pub(crate) fn not_on_a_quorum(place: &Place, kind: Primitive, name: &str) -> Result<(), Failure> {
     if place.quorum_servers().is_empty() {
         return Ok(());
     }
     Err(place.failure(Error::Unsupported(format!(
-        "{} {name:?}: semaphores, read-write locks and fair locks do not live on a quorum of \
-         independent servers; use one primary, with replicas or Sentinel",
+        "{} {name:?}: semaphores, read-write locks, fair locks and elections do not live on a \
+         quorum of independent servers; use one primary, with replicas or Sentinel",
         kind.word()
     ))))
 }
@@ -78,18 +83,23 @@ pub(crate) fn list(place: &Place) -> Result<Vec<Queue>, Failure> {
     inspect::queues(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))
 }
 
-/// A primitive's lines: its state, then a line per holder and per waiter, in order.
+/// A primitive's lines: its state, then a line per holder and per waiter, in order. An
+/// election's holder is its leader, and its fencing token the leader's term.
 pub(crate) fn show(queue: &Queue) {
     let kind = queue.kind;
+    let election = kind == Primitive::Election;
     let state = match (queue.holders.len(), queue.waiters.len()) {
+        (0, _) if election => "no leader".to_string(),
         (0, _) => "free".to_string(),
+        (1, waiting) if election => format!("1 leader, {waiting} waiting"),
         (1, waiting) => format!("1 holder, {waiting} waiting"),
         (held, waiting) => format!("{held} holders, {waiting} waiting"),
     };
     out!("{} {:?}: {state}", kind.word(), queue.name);
+    let token = if election { "term" } else { "token" };
     for holder in &queue.holders {
         out!(
-            "  {}{}, token {}",
+            "  {}{}, {token} {}",
             held_by(&holder.id, holder.ttl),
             then(&kind.units(holder.units)),
             holder.token
@@ -159,8 +169,9 @@ pub(crate) fn json_queue(queue: &Queue) -> String {
     line
 }
 
-/// Ends the hold of `id` on the primitive (every holder's with `force`), handing the units
-/// on to the line; a semaphore needs its `permits`.
+/// Ends the hold of `id` on the primitive (every holder's with `force`; an election's one
+/// leader's without either), handing the units on to the line; a semaphore needs its
+/// `permits`.
 pub(crate) fn reset(
     place: &Place,
     kind: Primitive,
@@ -172,6 +183,8 @@ pub(crate) fn reset(
     not_on_a_quorum(place, kind, name)?;
     let holder = match (id, force) {
         (Some(id), _) => Some(id),
+        // An election has one leader at most: naming it would only be a race with its successor.
+        (None, _) if kind == Primitive::Election => None,
         (None, true) => None,
         (None, false) => {
             return Err(Failure::new(
@@ -203,6 +216,7 @@ pub(crate) fn reset(
     )
     .map_err(|e| place.failure(e))?;
     let what = match (holder, removed) {
+        _ if kind == Primitive::Election => ended_term(holder, removed),
         (Some(id), 0) => format!("{id:?} held nothing; nothing to release"),
         (Some(id), _) => format!("released {id:?}'s hold (the first waiters take it)"),
         (None, 0) => "was not held; nothing to release".to_string(),
@@ -210,4 +224,15 @@ pub(crate) fn reset(
     };
     out!("{} {name:?}: {what}", kind.word());
     Ok(0)
+}
+
+/// What a reset of an election did, in the words of an election: a leader's term ends.
+fn ended_term(holder: Option<&str>, removed: u64) -> String {
+    let next = "(the first candidate in line, if any, leads next)";
+    match (holder, removed) {
+        (Some(id), 0) => format!("{id:?} was not the leader; nothing to release"),
+        (Some(id), _) => format!("ended {id:?}'s term {next}"),
+        (None, 0) => "had no leader; nothing to release".to_string(),
+        (None, _) => format!("ended the leader's term {next}"),
+    }
 }

@@ -1,4 +1,5 @@
-//! `run`: take the lock, run the command under it, give the lock back.
+//! `run`: take the lock, run the command under it, give the lock back; and `lead`, the same
+//! for the leadership of an election.
 
 use std::io::{ErrorKind, IsTerminal, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -18,7 +19,7 @@ use crate::hold::{Hold, Target, Took};
 use crate::place::Place;
 use crate::render;
 use crate::supervise::Supervised;
-use crate::{exit, Failure, Outcome, RunArgs};
+use crate::{exit, Failure, LeadArgs, Outcome, RunArgs};
 
 /// How often the command is checked for having exited, the lock for having been lost, and
 /// `--max-hold` and `--kill-after` for having passed (so they act up to this much late).
@@ -42,6 +43,28 @@ enum Taken {
 }
 
 pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
+    take_and_run(place, &args, |id, cancel| {
+        Target::new(place, &args, id, cancel)
+    })
+}
+
+/// `run` for the leadership of an election: it always waits, and its command learns the
+/// term and the info from its environment.
+pub(crate) fn lead(place: &Place, args: LeadArgs) -> Outcome {
+    let info = args.info.clone().unwrap_or_else(hostname);
+    let args = args.into_run();
+    take_and_run(place, &args, |id, cancel| {
+        Target::election(place, &args, id, cancel, info)
+    })
+}
+
+/// Takes what `target` makes (from the owner id and the cancel token that ends its waits),
+/// and runs the command while it is held.
+fn take_and_run(
+    place: &Place,
+    args: &RunArgs,
+    target: impl FnOnce(String, &CancelToken) -> Result<Target, Failure>,
+) -> Outcome {
     let cancel = CancelToken::new();
     let id = match &args.id {
         Some(id) => id.clone(),
@@ -49,26 +72,23 @@ pub(crate) fn run(place: &Place, args: RunArgs) -> Outcome {
     };
     // Kept for as long as redis-lock runs: the wait's thread borrows it, and a queue
     // primitive's wait, which no signal can end, may still be in it when redis-lock exits.
-    let target: &'static Target = Box::leak(Box::new(Target::new(place, &args, id, &cancel)?));
+    let target: &'static Target = Box::leak(Box::new(target(id, &cancel)?));
+    let what = target.what();
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    match take(place, target, &cancel, &args, &events, &received)? {
-        Taken::Yes(hold) => supervise(place, hold, &args, &received),
+    match take(place, target, &cancel, args, &events, &received)? {
+        Taken::Yes(hold) => supervise(place, hold, &what, args, &received),
         Taken::Busy => {
             err!(
-                "redis-lock: lock {:?} is busy{}; nothing ran",
-                args.name,
+                "redis-lock: {what} is busy{}; nothing ran",
                 target.held_by(place)
             );
             Ok(args.conflict_exit_code)
         }
         Taken::Interrupted(signal) => {
-            err!(
-                "redis-lock: interrupted while waiting for lock {:?}; nothing ran",
-                args.name
-            );
+            err!("redis-lock: interrupted while waiting for {what}; nothing ran");
             Ok(signal_exit_code(signal))
         }
     }
@@ -141,7 +161,7 @@ fn take(
         return Ok(Taken::Busy);
     }
     let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
-    let waiting = WaitingLine::show(place, target, &args.name);
+    let waiting = WaitingLine::show(place, target);
     let events = events.clone();
     thread::Builder::new()
         .name("acquire".into())
@@ -171,7 +191,7 @@ fn take(
     if let Some(signal) = interrupted {
         // The lock was taken before the cancel reached the wait: give it back.
         if let Ok(Some(hold)) = taken {
-            release_quietly(place, hold, &args.name);
+            release_quietly(place, hold, &target.what());
         }
         return Ok(Taken::Interrupted(signal));
     }
@@ -188,41 +208,40 @@ fn acquired<'t>(place: &Place, result: Took<'t>) -> Result<Option<Box<dyn Hold +
     }
 }
 
-/// Runs the command while the lock is held, passing signals on and stopping it when the lock
-/// is lost or `--max-hold` passes; releases the lock once the command has exited.
+/// Runs the command while `what` is held, passing signals on and stopping it when the hold
+/// is lost or `--max-hold` passes; releases the hold once the command has exited.
 fn supervise(
     place: &Place,
     hold: Box<dyn Hold + '_>,
+    what: &str,
     args: &RunArgs,
     received: &Receiver<Event>,
 ) -> Outcome {
     // A signal that came with the lock still counts as one during the wait.
     while let Ok(event) = received.try_recv() {
         if let Event::Signal(origin) = event {
-            release_quietly(place, hold, &args.name);
-            err!(
-                "redis-lock: interrupted before running the command; released lock {:?}",
-                args.name
-            );
+            release_quietly(place, hold, what);
+            err!("redis-lock: interrupted before running the command; released {what}");
             return Ok(signal_exit_code(origin.signal));
         }
     }
     // `required = true` makes clap refuse an empty command.
     let Some((program, program_args)) = args.command.split_first() else {
-        release_quietly(place, hold, &args.name);
+        release_quietly(place, hold, what);
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
-    let mut command = match Supervised::spawn(program, program_args, args.kill_after) {
-        Ok(command) => command,
-        Err(e) => {
-            release_quietly(place, hold, &args.name);
-            let code = match e.kind() {
-                ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
-            };
-            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
-        }
-    };
+    let mut command =
+        match Supervised::spawn(program, program_args, hold.env(), args.kill_after.secs) {
+            Ok(command) => command,
+            Err(e) => {
+                release_quietly(place, hold, what);
+                let code = match e.kind() {
+                    ErrorKind::NotFound => exit::NOT_FOUND,
+                    _ => exit::CANNOT_EXECUTE,
+                };
+                return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+            }
+        };
     let started = Instant::now();
     let mut lost = false;
     let mut held_too_long = false;
@@ -240,7 +259,7 @@ fn supervise(
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                release_quietly(place, hold, &args.name);
+                release_quietly(place, hold, what);
                 return Err(Failure::new(
                     exit::OS,
                     format!("lost track of the command: {e}"),
@@ -250,8 +269,7 @@ fn supervise(
         if !lost && hold.lost() {
             lost = true;
             command.stop(&format!(
-                "lost lock {:?} (reset by someone else, or not renewed in time)",
-                args.name
+                "lost {what} (reset by someone else, or not renewed in time)"
             ));
         }
         // Once the lock is lost, the command is stopping already and 75 is the exit code.
@@ -262,8 +280,7 @@ fn supervise(
         {
             held_too_long = true;
             command.stop(&format!(
-                "the command has held lock {:?} for --max-hold {}",
-                args.name,
+                "the command has held {what} for --max-hold {}",
                 render::seconds(limit)
             ));
         }
@@ -281,16 +298,14 @@ fn supervise(
         Ok(()) => Ok(code),
         Err(Error::NotAcquired { .. }) => {
             err!(
-                "redis-lock: lock {:?} was lost before the command ended (reset by someone \
-                 else, or not renewed in time)",
-                args.name
+                "redis-lock: {what} was lost before the command ended (reset by someone else, \
+                 or not renewed in time)"
             );
             Ok(exit::LOST)
         }
         Err(e) => {
             err!(
-                "redis-lock: could not release lock {:?}: {}; it frees itself within {:?}",
-                args.name,
+                "redis-lock: could not release {what}: {}; it frees itself within {:?}",
                 place.failure(e).message,
                 args.expire
             );
@@ -299,13 +314,13 @@ fn supervise(
     }
 }
 
-/// Gives the lock back if it is ours. Only used on the way out, where a failure changes
-/// nothing: a lock left behind frees itself at its expiry, and its renewal dies with us.
-fn release_quietly(place: &Place, hold: Box<dyn Hold + '_>, name: &str) {
+/// Gives `what` back if it is ours. Only used on the way out, where a failure changes
+/// nothing: a hold left behind frees itself at its expiry, and its renewal dies with us.
+fn release_quietly(place: &Place, hold: Box<dyn Hold + '_>, what: &str) {
     match hold.release() {
         Ok(()) | Err(Error::NotAcquired { .. }) => {}
         Err(e) => err!(
-            "redis-lock: could not release lock {name:?}: {}",
+            "redis-lock: could not release {what}: {}",
             place.failure(e).message
         ),
     }
@@ -330,14 +345,18 @@ struct WaitingLine {
 }
 
 impl WaitingLine {
-    fn show(place: &Place, target: &Target, name: &str) -> WaitingLine {
+    fn show(place: &Place, target: &Target) -> WaitingLine {
         let mut stderr = std::io::stderr();
         if !stderr.is_terminal() {
             return WaitingLine { shown: false };
         }
         // Informational only: the wait itself will meet any Redis error.
         let holder = target.held_by(place);
-        let _ = write!(stderr, "redis-lock: waiting for lock {name:?}{holder} ...");
+        let _ = write!(
+            stderr,
+            "redis-lock: waiting for {}{holder} ...",
+            target.what()
+        );
         let _ = stderr.flush();
         WaitingLine { shown: true }
     }

@@ -26,16 +26,17 @@ pub(crate) struct Supervised {
 }
 
 impl Supervised {
-    /// Starts `program`; should redis-lock stop it, it gets SIGKILL if it has not exited
-    /// `kill_after` after the SIGTERM.
+    /// Starts `program` with `env` added to redis-lock's environment; should redis-lock stop
+    /// it, it gets SIGKILL if it has not exited `kill_after` after the SIGTERM.
     pub(crate) fn spawn(
         program: &OsString,
         args: &[OsString],
+        env: Vec<(&str, String)>,
         kill_after: Duration,
     ) -> std::io::Result<Supervised> {
         let own_group = !std::io::stdin().is_terminal();
         let mut command = Command::new(program);
-        command.args(args);
+        command.args(args).envs(env);
         dies_with_us(&mut command, own_group);
         Ok(Supervised {
             child: command.spawn()?,

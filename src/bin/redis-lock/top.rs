@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,7 +30,8 @@ pub(crate) enum Shape {
 /// Shows the held locks every `interval` until `count` refreshes were shown (forever
 /// without it), a signal says stop, or stdout goes away.
 pub(crate) fn top(place: &Place, interval: Duration, count: Option<u64>, shape: Shape) -> Outcome {
-    let stop = stop_signals()?;
+    let (stopping, stop) = mpsc::channel();
+    on_stop_signals(stopping, ())?;
     let clear = matches!(shape, Shape::Table) && std::io::stdout().is_terminal();
     let mut rate = Rate::default();
     let mut shown = 0;
@@ -64,23 +65,26 @@ pub(crate) fn top(place: &Place, interval: Duration, count: Option<u64>, shape: 
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP, each a message on the returned channel, so that a wait
-/// between refreshes ends at once and `top` exits 0 instead of being killed mid-line.
-fn stop_signals() -> Result<Receiver<()>, Failure> {
+/// Sends `stop` to `events` at each SIGINT, SIGTERM and SIGHUP, so that a wait (between
+/// refreshes, for a change) ends at once and the command exits 0 instead of being killed
+/// mid-line.
+pub(crate) fn on_stop_signals<T: Clone + Send + 'static>(
+    events: Sender<T>,
+    stop: T,
+) -> Result<(), Failure> {
     let os = |e: std::io::Error| Failure::new(exit::OS, format!("cannot handle signals: {e}"));
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(os)?;
-    let (tx, rx) = mpsc::channel();
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for _ in signals.forever() {
-                if tx.send(()).is_err() {
+                if events.send(stop.clone()).is_err() {
                     break;
                 }
             }
         })
         .map_err(os)?;
-    Ok(rx)
+    Ok(())
 }
 
 /// Acquisitions seen from one refresh to the next: a lock that appeared, or whose owner or
