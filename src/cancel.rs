@@ -15,10 +15,9 @@ use parking_lot::{Condvar, Mutex};
 /// to the wait just as it was cancelled, it is released (which passes the wake-up on to the
 /// next waiter).
 ///
-/// `cancel` ends a wait blocked in `BLPOP` with `CLIENT UNBLOCK`, sent from the calling
-/// thread; a wait whose `BLPOP` the server has not started yet has its connection closed
-/// (`CLIENT KILL`), and settles what it sent. Where an ACL refuses those commands, the wait
-/// ends when its current `BLPOP` does (at most 5 s).
+/// A waiter waits at its process's hub, not in a `BLPOP` of its own: `cancel` wakes it there
+/// at once, and it leaves the line (no `CLIENT UNBLOCK` or `CLIENT KILL` is sent). A try whose
+/// reply has not come yet is awaited, and what it took given back.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -102,6 +101,20 @@ impl CancelToken {
     /// ```
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Blocks up to `timeout` unless the token is, or gets, cancelled; whether it is. For a
+    /// thread that paces its work by a loss notice (`lost_token()`): it stops at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let token = redis_blpop_lock::CancelToken::new();
+    /// assert!(!token.wait_timeout(Duration::from_millis(1)));
+    /// token.cancel();
+    /// assert!(token.wait_timeout(Duration::from_secs(60)));
+    /// ```
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        self.pause(timeout)
     }
 
     /// Records that a wait is about to block, which `interrupt` ends; `None` if the token is

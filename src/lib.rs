@@ -685,28 +685,50 @@
 //! [`aio::Election`]) without campaigning. A crashed leader is succeeded at its lease's
 //! expiry by the candidate that waited longest, as a crashed holder of any queue primitive is.
 //!
-//! A scheduler that runs jobs only while it leads, and stops them when it loses the office
-//! (a pause past its lease, a server that forgot it, an operator's reset):
+//! A scheduler that runs jobs only while it leads, and stops them on the loss notice (a
+//! pause past its lease, a server that forgot it, an operator's reset): each job gets the
+//! leadership's [`lost_token`](Leadership::lost_token) and checks it between steps, and the
+//! scheduler waits on it between rounds, so that it stops at once instead of at the next
+//! round.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! use std::time::Duration;
-//! use redis_blpop_lock::Election;
+//! use redis_blpop_lock::{CancelToken, Election};
 //!
-//! # fn run_due_jobs(_term: u64) {}
+//! /// One job: a few steps, each a write that carries the term, which a store that saw a
+//! /// higher term refuses.
+//! fn run_job(job: u32, term: u64, stop: &CancelToken) {
+//!     for step in 0..10 {
+//!         if stop.is_cancelled() {
+//!             eprintln!("job {job}: stopped at step {step}, no longer leader");
+//!             return;
+//!         }
+//!         # let _ = (term, step);
+//!         // write(step, term) ...
+//!     }
+//! }
+//!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let election = Election::builder(&client, "scheduler")
 //!     .expire(Duration::from_secs(10))
 //!     .build()?;
 //! loop {
 //!     let leadership = election.campaign("scheduler-1.internal:8080")?;
-//!     println!("leading in term {}", leadership.term());
-//!     while !leadership.lost() {
-//!         // Writes carry the term: a store that saw a higher one refuses them.
-//!         run_due_jobs(leadership.term());
-//!         std::thread::sleep(Duration::from_secs(1));
+//!     let (term, stop) = (leadership.term(), leadership.lost_token());
+//!     println!("leading in term {term}");
+//!     let mut round = 0;
+//!     // Rounds once a second, until the office is lost.
+//!     while !stop.wait_timeout(Duration::from_secs(1)) {
+//!         std::thread::scope(|jobs| {
+//!             for job in 0..4 {
+//!                 let stop = &stop;
+//!                 jobs.spawn(move || run_job(round * 4 + job, term, stop));
+//!             }
+//!         });
+//!         round += 1;
 //!     }
-//!     eprintln!("lost the office; campaigning again");
+//!     eprintln!("lost the office in term {term}; campaigning again");
 //! }
 //! # }
 //! ```

@@ -16,10 +16,12 @@ use crate::transport::send::{now, send_repeatable, AnyTransport};
 use crate::Error;
 
 /// Deletes every lock (every string key `lock:*`) and wakes a waiter on each, and ends every
-/// hold and line of the semaphores, fair locks and read-write locks (every `semaphore:*`,
-/// `fair-lock:*` and `rwlock:*` primitive), waking each of their waiters, which joins the
-/// line anew; returns how many holds it ended: each lock key it deleted, each queue holder
-/// with a live lease it removed. Fencing counters are kept, so tokens keep growing. On a
+/// hold and line of the semaphores, fair locks, read-write locks and elections (every
+/// `semaphore:*`, `fair-lock:*`, `rwlock:*` and `election:*` primitive), waking each of their
+/// waiters, which joins the line anew; returns how many holds it ended: each lock key it
+/// deleted, each queue holder with a live lease it removed. An election's watchers hear that
+/// nobody leads within a heartbeat interval (1 s by default), when their process finds its
+/// heartbeat there gone with the rest. Fencing counters are kept, so tokens keep growing. On a
 /// cluster it scans every primary; on a [`Quorum`](crate::Quorum) every server, and a lock
 /// counts once for each server that held it.
 ///

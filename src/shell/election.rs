@@ -54,7 +54,7 @@ macro_rules! election {
             /// logged, and the lease ends at its expiry).
             #[must_use = "the leadership is given up as soon as it is dropped"]
             pub struct Leadership {
-                term: Term<$rt>,
+                pub(super) term: Term<$rt>,
                 info: String,
             }
 
@@ -302,6 +302,28 @@ macro_rules! election {
                 /// ```
                 pub fn lost(&self) -> bool {
                     self.term.held.lost()
+                }
+
+                /// A token cancelled once the office is lost, for work to stop by (the same
+                /// [`CancelToken`] that cancels waits): a renewal found the term gone (an
+                /// operator's reset), or the lease ran out (renewals failed, a pause, or
+                /// [`max_hold`](crate::LockBuilder::max_hold) was reached). Never while this
+                /// leader leads, nor by its resignation; cancelled already when taken after the
+                /// loss. When and how, as for a lock:
+                /// [`LockGuard::lost_token`](crate::LockGuard::lost_token).
+                ///
+                /// ```no_run
+                #[doc = $head]
+                /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+                #[doc = concat!("let election = ", $path, "Election::new(&client, \"scheduler\")?;")]
+                #[doc = concat!("let leadership = election.campaign(\"\")", $aw, "?;")]
+                /// let stop = leadership.lost_token();
+                /// assert!(!stop.is_cancelled());
+                /// # Ok(())
+                /// # }
+                /// ```
+                pub fn lost_token(&self) -> CancelToken {
+                    self.term.held.lost_token()
                 }
 
                 /// Gives the office up now and reports how that went: the next candidate in

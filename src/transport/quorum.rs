@@ -252,7 +252,7 @@ impl Transport for Quorum {
     fn check(&self, settings: &Settings) -> Result<(), Error> {
         if settings.on_queue_engine {
             return Err(Error::Unsupported(format!(
-                "{:?} is a semaphore, read-write lock or fair lock: their counts and queues \
+                "{:?} is a semaphore, read-write lock, fair lock or election: their counts and queues \
                  cannot be kept across independent servers (a Quorum); use one primary, \
                  with replicas or Sentinel",
                 settings.name

@@ -70,8 +70,8 @@ fn take_and_run(
         Some(id) => id.clone(),
         None => default_id(place, &args.name)?,
     };
-    // Kept for as long as redis-lock runs: the wait's thread borrows it, and a queue
-    // primitive's wait, which no signal can end, may still be in it when redis-lock exits.
+    // Kept for as long as redis-lock runs: the wait's thread borrows it, and may still be in
+    // it when redis-lock exits (a signal cancels the wait, which then leaves the line).
     let target: &'static Target = Box::leak(Box::new(target(id, &cancel)?));
     let what = target.what();
     // Listening starts before the wait, so a signal during it cannot kill redis-lock

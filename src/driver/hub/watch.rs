@@ -60,6 +60,7 @@ impl WatchBox {
     }
 
     /// The next change, if one came.
+    #[cfg(feature = "tokio")]
     pub(crate) fn take(&self) -> Option<Option<Leader>> {
         self.seen.lock().pop_front()
     }
