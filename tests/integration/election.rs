@@ -346,3 +346,15 @@ fn an_async_watch_reports_a_blocking_candidates_leadership() {
         assert_eq!(seen.unwrap().map(|l| l.term), Some(leadership.term()));
     });
 }
+
+#[test]
+fn reset_all_tells_an_elections_watchers_that_nobody_leads() {
+    let server = RedisServer::start();
+    let leadership = election(&server, "jobs", secs(30)).campaign("a").unwrap();
+    let mut watch = election(&server, "jobs", secs(30)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    assert_eq!(redis_blpop_lock::reset_all(&server.client()).unwrap(), 1);
+    // Long before the 30 s lease would have ended.
+    assert_eq!(next_change(&mut watch), None);
+    drop(leadership);
+}
