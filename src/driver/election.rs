@@ -10,6 +10,7 @@ use super::hub::Watching;
 use super::Runtime;
 use crate::protocol::election::{self, Leader};
 use crate::protocol::lease::Wait;
+use crate::protocol::queue;
 use crate::protocol::request::Request;
 use crate::transport::send::send_repeatable;
 use crate::Error;
@@ -33,7 +34,7 @@ impl<R: Runtime> Acquirer<R> {
                 .fencing_token()
                 .ok_or_else(|| Error::unexpected(&"a grant without a fencing token"))?;
             let announce = election::announce(&self.keys, held.id(), term, info);
-            if election::parse_done(&self.keys, &self.send(&announce).await?)? {
+            if queue::parse_held(&self.keys, &self.send(&announce).await?)? {
                 held.then_send(election::vacate(&self.keys, Some(term)));
                 return Ok(Some(Term { held, term }));
             }

@@ -295,7 +295,7 @@ pub fn reset_queue(
         // With nobody granted in the leader's place, its watchers hear that nobody leads.
         let vacate = election::vacate(&keys, None);
         let reply = now(send_repeatable(&*transport, &vacate, deadline.next()))?;
-        election::parse_done(&keys, reply.first())?;
+        queue::parse_held(&keys, reply.first())?;
     }
     log::info!("{:?} {name:?}: reset {removed} holders", kind);
     Ok(removed)

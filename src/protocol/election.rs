@@ -69,8 +69,8 @@ fn script(keys: &QueueKeys, script: &'static Script, args: &[&[u8]]) -> Request 
         .on_slot(keys.slot)
 }
 
-/// Leader `id`'s announcement of term `term`, with `info`: [`parse_done`] says whether it
-/// still held that term.
+/// Leader `id`'s announcement of term `term`, with `info`:
+/// [`parse_held`](super::queue::parse_held) says whether it still held that term.
 pub(crate) fn announce(keys: &QueueKeys, id: &str, term: u64, info: &str) -> Request {
     script(
         keys,
@@ -80,7 +80,7 @@ pub(crate) fn announce(keys: &QueueKeys, id: &str, term: u64, info: &str) -> Req
 }
 
 /// Leaves the election without a leader if term `term` (`None`: whichever) ended with nobody
-/// granted in its place: [`parse_done`] says whether it did.
+/// granted in its place: [`parse_held`](super::queue::parse_held) says whether it did.
 pub(crate) fn vacate(keys: &QueueKeys, term: Option<u64>) -> Request {
     let term = term.map(num).unwrap_or_default();
     script(keys, &ELECTION_VACATE, &[&term])
@@ -99,17 +99,6 @@ pub(crate) fn watcher_read(keys: &QueueKeys, process: &str, lapse: Duration) -> 
     let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
     let eval = ELECTION_READ.eval(&names, &[process.as_bytes(), &num(ms)]);
     Request::repeatable(vec![eval]).on_slot(keys.slot)
-}
-
-/// Whether an announcement or a vacating did what it says.
-pub(crate) fn parse_done(keys: &QueueKeys, reply: &Value) -> Result<bool, Error> {
-    match reply {
-        Value::Int(0) => Ok(false),
-        Value::Int(1) => Ok(true),
-        other => Err(array(keys, other)
-            .err()
-            .unwrap_or_else(|| Error::unexpected(other))),
-    }
 }
 
 pub(crate) fn parse_read(keys: &QueueKeys, reply: &Value) -> Result<Seen, Error> {

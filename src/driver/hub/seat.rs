@@ -132,14 +132,24 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        let mut state = self.hub.state.lock();
-        let Some(name) = state.names.get_mut(&self.inbox) else {
+        self.hub.leave(&self.inbox, |name| {
+            name.seats.remove(&self.waiter);
+        });
+    }
+}
+
+impl Hub {
+    /// Someone leaves the primitive of `inbox` (`leave` takes it out); the hub stops
+    /// listening there once nobody of the process is left.
+    pub(super) fn leave(&self, inbox: &str, leave: impl FnOnce(&mut Name)) {
+        let mut state = self.state.lock();
+        let Some(name) = state.names.get_mut(inbox) else {
             return;
         };
-        name.seats.remove(&self.waiter);
+        leave(name);
         if name.is_empty() {
-            state.names.remove(&self.inbox);
-            state.refused.remove(&self.inbox);
+            state.names.remove(inbox);
+            state.refused.remove(inbox);
         }
     }
 }

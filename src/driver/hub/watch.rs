@@ -148,15 +148,9 @@ impl Watching {
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        let mut state = self.hub.state.lock();
-        let Some(name) = state.names.get_mut(&self.inbox) else {
-            return;
-        };
-        name.watch.boxes.remove(&self.key);
-        if name.is_empty() {
-            state.names.remove(&self.inbox);
-            state.refused.remove(&self.inbox);
-        }
+        self.hub.leave(&self.inbox, |name| {
+            name.watch.boxes.remove(&self.key);
+        });
     }
 }
 
