@@ -29,6 +29,7 @@
 //! process lost.
 
 mod listener;
+mod name;
 mod seat;
 mod watch;
 
@@ -52,7 +53,7 @@ use crate::transport::{ConnId, Fault, Transport, Waiter};
 
 pub(crate) use listener::{Carried, Heard, Listener};
 use listener::{Carry, Ear, Signal};
-use seat::Name;
+use name::Name;
 pub(crate) use seat::Seat;
 pub(crate) use watch::Watching;
 

@@ -1,31 +1,13 @@
-//! The queue engine's waiters at the hub: one primitive's waiters of the process, their
-//! epoch (a new one when the process is found lapsed) and their heartbeat's schedule.
+//! The queue engine's waiters at the hub: a waiter's seat, from before its first ask to the
+//! end of its wait, in its primitive's [`Name`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::watch::Watch;
-use super::{Hub, Mailbox, Told};
+use super::{Hub, Mailbox};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::Mode;
 use crate::protocol::request::Request;
-
-/// One primitive's waiters of this process.
-pub(super) struct Name {
-    pub(super) keys: QueueKeys,
-    /// The shortest lapse window of its waiters: a heartbeat every half of it.
-    pub(super) lapse: Duration,
-    pub(super) beat_due: Instant,
-    /// Bumped when the process is found lapsed there: its waiters join again.
-    pub(super) epoch: u64,
-    /// Whether the process has joined its queue in this epoch, so that a heartbeat found
-    /// gone means it lapsed.
-    pub(super) joined: bool,
-    pub(super) seats: HashMap<String, Arc<Mailbox>>,
-    /// An election's watchers of this process.
-    pub(super) watch: Watch,
-}
 
 /// A waiter's place at its hub, from before its first ask to the end of its wait.
 pub(crate) struct Seat {
@@ -36,36 +18,6 @@ pub(crate) struct Seat {
     pub(crate) mailbox: Arc<Mailbox>,
     /// See [`Seat::wake`].
     wake: Option<Request>,
-}
-
-impl Name {
-    pub(super) fn new(keys: &QueueKeys, lapse: Duration) -> Name {
-        Name {
-            keys: keys.clone(),
-            lapse,
-            beat_due: Instant::now() + lapse / 2,
-            epoch: 0,
-            joined: false,
-            seats: HashMap::new(),
-            watch: Watch::default(),
-        }
-    }
-
-    /// Whether no waiter and no watcher of this process is left here.
-    pub(super) fn is_empty(&self) -> bool {
-        self.seats.is_empty() && self.watch.is_empty()
-    }
-
-    /// The process lapsed here: a new epoch, whose waiters leave and join again.
-    pub(super) fn lapsed(&mut self) {
-        self.epoch += 1;
-        self.joined = false;
-        for mailbox in self.seats.values() {
-            mailbox.tell(Told::AskAgain);
-        }
-        // Its heartbeat is gone, and with it the announcements: its watchers look again.
-        self.watch.look_now();
-    }
 }
 
 impl Seat {
@@ -139,22 +91,6 @@ impl Drop for Seat {
 }
 
 impl Hub {
-    /// Someone leaves the primitive of `inbox` (`leave` takes it out); the hub stops
-    /// listening there once nobody of the process is left.
-    pub(super) fn leave(&self, inbox: &str, leave: impl FnOnce(&mut Name)) {
-        let mut state = self.state.lock();
-        let Some(name) = state.names.get_mut(inbox) else {
-            return;
-        };
-        leave(name);
-        if name.is_empty() {
-            state.names.remove(inbox);
-            state.refused.remove(inbox);
-        }
-    }
-}
-
-impl Hub {
     /// A seat for waiter `waiter` (its id made with [`queue::waiter_id`]) in the queue of
     /// `keys`, whose entry lapses after `lapse` without a heartbeat.
     pub(crate) fn seat(self: &Arc<Hub>, keys: &QueueKeys, waiter: &str, lapse: Duration) -> Seat {
@@ -162,8 +98,7 @@ impl Hub {
         let mailbox = Arc::new(Mailbox::default());
         let mut state = self.state.lock();
         let new_name = !state.names.contains_key(&inbox);
-        let name = (state.names.entry(inbox.clone())).or_insert_with(|| Name::new(keys, lapse));
-        name.lapse = name.lapse.min(lapse);
+        let name = Hub::name_of(&mut state, &inbox, keys, lapse);
         name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
         let epoch = name.epoch;
         let wake = self.wake(&state, new_name);

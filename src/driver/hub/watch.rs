@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::seat::Name;
 use super::{Hub, State, WAKE_EXPIRE_MS};
 use crate::protocol::election::{self, Leader, Seen};
 use crate::protocol::keys::QueueKeys;
@@ -162,8 +161,7 @@ impl Hub {
         let watcher = Arc::new(WatchBox::default());
         let mut state = self.state.lock();
         let running = state.running;
-        let name = (state.names.entry(inbox.clone())).or_insert_with(|| Name::new(keys, lapse));
-        name.lapse = name.lapse.min(lapse);
+        let name = Hub::name_of(&mut state, &inbox, keys, lapse);
         let watch = &mut name.watch;
         let key = watch.next_key;
         watch.next_key += 1;
