@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_blpop_lock::Lock;
+use redis_blpop_lock::{Election, Lock, Semaphore};
 
-use crate::support::{eventually, send_signal, tries_run, RedisServer};
+use crate::support::{eventually, send_signal, strip_process, tries_run, RedisServer};
 
 /// A bound for things that take milliseconds, generous for a loaded machine; a test that
 /// hits it has hung.
@@ -1232,6 +1232,99 @@ fn top_on_a_quorum_shows_what_a_majority_holds() {
     assert_eq!(
         refresh["locks"],
         serde_json::json!([{"name": "q", "owner": "holder", "ttl_ms": null, "token": null}])
+    );
+}
+
+/// What `top --count 1 ARGS...` shows while semaphore "backups" has a holder and election
+/// "scheduler" a leader, with the permit's fencing token and the leader's id and term.
+fn top_over_a_semaphore_and_an_election(args: &[&str]) -> (Output, Option<u64>, String, u64) {
+    let server = RedisServer::start();
+    let client = server.client();
+    let backups = Semaphore::builder(&client, "backups", 2)
+        .id("holder")
+        .build()
+        .unwrap();
+    let permit = backups.acquire().unwrap();
+    let election = Election::new(&client, "scheduler").unwrap();
+    let leadership = election.campaign("web-3:8080").unwrap();
+    let output = redis_lock(&server)
+        .args(["top", "--count", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let leader = leadership.id().to_string();
+    (output, permit.fencing_token(), leader, leadership.term())
+}
+
+#[test]
+fn top_shows_a_held_semaphore_and_an_elections_leader_with_its_term_after_the_locks() {
+    let (output, token, leader, term) = top_over_a_semaphore_and_an_election(&[]);
+    let text = stdout(&output);
+    let token = token.expect("a permit has a fencing token");
+    let lines: Vec<&str> = text.lines().collect();
+    // The locks' table, empty, then each primitive's lines as `list` prints them.
+    assert_eq!(
+        lines[0..2],
+        [
+            "0 locks held; acquisitions: 0 since the last refresh (-/s), 0 in all",
+            "NAME  OWNER  TTL  TOKEN"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        lines[2], "semaphore \"backups\": 1 holder, 0 waiting",
+        "{text}"
+    );
+    assert!(lines[3].starts_with("  held by \"holder:0@"), "{text}");
+    assert!(
+        lines[3].ends_with(&format!(", 1 permit, token {token}")),
+        "{text}"
+    );
+    assert_eq!(
+        lines[4], "election \"scheduler\": 1 leader, 0 waiting",
+        "{text}"
+    );
+    assert!(
+        lines[5].starts_with(&format!("  held by \"{leader}\", expires in ")),
+        "{text}"
+    );
+    assert!(lines[5].ends_with(&format!(", term {term}")), "{text}");
+    // Off a terminal the refresh ends with a blank line, and there is nothing else.
+    assert_eq!(lines[6..], [""], "{text}");
+}
+
+#[test]
+fn top_json_adds_the_queue_primitives_as_status_json_prints_them() {
+    let (output, token, leader, term) = top_over_a_semaphore_and_an_election(&["--json"]);
+    let refresh: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let queues = &refresh["queues"];
+    let holder = queues[0]["holders"][0]["id"]
+        .as_str()
+        .expect("a holder's id");
+    assert_eq!(strip_process(holder), "holder:0");
+    let ttl = |at: usize| {
+        queues[at]["holders"][0]["ttl_ms"]
+            .as_u64()
+            .expect("a lease")
+    };
+    assert_eq!(
+        refresh,
+        serde_json::json!({
+            "time": refresh["time"],
+            // The fields `top --json` had before the queue primitives, unchanged.
+            "locks": [], "acquisitions": 0, "acquisitions_per_sec": null,
+            "acquisitions_total": 0,
+            "queues": [
+                {"kind": "semaphore", "name": "backups", "held": true, "used": 1,
+                 "holders": [{"id": holder, "units": 1, "ttl_ms": ttl(0), "token": token}],
+                 "waiters": []},
+                // An election's fencing token is its leader's term.
+                {"kind": "election", "name": "scheduler", "held": true, "used": 1,
+                 "holders": [{"id": leader, "units": 1, "ttl_ms": ttl(1), "token": term}],
+                 "waiters": []},
+            ],
+        })
     );
 }
 

@@ -218,7 +218,8 @@ enum Command {
         json: bool,
     },
     /// A live view of the held locks (name, owner, TTL, fencing token) and of how many were
-    /// taken since the last refresh, read again every --interval seconds until Ctrl-C.
+    /// taken since the last refresh, then of the semaphores, fair locks, read-write locks and
+    /// elections in use as `list` shows them, read again every --interval seconds until Ctrl-C.
     Top {
         /// Seconds between refreshes (fractions allowed).
         #[arg(
@@ -234,7 +235,8 @@ enum Command {
         count: Option<u64>,
         /// Print one JSON object per refresh, a line each: {"time":..,"locks":[{"name":..,
         /// "owner":..,"ttl_ms":..|null,"token":..|null},..],"acquisitions":..,
-        /// "acquisitions_per_sec":..|null,"acquisitions_total":..}.
+        /// "acquisitions_per_sec":..|null,"acquisitions_total":..,"queues":[..]}, each of
+        /// "queues" as `status --semaphore NAME --json` prints it.
         #[arg(long)]
         json: bool,
     },

@@ -1,5 +1,5 @@
-//! `status`, `list` and `reset` for the semaphores, fair locks, read-write locks and elections:
-//! their holders and their line of waiters.
+//! `status`, `list`, `top` and `reset` for the semaphores, fair locks, read-write locks and
+//! elections: their holders and their line of waiters.
 
 use std::fmt::Write as _;
 
@@ -78,14 +78,21 @@ pub(crate) fn status(place: &Place, kind: Primitive, name: &str, json: bool) -> 
     })
 }
 
-/// Every primitive with a holder or a waiter, after the locks of `list`.
+/// Every primitive with a holder or a waiter, which `list` and each refresh of `top` show after
+/// the locks.
 pub(crate) fn list(place: &Place) -> Result<Vec<Queue>, Failure> {
     inspect::queues(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))
 }
 
-/// A primitive's lines: its state, then a line per holder and per waiter, in order. An
-/// election's holder is its leader, and its fencing token the leader's term.
+/// Prints a primitive's lines ([`text`]).
 pub(crate) fn show(queue: &Queue) {
+    out!("{}", text(queue));
+}
+
+/// A primitive's lines, as `status`, `list` and `top` show them: its state, then a line per
+/// holder and per waiter, in order (no newline after the last). An election's holder is its
+/// leader, and its fencing token the leader's term.
+pub(crate) fn text(queue: &Queue) -> String {
     let kind = queue.kind;
     let election = kind == Primitive::Election;
     let state = match (queue.holders.len(), queue.waiters.len()) {
@@ -95,25 +102,28 @@ pub(crate) fn show(queue: &Queue) {
         (1, waiting) => format!("1 holder, {waiting} waiting"),
         (held, waiting) => format!("{held} holders, {waiting} waiting"),
     };
-    out!("{} {:?}: {state}", kind.word(), queue.name);
+    let mut text = format!("{} {:?}: {state}", kind.word(), queue.name);
     let token = if election { "term" } else { "token" };
     for holder in &queue.holders {
-        out!(
-            "  {}{}, {token} {}",
+        let _ = write!(
+            text,
+            "\n  {}{}, {token} {}",
             held_by(&holder.id, holder.ttl),
             then(&kind.units(holder.units)),
             holder.token
         );
     }
     for (at, waiter) in queue.waiters.iter().enumerate() {
-        out!(
-            "  waiting {}: {:?}{}, lapses in {} unless it heartbeats",
+        let _ = write!(
+            text,
+            "\n  waiting {}: {:?}{}, lapses in {} unless it heartbeats",
             at + 1,
             waiter.id,
             then(&kind.units(waiter.units)),
             seconds(waiter.lapses_in)
         );
     }
+    text
 }
 
 /// ", TEXT", or nothing for no text.

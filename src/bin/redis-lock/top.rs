@@ -1,5 +1,6 @@
 //! `redis-lock top`: the held locks, read again every interval, with how many were taken
-//! between reads.
+//! between reads, and the semaphores, fair locks, read-write locks and elections in use, as
+//! `list` shows them.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -7,11 +8,12 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis_blpop_lock::inspect::{self, Held};
+use redis_blpop_lock::inspect::{self, Held, Queue};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::place::Place;
+use crate::queues;
 use crate::render::{json_string, json_ttl};
 use crate::{exit, Failure, Outcome};
 
@@ -27,8 +29,8 @@ pub(crate) enum Shape {
     Json,
 }
 
-/// Shows the held locks every `interval` until `count` refreshes were shown (forever
-/// without it), a signal says stop, or stdout goes away.
+/// Shows the held locks and the queue primitives in use every `interval` until `count`
+/// refreshes were shown (forever without it), a signal says stop, or stdout goes away.
 pub(crate) fn top(place: &Place, interval: Duration, count: Option<u64>, shape: Shape) -> Outcome {
     let (stopping, stop) = mpsc::channel();
     on_stop_signals(stopping, ())?;
@@ -38,10 +40,13 @@ pub(crate) fn top(place: &Place, interval: Duration, count: Option<u64>, shape: 
     loop {
         let held =
             inspect::holders(place.backend(), place.io_timeout()).map_err(|e| place.failure(e))?;
+        // The reads `list` makes and no more: an election shows its leader's id and term, not
+        // the info `leader` shows, which would cost a round trip per election and refresh.
+        let primitives = queues::list(place)?;
         let taken = rate.update(&held);
         let text = match shape {
-            Shape::Table => table(&held, &rate, taken, clear),
-            Shape::Json => json(&held, &rate, taken),
+            Shape::Table => table(&held, &primitives, &rate, taken, clear),
+            Shape::Json => json(&held, &primitives, &rate, taken),
         };
         let mut stdout = std::io::stdout().lock();
         if stdout
@@ -89,7 +94,8 @@ pub(crate) fn on_stop_signals<T: Clone + Send + 'static>(
 
 /// Acquisitions seen from one refresh to the next: a lock that appeared, or whose owner or
 /// fencing token changed. One taken and freed between two refreshes is not seen, so this is
-/// a lower bound.
+/// a lower bound. Locks only: the queue primitives came to `top` later, and counting their
+/// holders would change what these numbers meant to whoever already reads them.
 #[derive(Default)]
 struct Rate {
     /// When the last refresh was read, and each lock's owner and token then; `None` before
@@ -126,9 +132,11 @@ impl Rate {
     }
 }
 
-/// One refresh as a table under a line of totals, with a blank line after it off a
-/// terminal. Names and owners are quoted, so no control characters reach the terminal.
-fn table(held: &[Held], rate: &Rate, taken: u64, clear: bool) -> String {
+/// One refresh as a table under a line of totals, then each queue primitive's lines as `list`
+/// shows them (no blank line among them, so that one ends each refresh), with a blank line
+/// after it off a terminal. Names and owners are quoted, so no control characters reach the
+/// terminal.
+fn table(held: &[Held], primitives: &[Queue], rate: &Rate, taken: u64, clear: bool) -> String {
     let rows: Vec<[String; 4]> = held
         .iter()
         .map(|h| {
@@ -172,6 +180,10 @@ fn table(held: &[Held], rate: &Rate, taken: u64, clear: bool) -> String {
         text.push_str(cells.join("  ").trim_end());
         text.push('\n');
     }
+    for queue in primitives {
+        text.push_str(&queues::text(queue));
+        text.push('\n');
+    }
     if !clear {
         text.push('\n');
     }
@@ -180,8 +192,9 @@ fn table(held: &[Held], rate: &Rate, taken: u64, clear: bool) -> String {
 
 /// One refresh as a line of JSON: {"time":..,"locks":[{"name":..,"owner":..,
 /// "ttl_ms":..|null,"token":..|null},..],"acquisitions":..,"acquisitions_per_sec":..|null,
-/// "acquisitions_total":..}.
-fn json(held: &[Held], rate: &Rate, taken: u64) -> String {
+/// "acquisitions_total":..,"queues":[..]}, each of "queues" as `status --json` prints that
+/// primitive. "queues" came later, so it goes last: the fields before it keep their place.
+fn json(held: &[Held], primitives: &[Queue], rate: &Rate, taken: u64) -> String {
     let time = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -201,12 +214,14 @@ fn json(held: &[Held], rate: &Rate, taken: u64) -> String {
     let per_sec = rate
         .per_sec
         .map_or_else(|| "null".into(), |r| format!("{r:.3}"));
+    let primitives: Vec<String> = primitives.iter().map(queues::json_queue).collect();
     format!(
         "{{\"time\":{}.{:03},\"locks\":[{}],\"acquisitions\":{taken},\
-         \"acquisitions_per_sec\":{per_sec},\"acquisitions_total\":{}}}\n",
+         \"acquisitions_per_sec\":{per_sec},\"acquisitions_total\":{},\"queues\":[{}]}}\n",
         time / 1000,
         time % 1000,
         locks.join(","),
-        rate.total
+        rate.total,
+        primitives.join(",")
     )
 }
