@@ -1,6 +1,6 @@
 //! An operator's view of every lock, and the clearing of a key that is not a lock: what
 //! `redis-lock list`, `redis-lock top` and `redis-lock reset --force` stand on. The
-//! semaphores, fair locks and read-write locks: [`queues`] and [`queue`]. The same views for
+//! semaphores, fair locks, read-write locks and elections: [`queues`] and [`queue`]. The same views for
 //! async callers: `aio::inspect` (feature `tokio`).
 
 // Written once for both APIs, with `reset_all`: each view is an `async fn` over either

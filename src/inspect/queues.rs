@@ -1,5 +1,5 @@
 //! An operator's view of the fair queue engine's primitives (semaphores, fair locks,
-//! read-write locks): who holds, and who waits in what order. Also the `SCAN` over every
+//! read-write locks, elections): who holds, and who waits in what order. Also the `SCAN` over every
 //! primary's queue keys that [`reset_all`](crate::reset_all) shares.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -59,8 +59,8 @@ pub struct QueueWaiter {
     pub lapses_in: Duration,
 }
 
-/// Every semaphore, fair lock and read-write lock that has a holder or a waiter, sorted by
-/// kind and name.
+/// Every semaphore, fair lock, read-write lock and election that has a holder or a waiter,
+/// sorted by kind and name (an election's holder is its leader, its token the term).
 ///
 /// Keys are found with `SCAN` on every primary, a batch at a time, and each primitive is
 /// read in one script call (`scripts/queue_state.lua`), which writes nothing, so holders and
