@@ -1250,6 +1250,9 @@ mod config;
 mod driver;
 mod error;
 pub mod inspect;
+#[cfg(feature = "model")]
+#[doc(hidden)]
+pub mod model;
 pub mod observe;
 mod protocol;
 mod shell;

@@ -10,17 +10,19 @@ use super::lock::Pttl;
 pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
 
 /// How long a caller waits for the lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wait {
     /// One try.
     Never,
+    /// Until then.
     Until(Instant),
+    /// Until it holds.
     Forever,
 }
 
 impl Wait {
     /// A wait of `timeout` from `now`; zero is a single try.
-    pub(crate) fn timeout(now: Instant, timeout: Duration) -> Wait {
+    pub fn timeout(now: Instant, timeout: Duration) -> Wait {
         if timeout.is_zero() {
             return Wait::Never;
         }
@@ -35,14 +37,15 @@ impl Wait {
 const FREE_RETRIES: u8 = 2;
 
 /// The waiting side of one acquire call.
-#[derive(Debug)]
-pub(crate) struct Waiting {
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Waiting {
     wait: Wait,
     free_retries: u8,
 }
 
 impl Waiting {
-    pub(crate) fn new(wait: Wait) -> Self {
+    /// The waiting side of an acquire that waits as `wait` says.
+    pub fn new(wait: Wait) -> Self {
         Waiting {
             wait,
             free_retries: FREE_RETRIES,
@@ -53,7 +56,7 @@ impl Waiting {
     /// single try that found the lock free by the time it looked (the holder let go between
     /// its commands, or a lost reply was settled by reading) is not over yet: it goes again,
     /// a bounded number of times.
-    pub(crate) fn after_busy(&mut self, now: Instant, pttl: Pttl) -> Next {
+    pub fn after_busy(&mut self, now: Instant, pttl: Pttl) -> Next {
         match self.wait {
             Wait::Never if pttl == Pttl::Gone && self.free_retries > 0 => {
                 self.free_retries -= 1;
@@ -67,8 +70,8 @@ impl Waiting {
 }
 
 /// What to do after a try found the lock busy.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Next {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Next {
     /// The lock came free during the try: try again at once.
     TryNow,
     /// Block in `BLPOP` for this long, counted from when the busy reply arrived.
@@ -106,7 +109,7 @@ pub(crate) const LOOSE: u32 = 20;
 /// when a third of `expire` is left by what the handle believes, so that a lease counted
 /// conservatively (from a wait's start) is renewed before it would be taken for lost, and
 /// one counted from a recent extend is renewed two thirds of the way through.
-pub(crate) fn renewal_due(now: Instant, valid_until: Instant, expire: Duration) -> Duration {
+pub fn renewal_due(now: Instant, valid_until: Instant, expire: Duration) -> Duration {
     valid_until
         .checked_sub(expire / 3)
         .map_or(Duration::ZERO, |due| due.saturating_duration_since(now))
@@ -179,7 +182,7 @@ impl Attempting {
 
 /// When a lock found holding our id by a read sent at `sent` expires at the earliest. Used
 /// when the reply of the request that took it was lost.
-pub(crate) fn valid_from_read(sent: Instant, pttl: Pttl) -> Option<Instant> {
+pub fn valid_from_read(sent: Instant, pttl: Pttl) -> Option<Instant> {
     match pttl {
         Pttl::Left(left) => sent.checked_add(left),
         // `Gone` cannot hold our id; it reads as already expired.
@@ -189,22 +192,24 @@ pub(crate) fn valid_from_read(sent: Instant, pttl: Pttl) -> Option<Instant> {
 }
 
 /// A lock this handle acquired.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Lease {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
     /// Which acquisition of this handle it is: a guard releases only its own.
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// When the handle became its holder: what `max_hold` counts from.
-    pub(crate) since: Instant,
+    pub since: Instant,
     /// When the key expires at the earliest, as far as this process can tell.
-    pub(crate) valid_until: Option<Instant>,
-    pub(crate) token: Option<u64>,
+    pub valid_until: Option<Instant>,
+    /// Its fencing token, if it has one.
+    pub token: Option<u64>,
     /// Once lost, always lost: after the deadline passed someone else may have held the
     /// lock, even if the key is ours again now.
     lost: bool,
 }
 
 impl Lease {
-    pub(crate) fn new(
+    /// Acquisition `epoch`, held since `since`, valid until `valid_until`.
+    pub fn new(
         epoch: u64,
         since: Instant,
         valid_until: Option<Instant>,
@@ -219,16 +224,18 @@ impl Lease {
         }
     }
 
-    pub(crate) fn is_lost(&self, now: Instant) -> bool {
+    /// Whether it is lost by `now`: marked so, or past its validity.
+    pub fn is_lost(&self, now: Instant) -> bool {
         self.lost || self.valid_until.is_some_and(|t| now >= t)
     }
 
-    pub(crate) fn mark_lost(&mut self) {
+    /// It is lost for good (a renewal found another owner).
+    pub fn mark_lost(&mut self) {
         self.lost = true;
     }
 
     /// An extend of `expire` sent at `sent` succeeded.
-    pub(crate) fn extended(&mut self, sent: Instant, expire: Duration) {
+    pub fn extended(&mut self, sent: Instant, expire: Duration) {
         if self.is_lost(sent) {
             self.lost = true;
         } else {

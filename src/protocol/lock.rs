@@ -51,12 +51,13 @@ pub(crate) fn try_lock(keys: &Keys, id: &str, expire_ms: Option<u64>, fencing: b
 }
 
 /// How long a key has left, as `PTTL` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pttl {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pttl {
     /// -2: the key is gone (expired or deleted since it was read).
     Gone,
     /// -1: the key has no expiry.
     Forever,
+    /// This much is left of its expiry.
     Left(Duration),
 }
 

@@ -26,8 +26,8 @@ use crate::Error;
 pub(crate) const MAX_NUMBER: u64 = 999_999_999_999_999;
 
 /// One acquisition's request: who asks, for how much of what, held for how long.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Ask {
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ask {
     id: String,
     units: u64,
     capacity: u64,
@@ -40,7 +40,7 @@ impl Ask {
     /// `units` of `capacity` for `id`, held for `lease` (`None`: until released), queued as
     /// long as the waiter heartbeats within `lapse`. Refuses what would wait for ever (more
     /// units than there are) and numbers a script cannot take.
-    pub(crate) fn new(
+    pub fn new(
         id: &str,
         units: u64,
         capacity: u64,
@@ -77,7 +77,8 @@ impl Ask {
         })
     }
 
-    pub(crate) fn id(&self) -> &str {
+    /// Its acquisition id.
+    pub fn id(&self) -> &str {
         &self.id
     }
 
@@ -293,18 +294,22 @@ pub(crate) fn peek(keys: &QueueKeys, id: &str) -> Request {
 }
 
 /// How an acquire came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Asked {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Asked {
     /// The id holds its units, with this token, for this long from the server's look (`None`:
     /// no expiry).
     Granted {
+        /// Its fencing token.
         token: u64,
+        /// What is left of its lease, by the server's clock.
         lease_left: Option<Duration>,
     },
     /// Queued at `position` (from 1): ask again after `next` at the latest (`None`: only a
     /// grant, which comes to the process's inbox, can let it in).
     Waiting {
+        /// Its place in line, from 1.
         position: u64,
+        /// When to ask again at the latest.
         next: Option<Duration>,
     },
     /// A try that could not be granted at once, and was not queued.
@@ -448,24 +453,29 @@ pub(crate) fn array<'v>(keys: &QueueKeys, reply: &'v Value) -> Result<&'v [Value
 }
 
 /// What a waiter does next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Next {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Next {
     /// Send an acquire (`Mode::Wait`): the first ask, or a heartbeat.
     Ask,
     /// Wait for its process's inbox to bring a grant, until then (`None`: no limit).
-    Block { until: Option<Instant> },
+    Block {
+        /// When to stop waiting and ask again, or leave.
+        until: Option<Instant>,
+    },
     /// Its time is up: leave the queue (giving back any grant that came meanwhile).
     Leave,
     /// It holds its units, until `valid_until` at the earliest (`None`: no expiry).
     Granted {
+        /// Its fencing token.
         token: u64,
+        /// Until when its lease lasts at the earliest, by this process's clock.
         valid_until: Option<Instant>,
     },
 }
 
 /// One waiter's way through the queue, up to `deadline` (`None`: no limit).
-#[derive(Debug)]
-pub(crate) struct QueueWait {
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct QueueWait {
     deadline: Option<Instant>,
     /// How long a grant pushed by another's script lasts unless claimed: the waiter's lease,
     /// cut to when its entry would have lapsed, so that a grant to a waiter that died
@@ -476,7 +486,8 @@ pub(crate) struct QueueWait {
 }
 
 impl QueueWait {
-    pub(crate) fn new(ask: &Ask, deadline: Option<Instant>) -> Self {
+    /// The way through the queue of `ask`, given up at `deadline`.
+    pub fn new(ask: &Ask, deadline: Option<Instant>) -> Self {
         let lapse = Duration::from_millis(ask.lapse_ms);
         let claim = match ask.lease_ms {
             0 => lapse,
@@ -490,7 +501,7 @@ impl QueueWait {
     }
 
     /// After an ask sent at `sent` was answered at `now`.
-    pub(crate) fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Next {
+    pub fn asked(&mut self, sent: Instant, answer: Asked, now: Instant) -> Next {
         match answer {
             // The server's count of what is left started after the send.
             Asked::Granted { token, lease_left } => Next::Granted {
@@ -518,12 +529,7 @@ impl QueueWait {
     /// After a wait for the inbox that ended at `now`, with the token a grant pushed, or none
     /// (its time ran out, or it was woken to ask again). `dated`: when the grant's claim
     /// window ends at the earliest, where its process could date it (see the hub).
-    pub(crate) fn popped(
-        &mut self,
-        token: Option<u64>,
-        dated: Option<Instant>,
-        now: Instant,
-    ) -> Next {
+    pub fn popped(&mut self, token: Option<u64>, dated: Option<Instant>, now: Instant) -> Next {
         match token {
             // Granted after the last ask that found it waiting, until its claim runs out.
             Some(token) => Next::Granted {

@@ -1,0 +1,10 @@
+//! The protocol core's client state machines, for the model checker (`tests/model`, see
+//! `docs/model.md`): the waiter's way through the queue and the lease a handle believes, as the
+//! drivers use them, so that the model drives the real ones and not a copy. Hidden and not a
+//! stable API: it exists only with the `model` feature.
+
+pub use crate::protocol::lease::{
+    renewal_due, valid_from_read, Lease, Next as LockNext, Wait, Waiting,
+};
+pub use crate::protocol::lock::Pttl;
+pub use crate::protocol::queue::{Ask, Asked, Next as QueueNext, QueueWait};

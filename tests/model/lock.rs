@@ -1,0 +1,1 @@
+//! The plain lock's model: see main.rs.

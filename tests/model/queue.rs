@@ -1,0 +1,1 @@
+//! The queue engine's model: see main.rs.
