@@ -1,0 +1,180 @@
+//! The plain lock's keys as the scripts change them (scripts/acquire.lua, unlock.lua,
+//! extend.lua, reset.lua, and the crate's read of owner, TTL and counter): the checker's server,
+//! and what the differential test expects of the real one. Time is in ticks: the checker's
+//! steps, or, in the differential test, real sleeps longer than a short expiry.
+
+/// A time on the model server's clock, in ticks.
+pub type Tick = u16;
+
+/// What is left of a key's expiry, as `PTTL` says of a key that is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ttl {
+    Forever,
+    Left(Tick),
+}
+
+/// A rule of the server broken on purpose, for the `catches_*` tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flaw {
+    None,
+    /// `unlock.lua` without its owner check: any client's unlock deletes the lock.
+    UnlockAnyOwner,
+    /// The fencing counter given the lock's expiry (a clean-up that "tidies" the counter with
+    /// its lock, or an eviction): it starts again from 1 once the lock has expired.
+    FenceExpiresWithLock,
+}
+
+/// `lock:<name>`: the owner's id and when its expiry passes (`None`: no expiry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub owner: u8,
+    pub expires: Option<Tick>,
+}
+
+/// The keys of one lock on one server, and the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Server {
+    pub now: Tick,
+    pub lock: Option<Key>,
+    /// `lock-signal:<name>`: an unlock deletes the list and pushes one element, so it holds one
+    /// or none; `Some(expiry)` when it holds one.
+    pub signal: Option<Tick>,
+    /// `lock-fence:<name>`: 0 when the key is not there (`INCR` then makes it 1).
+    pub fence: u64,
+    pub flaw: Flaw,
+}
+
+/// What a try answers (`acquire.lua` with fencing; `SET NX PX`, `GET`, `PTTL` without).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TryReply {
+    Acquired(Option<u64>),
+    Busy { owner: u8, ttl: Ttl },
+}
+
+/// What `extend.lua` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExtendReply {
+    Yes,
+    NotOurs,
+    NoExpiry,
+}
+
+/// What the crate's read (`MULTI GET PTTL GET EXEC`) answers: `ttl` is `None` when the lock is
+/// not there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Read {
+    pub owner: Option<u8>,
+    pub ttl: Option<Ttl>,
+    pub fence: Option<u64>,
+}
+
+impl Server {
+    pub fn new(flaw: Flaw) -> Server {
+        Server {
+            now: 0,
+            lock: None,
+            signal: None,
+            fence: 0,
+            flaw,
+        }
+    }
+
+    /// Time passes: keys whose expiry is reached are gone. Redis keeps a key through the
+    /// millisecond of its expiry; gone at it here, the model frees a lock no later than Redis
+    /// does, which only makes a second holder easier to find.
+    pub fn advance(&mut self, ticks: Tick) {
+        self.now += ticks;
+        if self
+            .lock
+            .is_some_and(|key| key.expires.is_some_and(|at| at <= self.now))
+        {
+            self.lock = None;
+            if self.flaw == Flaw::FenceExpiresWithLock {
+                self.fence = 0;
+            }
+        }
+        if self.signal.is_some_and(|at| at <= self.now) {
+            self.signal = None;
+        }
+    }
+
+    fn ttl(&self, key: Key) -> Ttl {
+        key.expires
+            .map_or(Ttl::Forever, |at| Ttl::Left(at - self.now))
+    }
+
+    /// `acquire.lua` (`fencing`) or `SET NX [PX]`, `GET`, `PTTL`: the lock and, with fencing, a
+    /// token from `INCR`, or who holds it for how long.
+    pub fn acquire(&mut self, id: u8, expire: Option<Tick>, fencing: bool) -> TryReply {
+        if let Some(key) = self.lock {
+            return TryReply::Busy {
+                owner: key.owner,
+                ttl: self.ttl(key),
+            };
+        }
+        self.lock = Some(Key {
+            owner: id,
+            expires: expire.map(|e| self.now + e),
+        });
+        if !fencing {
+            return TryReply::Acquired(None);
+        }
+        self.fence += 1;
+        TryReply::Acquired(Some(self.fence))
+    }
+
+    /// `unlock.lua`: deletes `id`'s lock and leaves one wake-up signal in the list. False (1)
+    /// when the lock is not `id`'s.
+    pub fn unlock(&mut self, id: u8, signal_expire: Tick) -> bool {
+        let ours = match self.flaw {
+            Flaw::UnlockAnyOwner => self.lock.is_some(),
+            Flaw::None | Flaw::FenceExpiresWithLock => self.lock.is_some_and(|k| k.owner == id),
+        };
+        if !ours {
+            return false;
+        }
+        self.signal = Some(self.now + signal_expire);
+        self.lock = None;
+        true
+    }
+
+    /// `reset.lua` without force: as `unlock.lua`, for the owner the operator read.
+    pub fn reset(&mut self, owner: u8, signal_expire: Tick) -> bool {
+        if self.lock.is_none_or(|k| k.owner != owner) {
+            return false;
+        }
+        self.signal = Some(self.now + signal_expire);
+        self.lock = None;
+        true
+    }
+
+    /// `extend.lua`: a new expiry for `id`'s lock.
+    pub fn extend(&mut self, id: u8, expire: Tick) -> ExtendReply {
+        match self.lock {
+            Some(key) if key.owner != id => ExtendReply::NotOurs,
+            None => ExtendReply::NotOurs,
+            Some(Key { expires: None, .. }) => ExtendReply::NoExpiry,
+            Some(key) => {
+                self.lock = Some(Key {
+                    expires: Some(self.now + expire),
+                    ..key
+                });
+                ExtendReply::Yes
+            }
+        }
+    }
+
+    /// The read a lost reply is settled with.
+    pub fn read(&self) -> Read {
+        Read {
+            owner: self.lock.map(|k| k.owner),
+            ttl: self.lock.map(|k| self.ttl(k)),
+            fence: (self.fence > 0).then_some(self.fence),
+        }
+    }
+
+    /// A `BLPOP` that finds the signal takes it.
+    pub fn pop_signal(&mut self) -> bool {
+        self.signal.take().is_some()
+    }
+}
