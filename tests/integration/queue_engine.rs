@@ -599,3 +599,44 @@ fn on_a_cluster_a_grant_reaches_another_waiters_list_in_the_same_slot() {
     assert_eq!(q.release("b", 1), Value::Int(1));
     let _: () = q.conn.del(key("fence")).unwrap();
 }
+
+/// Waiter `name` of process number `p`: its heartbeat and inbox are the process's.
+fn of_process(name: &str, p: u8) -> String {
+    format!("{name}@{p:016x}")
+}
+
+/// Process number `p`'s inbox: its waiters' grants and wakes.
+fn inbox(p: u8) -> String {
+    signal(&format!("{p:016x}"))
+}
+
+#[test]
+fn a_waiter_behind_a_lapsed_entry_the_grant_pass_did_not_reach_is_timed_to_the_live_one_ahead() {
+    // Found by the model checker (docs/model.md): the ask used the heartbeat of the entry
+    // just ahead, which its own purge had removed, and answered "no event" (-1): the waiter
+    // slept with no timer, and once the live waiter ahead was granted and died, for ever.
+    let mut q = Queue::new();
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(
+        position(&q.ask(&of_process("a", 1), 1, 1, 60_000, LONG, "wait")),
+        1
+    );
+    assert_eq!(
+        position(&q.ask(&of_process("dead", 2), 1, 1, 60_000, 200, "wait")),
+        2
+    );
+    assert_eq!(
+        position(&q.ask(&of_process("c", 3), 1, 1, 60_000, LONG, "wait")),
+        3
+    );
+    thread::sleep(ms(300));
+    // The pass stops at a, which does not fit: the lapsed entry stays in line, unforgotten.
+    let again = ints(&q.ask(&of_process("c", 3), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(&again[..2], [0, 3], "{again:?}");
+    assert_eq!(q.waiters()[1], of_process("dead", 2));
+    // Timed to a's lapse, the nearest live waiter ahead of it.
+    assert!(
+        (LONG as i64 - 1_000..=LONG as i64).contains(&again[2]),
+        "{again:?}"
+    );
+}
