@@ -208,8 +208,9 @@ pub(crate) enum Mail {
     /// The leader of the election changed, with the news (see
     /// [`election::parse_news`](super::election::parse_news)).
     Watch(Vec<u8>),
-    /// Waiter `0` is first in line now, behind a holder whose lease ends before the heartbeat
-    /// it had timed its next ask to: it asks again.
+    /// Waiter `0` had timed its next ask to the lapse of the waiter ahead of it, which left
+    /// the line first (granted with a lease that ends before that lapse, or gone of its own
+    /// accord): it asks again.
     Head(String),
 }
 

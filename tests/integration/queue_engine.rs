@@ -640,3 +640,29 @@ fn a_waiter_behind_a_lapsed_entry_the_grant_pass_did_not_reach_is_timed_to_the_l
         "{again:?}"
     );
 }
+
+#[test]
+fn a_waiter_that_leaves_the_line_wakes_the_waiter_behind_it() {
+    // Found by the model checker (docs/model.md): the waiter behind had timed its next ask
+    // to the leaver's lapse; first in line now, it slept past a holder's expiry.
+    let mut q = Queue::new();
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(
+        position(&q.ask(&of_process("a", 1), 1, 1, 60_000, LONG, "wait")),
+        1
+    );
+    let behind = ints(&q.ask(&of_process("b", 2), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(behind[1], 2);
+    assert!(behind[2] > 1_000, "timed to a's lapse: {behind:?}");
+    assert_eq!(q.leave(&of_process("a", 1), 1), Value::Int(0));
+    let woken: Vec<String> = q.conn.lrange(inbox(2), 0, -1).unwrap();
+    assert_eq!(woken, [format!("head:{}", of_process("b", 2))]);
+    // Asked again, b is first, timed to the holder's expiry.
+    let first = ints(&q.ask(&of_process("b", 2), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(first[1], 1);
+    assert!((55_000..=60_000).contains(&first[2]), "{first:?}");
+    // A waiter that leaves with nobody behind it wakes nobody.
+    assert_eq!(q.leave(&of_process("b", 2), 1), Value::Int(0));
+    let left: i64 = q.conn.llen(inbox(2)).unwrap();
+    assert_eq!(left, 1);
+}
