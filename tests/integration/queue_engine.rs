@@ -666,3 +666,78 @@ fn a_waiter_that_leaves_the_line_wakes_the_waiter_behind_it() {
     let left: i64 = q.conn.llen(inbox(2)).unwrap();
     assert_eq!(left, 1);
 }
+
+/// The model checker's first counterexample (docs/model.md), on the real scripts: a grant
+/// pushed to a waiter that was slow to ask again, whose claim ran out before that ask, is read
+/// by the waiter after the ask found it waiting. Its state machine must not take it for a
+/// grant that came after that ask: the units are another's by then.
+#[cfg(feature = "model")]
+#[test]
+fn a_grant_read_after_an_ask_that_found_its_waiter_waiting_is_not_believed_past_its_claim() {
+    use std::time::{Duration, Instant};
+
+    use redis_blpop_lock::model::{Asked, QueueNext, QueueWait};
+
+    let mut q = Queue::new();
+    let waiter = of_process("w", 1);
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    let mut wait = QueueWait::new(None);
+    let sent = Instant::now();
+    let reply = ints(&q.ask(&waiter, 1, 1, 100, LONG, "wait"));
+    assert_eq!(reply[1], 1);
+    let waiting = |position| Asked::Waiting {
+        position,
+        next: None,
+    };
+    wait.asked(sent, waiting(1), Instant::now());
+    // The grant is pushed with a claim of the waiter's 100 ms lease; nobody pops it yet.
+    assert_eq!(q.release(&of_process("h", 0), 1), Value::Int(1));
+    // The waiter's process heartbeats: its hub's clock, which dates grants.
+    let beat_sent = Instant::now();
+    let beat = engine_beat(&mut q, &format!("{:016x}", 1), LONG);
+    thread::sleep(ms(150));
+    // Another takes the units the claim gave back; the waiter, asking late, waits.
+    granted(&q.ask(&of_process("x", 2), 1, 1, 60_000, LONG, "wait"));
+    let sent = Instant::now();
+    let reply = ints(&q.ask(&waiter, 1, 1, 100, LONG, "wait"));
+    assert_eq!(reply[0], 0, "{reply:?}");
+    wait.asked(sent, waiting(reply[1] as u64), Instant::now());
+    // Now the hub pops the old grant.
+    let element: String = q.conn.lpop(inbox(1), None).unwrap();
+    let mut fields = element.splitn(3, ':');
+    let token: u64 = fields.next().unwrap().parse().unwrap();
+    let expiry: u64 = fields.next().unwrap().parse().unwrap();
+    assert_eq!(fields.next(), Some(waiter.as_str()));
+    let dated = beat_sent + Duration::from_millis(expiry - beat);
+    let now = Instant::now();
+    match wait.clone().popped(Some(token), Some(dated), now) {
+        QueueNext::Granted { valid_until, .. } => {
+            assert!(
+                valid_until.is_some_and(|until| until <= now),
+                "believed until {valid_until:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Undated, the grant is settled by an ask, which finds the waiter waiting.
+    assert_eq!(wait.popped(Some(token), None, now), QueueNext::Ask);
+}
+
+/// `queue_beat.lua` for process `process`: the server's time when it was live.
+#[cfg(feature = "model")]
+fn engine_beat(q: &mut Queue, process: &str, lapse: u64) -> u64 {
+    let script = redis::Script::new(include_str!("../../scripts/queue_beat.lua"));
+    let mut invocation = script.prepare_invoke();
+    for part in [
+        "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
+    ] {
+        invocation.key(key(part));
+    }
+    let server_ms: u64 = invocation
+        .arg(process)
+        .arg(lapse)
+        .invoke(&mut q.conn)
+        .unwrap();
+    assert!(server_ms > 0, "the process was live");
+    server_ms
+}
