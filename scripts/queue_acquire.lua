@@ -102,18 +102,27 @@ if of == id then
     next = math.floor(lapse / 2)
 end
 local event
-if position == 1 then
-    -- The first holder to expire may free enough.
-    local first = redis.call("zrange", KEYS[1], 0, 0, "withscores")
-    if first[2] and first[2] ~= "inf" then
-        event = tonumber(first[2])
+-- The nearest waiter ahead that is live may lapse, unless it lapses with this one (the same
+-- process): the script that looks then lets this one move up. Waiters ahead without a live
+-- heartbeat (lapsed, behind where the grant pass stopped) are passed over, one at a time;
+-- with none live ahead this one is first in all but name.
+local first = true
+for at = position - 2, 0, -1 do
+    local ahead = redis.call("zrange", KEYS[3], at, at)[1]
+    local beat = live_beat(s, ahead)
+    if beat then
+        first = false
+        if process(ahead) ~= of then
+            event = beat
+        end
+        break
     end
-else
-    -- The waiter just ahead may lapse, unless it lapses with this one (the same process):
-    -- the script that looks then lets this one move up.
-    local ahead = process(redis.call("zrange", KEYS[3], position - 2, position - 2)[1])
-    if ahead ~= of then
-        event = tonumber(redis.call("zscore", KEYS[4], ahead))
+end
+if first then
+    -- The first holder to expire may free enough.
+    local held = redis.call("zrange", KEYS[1], 0, 0, "withscores")
+    if held[2] and held[2] ~= "inf" then
+        event = tonumber(held[2])
     end
 end
 if event and (next < 0 or event - NOW < next) then

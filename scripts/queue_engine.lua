@@ -312,6 +312,13 @@ end
 -- own process (a process's, or an older version's waiter) has a heartbeat and a signal list
 -- of its own: a waiter of a process has neither to remove.
 local function apply(s, grants, me)
+    -- The waiter behind one that leaves before it lapses (`s.leaving`, a waiter's release):
+    -- it timed its next ask to that lapse, and would be late if a holder's lease ran out.
+    local behind
+    if s.leaving then
+        local rank = redis.call("zrank", KEYS[3], s.leaving)
+        behind = rank and redis.call("zrange", KEYS[3], rank + 1, rank + 1)[1]
+    end
     for _, id in ipairs(s.expired) do
         redis.call("zrem", KEYS[1], id)
         redis.call("hdel", KEYS[2], id)
@@ -374,13 +381,26 @@ local function apply(s, grants, me)
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
         end
     end
+    local woken
     if short then
         -- The new head of the line asks again, to time itself to the holders' expiry.
         local head = redis.call("zrange", KEYS[3], 0, 0)[1]
         local beat = head and live_beat(s, head)
         if beat and process(head) ~= head then
+            woken = head
             local list = KEYS[8] .. process(head)
             redis.call("lpush", list, "head:" .. head)
+            redis.call("pexpire", list, int(math.max(1, beat - NOW)))
+        end
+    end
+    -- Still in line (not granted just now) and of another process, it asks again, to time
+    -- itself to what is ahead of it now: the holders' expiry when it is first.
+    if behind and behind ~= woken and process(behind) ~= process(s.leaving)
+        and redis.call("zscore", KEYS[3], behind) then
+        local beat = live_beat(s, behind)
+        if beat and process(behind) ~= behind then
+            local list = KEYS[8] .. process(behind)
+            redis.call("lpush", list, "head:" .. behind)
             redis.call("pexpire", list, int(math.max(1, beat - NOW)))
         end
     end

@@ -18,6 +18,10 @@ end
 if held then
     drop(s, id, held)
 else
+    -- A live waiter leaving: the one behind it is woken (`apply`).
+    if live_beat(s, id) then
+        s.leaving = id
+    end
     forget(s, id)
 end
 return finish(s, capacity, held and 1 or 0)

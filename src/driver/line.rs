@@ -81,7 +81,7 @@ impl<R: Runtime> Line<'_, R> {
                 log::debug!("{:?}: the waiting connection was not woken: {e}", self.name);
             }
         }
-        let mut wait = QueueWait::new(ask, deadline);
+        let mut wait = QueueWait::new(deadline);
         let mut next = Next::Ask;
         loop {
             let by = backoff.by();

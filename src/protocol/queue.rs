@@ -208,8 +208,9 @@ pub(crate) enum Mail {
     /// The leader of the election changed, with the news (see
     /// [`election::parse_news`](super::election::parse_news)).
     Watch(Vec<u8>),
-    /// Waiter `0` is first in line now, behind a holder whose lease ends before the heartbeat
-    /// it had timed its next ask to: it asks again.
+    /// Waiter `0` had timed its next ask to the lapse of the waiter ahead of it, which left
+    /// the line first (granted with a lease that ends before that lapse, or gone of its own
+    /// accord): it asks again.
     Head(String),
 }
 
@@ -477,27 +478,12 @@ pub enum Next {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueWait {
     deadline: Option<Instant>,
-    /// How long a grant pushed by another's script lasts unless claimed: the waiter's lease,
-    /// cut to when its entry would have lapsed, so that a grant to a waiter that died
-    /// meanwhile comes back as soon as its entry would have.
-    claim: Duration,
-    /// When the last ask that found it waiting was sent: a grant came after.
-    waiting_since: Option<Instant>,
 }
 
 impl QueueWait {
-    /// The way through the queue of `ask`, given up at `deadline`.
-    pub fn new(ask: &Ask, deadline: Option<Instant>) -> Self {
-        let lapse = Duration::from_millis(ask.lapse_ms);
-        let claim = match ask.lease_ms {
-            0 => lapse,
-            ms => lapse.min(Duration::from_millis(ms)),
-        };
-        QueueWait {
-            deadline,
-            claim,
-            waiting_since: None,
-        }
+    /// A way through the queue, given up at `deadline`.
+    pub fn new(deadline: Option<Instant>) -> Self {
+        QueueWait { deadline }
     }
 
     /// After an ask sent at `sent` was answered at `now`.
@@ -509,7 +495,6 @@ impl QueueWait {
                 valid_until: lease_left.map(|left| sent + left),
             },
             Asked::Waiting { next, .. } => {
-                self.waiting_since = Some(sent);
                 let event = next.map(|next| now + next);
                 match self.deadline {
                     Some(deadline) if now >= deadline => Next::Leave,
@@ -530,17 +515,20 @@ impl QueueWait {
     /// (its time ran out, or it was woken to ask again). `dated`: when the grant's claim
     /// window ends at the earliest, where its process could date it (see the hub).
     pub fn popped(&mut self, token: Option<u64>, dated: Option<Instant>, now: Instant) -> Next {
-        match token {
-            // Granted after the last ask that found it waiting, until its claim runs out.
-            Some(token) => Next::Granted {
+        match (token, dated) {
+            // Until its claim expiry, as its process dated it: a bound taken from the grant
+            // itself, which holds however late the grant is read.
+            (Some(token), Some(dated)) => Next::Granted {
                 token,
-                valid_until: {
-                    let asked = self.waiting_since.unwrap_or(now) + self.claim;
-                    Some(dated.map_or(asked, |dated| dated.max(asked)))
-                },
+                valid_until: Some(dated),
             },
-            None if self.deadline.is_some_and(|d| now >= d) => Next::Leave,
-            None => Next::Ask,
+            // A grant read after an ask that found the waiter waiting need not have come
+            // after that ask: pushed before it, and run out by the time it ran (the waiter was
+            // slow to ask, its process's hub slow to pop), it is another's now. Undated, it is
+            // settled by an ask, which reads what the id holds (docs/model.md).
+            (Some(_), None) => Next::Ask,
+            (None, _) if self.deadline.is_some_and(|d| now >= d) => Next::Leave,
+            (None, _) => Next::Ask,
         }
     }
 }
@@ -660,11 +648,11 @@ mod tests {
             next: None,
         };
         assert_eq!(
-            QueueWait::new(&ask(), None).asked(t0, waiting, t0),
+            QueueWait::new(None).asked(t0, waiting, t0),
             Next::Block { until: None }
         );
         assert_eq!(
-            QueueWait::new(&ask(), Some(t0 + secs(5))).asked(t0, waiting, t0),
+            QueueWait::new(Some(t0 + secs(5))).asked(t0, waiting, t0),
             Next::Block {
                 until: Some(t0 + secs(5))
             }
@@ -795,7 +783,7 @@ mod tests {
             position: 2,
             next: Some(Duration::from_millis(ms)),
         };
-        let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
+        let mut wait = QueueWait::new(Some(t0 + secs(5)));
         assert_eq!(
             wait.asked(t0, waiting(1000), t0),
             Next::Block {
@@ -808,7 +796,7 @@ mod tests {
                 until: Some(t0 + secs(5))
             }
         );
-        let mut forever = QueueWait::new(&ask(), None);
+        let mut forever = QueueWait::new(None);
         assert_eq!(
             forever.asked(t0, waiting(1000), t0),
             Next::Block {
@@ -820,7 +808,7 @@ mod tests {
     #[test]
     fn a_waiter_that_pops_nothing_asks_again_until_its_deadline_then_leaves() {
         let t0 = Instant::now();
-        let mut wait = QueueWait::new(&ask(), Some(t0 + secs(5)));
+        let mut wait = QueueWait::new(Some(t0 + secs(5)));
         assert_eq!(wait.popped(None, None, t0 + secs(1)), Next::Ask);
         assert_eq!(wait.popped(None, None, t0 + secs(5)), Next::Leave);
         let waiting = Asked::Waiting {
@@ -830,54 +818,60 @@ mod tests {
         assert_eq!(wait.asked(t0, waiting, t0 + secs(6)), Next::Leave);
     }
 
-    /// A waiter's ask: a 30 s lease, a 4 s lapse window.
-    fn ask() -> Ask {
-        Ask::new("w", 1, 1, Some(secs(30)), secs(4)).unwrap()
-    }
-
     #[test]
-    fn a_pushed_grant_lasts_from_the_last_ask_that_found_it_waiting_until_its_claim_runs_out() {
+    fn a_pushed_grant_lasts_until_the_claim_expiry_its_process_dated() {
         let t0 = Instant::now();
-        let mut wait = QueueWait::new(&ask(), None);
-        let waiting = Asked::Waiting {
-            position: 1,
-            next: Some(secs(1)),
-        };
-        wait.asked(t0, waiting, t0);
-        wait.asked(t0 + secs(1), waiting, t0 + secs(1));
-        assert_eq!(
-            wait.popped(Some(4), None, t0 + secs(2)),
-            Next::Granted {
-                token: 4,
-                valid_until: Some(t0 + secs(5))
-            }
-        );
-    }
-
-    #[test]
-    fn a_pushed_grant_its_process_dated_lasts_until_the_later_of_the_two_bounds() {
-        let t0 = Instant::now();
-        let mut wait = QueueWait::new(&ask(), None);
+        let mut wait = QueueWait::new(None);
         let waiting = Asked::Waiting {
             position: 1,
             next: None,
         };
         wait.asked(t0, waiting, t0);
-        let granted = |valid_until| Next::Granted {
-            token: 4,
-            valid_until: Some(valid_until),
-        };
-        // Asked long ago: the date its process put on the grant is the better bound.
         let dated = t0 + secs(60);
         assert_eq!(
             wait.popped(Some(4), Some(dated), t0 + secs(59)),
-            granted(dated)
+            Next::Granted {
+                token: 4,
+                valid_until: Some(dated)
+            }
         );
-        // A date earlier than the ask's bound does not shorten it.
+    }
+
+    #[test]
+    fn a_pushed_grant_read_after_a_later_ask_lasts_no_longer_than_its_own_claim_expiry() {
+        // The model checker's counterexample (docs/model.md): the grant was pushed before the
+        // last ask, which found the waiter waiting because the grant's claim had run out by
+        // then. The ask's send is no bound for it; its own dated expiry is.
+        let t0 = Instant::now();
+        let mut wait = QueueWait::new(None);
+        let waiting = Asked::Waiting {
+            position: 1,
+            next: Some(secs(1)),
+        };
+        wait.asked(t0, waiting, t0);
+        let claim_expiry = t0 + secs(3);
+        wait.asked(t0 + secs(3), waiting, t0 + secs(3));
         assert_eq!(
-            wait.popped(Some(4), Some(t0), t0 + secs(1)),
-            granted(t0 + secs(4))
+            wait.popped(Some(4), Some(claim_expiry), t0 + secs(3)),
+            Next::Granted {
+                token: 4,
+                valid_until: Some(claim_expiry)
+            }
         );
+    }
+
+    #[test]
+    fn a_pushed_grant_its_process_could_not_date_is_settled_by_an_ask() {
+        let t0 = Instant::now();
+        let mut wait = QueueWait::new(Some(t0 + secs(5)));
+        let waiting = Asked::Waiting {
+            position: 1,
+            next: Some(secs(1)),
+        };
+        wait.asked(t0, waiting, t0);
+        assert_eq!(wait.popped(Some(4), None, t0 + secs(1)), Next::Ask);
+        // Past the deadline too: the ask takes a grant that is still good.
+        assert_eq!(wait.popped(Some(4), None, t0 + secs(6)), Next::Ask);
     }
 
     #[test]
@@ -888,7 +882,7 @@ mod tests {
             lease_left: Some(secs(30)),
         };
         assert_eq!(
-            QueueWait::new(&ask(), None).asked(t0, granted, t0 + secs(1)),
+            QueueWait::new(None).asked(t0, granted, t0 + secs(1)),
             Next::Granted {
                 token: 4,
                 valid_until: Some(t0 + secs(30))
@@ -899,7 +893,7 @@ mod tests {
             lease_left: None,
         };
         assert_eq!(
-            QueueWait::new(&ask(), None).asked(t0, forever, t0),
+            QueueWait::new(None).asked(t0, forever, t0),
             Next::Granted {
                 token: 4,
                 valid_until: None

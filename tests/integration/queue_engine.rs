@@ -599,3 +599,145 @@ fn on_a_cluster_a_grant_reaches_another_waiters_list_in_the_same_slot() {
     assert_eq!(q.release("b", 1), Value::Int(1));
     let _: () = q.conn.del(key("fence")).unwrap();
 }
+
+/// Waiter `name` of process number `p`: its heartbeat and inbox are the process's.
+fn of_process(name: &str, p: u8) -> String {
+    format!("{name}@{p:016x}")
+}
+
+/// Process number `p`'s inbox: its waiters' grants and wakes.
+fn inbox(p: u8) -> String {
+    signal(&format!("{p:016x}"))
+}
+
+#[test]
+fn a_waiter_behind_a_lapsed_entry_the_grant_pass_did_not_reach_is_timed_to_the_live_one_ahead() {
+    // Found by the model checker (docs/model.md): the ask used the heartbeat of the entry
+    // just ahead, which its own purge had removed, and answered "no event" (-1): the waiter
+    // slept with no timer, and once the live waiter ahead was granted and died, for ever.
+    let mut q = Queue::new();
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(
+        position(&q.ask(&of_process("a", 1), 1, 1, 60_000, LONG, "wait")),
+        1
+    );
+    assert_eq!(
+        position(&q.ask(&of_process("dead", 2), 1, 1, 60_000, 200, "wait")),
+        2
+    );
+    assert_eq!(
+        position(&q.ask(&of_process("c", 3), 1, 1, 60_000, LONG, "wait")),
+        3
+    );
+    thread::sleep(ms(300));
+    // The pass stops at a, which does not fit: the lapsed entry stays in line, unforgotten.
+    let again = ints(&q.ask(&of_process("c", 3), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(&again[..2], [0, 3], "{again:?}");
+    assert_eq!(q.waiters()[1], of_process("dead", 2));
+    // Timed to a's lapse, the nearest live waiter ahead of it.
+    assert!(
+        (LONG as i64 - 1_000..=LONG as i64).contains(&again[2]),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_waiter_that_leaves_the_line_wakes_the_waiter_behind_it() {
+    // Found by the model checker (docs/model.md): the waiter behind had timed its next ask
+    // to the leaver's lapse; first in line now, it slept past a holder's expiry.
+    let mut q = Queue::new();
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(
+        position(&q.ask(&of_process("a", 1), 1, 1, 60_000, LONG, "wait")),
+        1
+    );
+    let behind = ints(&q.ask(&of_process("b", 2), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(behind[1], 2);
+    assert!(behind[2] > 1_000, "timed to a's lapse: {behind:?}");
+    assert_eq!(q.leave(&of_process("a", 1), 1), Value::Int(0));
+    let woken: Vec<String> = q.conn.lrange(inbox(2), 0, -1).unwrap();
+    assert_eq!(woken, [format!("head:{}", of_process("b", 2))]);
+    // Asked again, b is first, timed to the holder's expiry.
+    let first = ints(&q.ask(&of_process("b", 2), 1, 1, 60_000, LONG, "wait"));
+    assert_eq!(first[1], 1);
+    assert!((55_000..=60_000).contains(&first[2]), "{first:?}");
+    // A waiter that leaves with nobody behind it wakes nobody.
+    assert_eq!(q.leave(&of_process("b", 2), 1), Value::Int(0));
+    let left: i64 = q.conn.llen(inbox(2)).unwrap();
+    assert_eq!(left, 1);
+}
+
+/// The model checker's first counterexample (docs/model.md), on the real scripts: a grant
+/// pushed to a waiter that was slow to ask again, whose claim ran out before that ask, is read
+/// by the waiter after the ask found it waiting. Its state machine must not take it for a
+/// grant that came after that ask: the units are another's by then.
+#[cfg(feature = "model")]
+#[test]
+fn a_grant_read_after_an_ask_that_found_its_waiter_waiting_is_not_believed_past_its_claim() {
+    use std::time::{Duration, Instant};
+
+    use redis_blpop_lock::model::{Asked, QueueNext, QueueWait};
+
+    let mut q = Queue::new();
+    let waiter = of_process("w", 1);
+    granted(&q.ask(&of_process("h", 0), 1, 1, 60_000, LONG, "wait"));
+    let mut wait = QueueWait::new(None);
+    let sent = Instant::now();
+    let reply = ints(&q.ask(&waiter, 1, 1, 100, LONG, "wait"));
+    assert_eq!(reply[1], 1);
+    let waiting = |position| Asked::Waiting {
+        position,
+        next: None,
+    };
+    wait.asked(sent, waiting(1), Instant::now());
+    // The grant is pushed with a claim of the waiter's 100 ms lease; nobody pops it yet.
+    assert_eq!(q.release(&of_process("h", 0), 1), Value::Int(1));
+    // The waiter's process heartbeats: its hub's clock, which dates grants.
+    let beat_sent = Instant::now();
+    let beat = engine_beat(&mut q, &format!("{:016x}", 1), LONG);
+    thread::sleep(ms(150));
+    // Another takes the units the claim gave back; the waiter, asking late, waits.
+    granted(&q.ask(&of_process("x", 2), 1, 1, 60_000, LONG, "wait"));
+    let sent = Instant::now();
+    let reply = ints(&q.ask(&waiter, 1, 1, 100, LONG, "wait"));
+    assert_eq!(reply[0], 0, "{reply:?}");
+    wait.asked(sent, waiting(reply[1] as u64), Instant::now());
+    // Now the hub pops the old grant.
+    let element: String = q.conn.lpop(inbox(1), None).unwrap();
+    let mut fields = element.splitn(3, ':');
+    let token: u64 = fields.next().unwrap().parse().unwrap();
+    let expiry: u64 = fields.next().unwrap().parse().unwrap();
+    assert_eq!(fields.next(), Some(waiter.as_str()));
+    let dated = beat_sent + Duration::from_millis(expiry - beat);
+    let now = Instant::now();
+    match wait.clone().popped(Some(token), Some(dated), now) {
+        QueueNext::Granted { valid_until, .. } => {
+            assert!(
+                valid_until.is_some_and(|until| until <= now),
+                "believed until {valid_until:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Undated, the grant is settled by an ask, which finds the waiter waiting.
+    assert_eq!(wait.popped(Some(token), None, now), QueueNext::Ask);
+}
+
+/// `queue_beat.lua` for process `process`: the server's time when it was live.
+#[cfg(feature = "model")]
+fn engine_beat(q: &mut Queue, process: &str, lapse: u64) -> u64 {
+    let script = redis::Script::new(include_str!("../../scripts/queue_beat.lua"));
+    let mut invocation = script.prepare_invoke();
+    for part in [
+        "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
+    ] {
+        invocation.key(key(part));
+    }
+    let server_ms: u64 = invocation
+        .arg(process)
+        .arg(lapse)
+        .invoke(&mut q.conn)
+        .unwrap();
+    assert!(server_ms > 0, "the process was live");
+    server_ms
+}

@@ -1,1 +1,355 @@
-//! The queue engine's model: see main.rs.
+//! The queue engine's model (docs/model.md, "The queue engine model"): the scripts' rules in
+//! Rust (`server.rs`), clients that drive the crate's own waiter and lease state machines
+//! with their process's hub and faults (`system.rs`), explored breadth-first by stateright;
+//! rules broken on purpose that the properties must catch (`catches_*`); and the rules held
+//! against the real scripts on a `redis-server` (`differential.rs`).
+//!
+//! Longer explorations: `MODEL_HORIZON=<ms>` (how far the clock goes; each test has its own
+//! default), `MODEL_FAULTS=<n>` (faults per run), `MODEL_DEPTH=<n>` (a cap on the steps, for
+//! runs too long to finish), e.g. `MODEL_HORIZON=800 MODEL_FAULTS=2 MODEL_DEPTH=40 cargo test
+//! --release --all-features --test model queue::`.
+
+mod differential;
+mod server;
+mod system;
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+
+use server::{Bugs, Ms};
+use system::{
+    Action, ClientConfig, Config, Faults, QueueModel, CLAIMED, COUNTED, HEAD_WAKE, IN_ORDER,
+    LAPSED, PUSHED, SAFE, TWO_HOLD, UNCLAIMED_RETURN, WOKEN,
+};
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?}: a whole number"))
+    })
+}
+
+const NO_FAULTS: Faults = Faults {
+    budget: 0,
+    lost_replies: false,
+    pauses: false,
+    crashes: false,
+    cancels: false,
+    resets: false,
+};
+
+const ALL_FAULTS: Faults = Faults {
+    budget: 1,
+    lost_replies: true,
+    pauses: true,
+    crashes: true,
+    cancels: true,
+    resets: true,
+};
+
+/// Clients of `(units, lease ms)` sharing `capacity`, one process each, with a 300 ms lapse
+/// window, 100 ms ticks up to `horizon` (`MODEL_HORIZON` overrides it), one acquisition each,
+/// timely, without faults.
+fn config(clients: &[(u64, Ms)], capacity: u64, horizon: Ms) -> Config {
+    Config {
+        clients: (clients.iter())
+            .map(|&(units, lease)| ClientConfig { units, lease })
+            .collect(),
+        capacity,
+        lapse: 300,
+        step: 100,
+        horizon: env_number("MODEL_HORIZON").unwrap_or(horizon),
+        acquisitions: 1,
+        timely: true,
+        faults: Faults {
+            budget: env_number("MODEL_FAULTS").map_or(0, |n| n as u8),
+            ..NO_FAULTS
+        },
+        bugs: Bugs::default(),
+        prefix: Vec::new(),
+    }
+}
+
+/// Three clients on a capacity of 2: one with a lease shorter than the lapse window (its grant
+/// is "short": the head wake), one that needs all the units (it blocks the one behind it),
+/// and one more.
+fn three_clients(horizon: Ms) -> Config {
+    config(&[(1, 200), (2, 400), (1, 400)], 2, horizon)
+}
+
+/// Explores `cfg` in full (or to `MODEL_DEPTH`): no always-property may fail, each of
+/// `reached` must be reached, and at least `min_states` states explored (with the default
+/// bounds). Returns the count.
+fn explore(what: &str, cfg: Config, reached: &[&str], min_states: usize) -> usize {
+    let started = Instant::now();
+    let mut checker = QueueModel::new(cfg).checker();
+    if let Some(depth) = env_number("MODEL_DEPTH") {
+        checker = checker.target_max_depth(depth as usize);
+    }
+    let checker = checker.spawn_bfs().join();
+    let states = checker.unique_state_count();
+    println!(
+        "queue engine, {what}: {states} states, depth {}, {:?}",
+        checker.max_depth(),
+        started.elapsed()
+    );
+    let model = checker.model();
+    for property in model.properties() {
+        let found = checker.discovery(property.name);
+        match property.expectation {
+            Expectation::Always | Expectation::Eventually => {
+                if let Some(path) = found {
+                    panic!(
+                        "{what}: a counterexample to \"{}\":\n{}",
+                        property.name,
+                        model.trace(path.into_vec())
+                    );
+                }
+            }
+            Expectation::Sometimes => assert!(
+                !reached.contains(&property.name) || found.is_some(),
+                "{what}: never reached: {}",
+                property.name
+            ),
+        }
+    }
+    // With its default bounds, a test that explores fewer states than it did is a model that
+    // shrank by accident.
+    let bounds_changed = ["MODEL_HORIZON", "MODEL_FAULTS", "MODEL_DEPTH"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    assert!(
+        bounds_changed || states >= min_states,
+        "{what}: {states} states explored, fewer than {min_states}: has the model shrunk?"
+    );
+    states
+}
+
+#[test]
+fn the_engine_keeps_its_properties_through_any_one_fault() {
+    let mut cfg = three_clients(400);
+    cfg.faults = Faults {
+        budget: env_number("MODEL_FAULTS").map_or(1, |n| n as u8),
+        ..ALL_FAULTS
+    };
+    let reached = [TWO_HOLD, CLAIMED, PUSHED, HEAD_WAKE, LAPSED];
+    explore("3 clients, any one fault", cfg, &reached, 180_000);
+}
+
+#[test]
+fn the_engine_keeps_its_properties_over_two_acquisitions_each() {
+    let mut cfg = three_clients(400);
+    cfg.acquisitions = 2;
+    explore(
+        "3 clients, 2 acquisitions each",
+        cfg,
+        &[TWO_HOLD, CLAIMED, PUSHED],
+        130_000,
+    );
+}
+
+#[test]
+fn the_engine_keeps_its_properties_with_clients_late_by_any_number_of_ticks() {
+    let mut cfg = three_clients(400);
+    cfg.timely = false;
+    explore(
+        "3 clients late at will",
+        cfg,
+        &[TWO_HOLD, CLAIMED, PUSHED],
+        30_000,
+    );
+}
+
+/// Four clients of one unit each on a capacity of 1, from a line already formed at t=0:
+/// client 0 holds, 1, 2 and 3 wait in that order.
+fn four_in_line(horizon: Ms) -> Config {
+    let mut cfg = config(&[(1, 400), (1, 400), (1, 400), (1, 400)], 1, horizon);
+    cfg.prefix = vec![
+        Action::Ask(0),
+        Action::Ask(1),
+        Action::Ask(2),
+        Action::Ask(3),
+    ];
+    cfg.faults = Faults {
+        budget: env_number("MODEL_FAULTS").map_or(2, |n| n as u8),
+        pauses: true,
+        ..NO_FAULTS
+    };
+    cfg
+}
+
+#[test]
+fn a_waiter_behind_a_lapsed_entry_is_woken_when_it_fits() {
+    explore(
+        "4 clients in line, two pauses",
+        four_in_line(400),
+        &[LAPSED, PUSHED],
+        330_000,
+    );
+}
+
+/// Runs the model with a rule broken on purpose until it finds a counterexample to
+/// `property`; prints it as a trace and returns it.
+fn catches(what: &str, cfg: Config, property: &'static str) -> String {
+    let started = Instant::now();
+    let checker = QueueModel::new(cfg)
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = checker.discovery(property).unwrap_or_else(|| {
+        panic!(
+            "{what}: no counterexample to \"{property}\" in {} states",
+            checker.unique_state_count()
+        )
+    });
+    let trace = checker.model().trace(path.into_vec());
+    println!(
+        "{what}: a counterexample to \"{property}\" ({} states, {:?}):\n{trace}",
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    trace
+}
+
+/// The trace's line at which `step` first shows, for asserts on the order of steps.
+fn line_of(trace: &str, step: &str) -> usize {
+    (trace.lines().position(|l| l.contains(step)))
+        .unwrap_or_else(|| panic!("no step {step:?} in the trace:\n{trace}"))
+}
+
+#[test]
+fn catches_a_count_not_decremented_on_purge() {
+    // Two holders, so that one's purge leaves a count.
+    let mut cfg = config(&[(1, 200), (1, 400), (1, 400)], 2, 400);
+    cfg.bugs.count_not_decremented_on_purge = true;
+    let trace = catches("count not decremented on purge", cfg, COUNTED);
+    // The count went wrong in the last step, which purged an expired holder.
+    let lines: Vec<&str> = trace.lines().collect();
+    let last_step = lines
+        .iter()
+        .rposition(|l| l.starts_with('t'))
+        .expect("a step");
+    assert!(
+        lines[last_step..]
+            .iter()
+            .any(|l| l.contains("purges expired holder")),
+        "{trace}"
+    );
+}
+
+#[test]
+fn catches_a_grant_without_the_head_wake() {
+    // The one behind the short grant needs all the units, so that it stays first in line.
+    let mut cfg = config(&[(1, 200), (2, 400), (2, 400)], 2, 500);
+    cfg.bugs.no_head_wake = true;
+    cfg.faults = Faults {
+        budget: 1,
+        crashes: true,
+        ..NO_FAULTS
+    };
+    let trace = catches("no head wake", cfg, WOKEN);
+    // A grant whose lease ends before its grantee's lapse, to a client that then crashed.
+    assert!(line_of(&trace, "pushed, claim until") < line_of(&trace, "crashes"));
+}
+
+#[test]
+fn catches_a_claim_that_ignores_the_lapse() {
+    let mut cfg = config(&[(1, 400), (1, 400)], 1, 300);
+    cfg.bugs.claim_ignores_lapse = true;
+    let trace = catches("claim ignores the lapse", cfg, UNCLAIMED_RETURN);
+    assert!(trace.contains("pushed, claim until t=400"), "{trace}");
+}
+
+#[test]
+fn catches_a_grant_pass_that_passes_a_waiter_that_does_not_fit() {
+    let mut cfg = three_clients(300);
+    cfg.bugs.grant_pass_skips_a_waiter_that_does_not_fit = true;
+    let trace = catches("grant pass skips a waiter", cfg, IN_ORDER);
+    // Client 1 (2 units) waits first; client 2 (1 unit) is granted past it.
+    assert!(line_of(&trace, "asks (w1.0") < line_of(&trace, "grants w2.0"));
+}
+
+#[test]
+fn catches_a_release_that_frees_an_expired_holder_twice() {
+    let mut cfg = config(&[(1, 200), (1, 400), (2, 400)], 2, 300);
+    cfg.bugs.release_frees_an_expired_holder = true;
+    let trace = catches("release frees an expired holder", cfg, SAFE);
+    // The late release purges w0.0 and gives its units back again, in one step.
+    let release = line_of(&trace, "client 0 releases");
+    assert!(trace
+        .lines()
+        .nth(release + 1)
+        .unwrap()
+        .contains("gives back"));
+    assert!(trace.contains("purges expired holder w0.0"));
+}
+
+#[test]
+fn catches_the_missing_wake_behind_a_waiter_that_leaves() {
+    let mut cfg = three_clients(500);
+    cfg.bugs.no_wake_behind_a_leaver = true;
+    cfg.faults = Faults {
+        budget: 1,
+        cancels: true,
+        ..NO_FAULTS
+    };
+    let trace = catches("no wake behind a leaver", cfg, WOKEN);
+    assert!(trace.contains("cancels: leaves the line"), "{trace}");
+}
+
+#[test]
+fn catches_a_waiter_timed_to_a_lapsed_entry_ahead() {
+    let mut cfg = four_in_line(400);
+    cfg.bugs.next_from_a_dead_waiter_ahead = true;
+    let trace = catches("next from a dead waiter ahead", cfg, WOKEN);
+    // Asked behind a lapsed entry, it was told no event at all.
+    assert!(trace.contains("no next}"), "{trace}");
+    assert!(trace.contains("lapsed heartbeat"), "{trace}");
+}
+
+#[test]
+fn catches_a_grant_read_late_believed_from_the_last_ask() {
+    let mut cfg = three_clients(300);
+    cfg.timely = false;
+    cfg.bugs.grant_read_late_counts_from_the_last_ask = true;
+    let trace = catches("grant read late counted from the last ask", cfg, SAFE);
+    // The hub popped the grant before the ask that found its waiter waiting, and the waiter
+    // took the grant after that ask.
+    let popped = line_of(&trace, "process 1's hub pops Granted");
+    let asked = line_of(&trace, "client 1 asks (w1.0, known) → Waiting");
+    let took = line_of(&trace, "client 1 wakes by its grant");
+    assert!(popped < asked && asked < took, "{trace}");
+}
+
+#[test]
+fn differential_the_models_rules_answer_and_write_as_the_scripts_on_a_real_server() {
+    // Seeds whose runs reach every outcome below; `MODEL_SEED` runs another.
+    let (seeds, ci) = match env_number("MODEL_SEED") {
+        Some(seed) => (vec![seed], false),
+        None => (vec![7, 15, 21, 22], true),
+    };
+    let steps = env_number("MODEL_STEPS").map_or(150, |n| n as usize);
+    let started = Instant::now();
+    let mut run = differential::Run::new();
+    for &seed in &seeds {
+        run.run(seed, steps);
+    }
+    println!(
+        "queue engine, differential: seeds {seeds:?}, {steps} steps each, {:?}: {:?}",
+        started.elapsed(),
+        run.seen
+    );
+    // The runs reached the engine's outcomes, so their agreement means something.
+    let seen = &run.seen;
+    if ci {
+        assert!(
+            seen.granted > 0 && seen.waiting > 0 && seen.refused > 0,
+            "{seen:?}"
+        );
+        assert!(seen.lapsed > 0 && seen.grants_popped > 0, "{seen:?}");
+        assert!(seen.head_wakes_popped > 0, "{seen:?}");
+    }
+}

@@ -1,0 +1,666 @@
+//! The model's server rules (`server.rs`) against the real scripts on a `redis-server`: random
+//! operations (seeded), each sent as the crate sends it (the texts joined as
+//! `src/protocol/scripts.rs` joins them, the keys and arguments in `src/protocol/queue.rs`'s
+//! layout) and applied to the model; the replies and then every key must agree.
+//!
+//! Time is the server's. The model takes the script's `NOW` from the server's `TIME` read just
+//! before the call; a script's `NOW` lies between that and a `TIME` read just after, so the
+//! times a script writes (expiries, heartbeats, `next`) are compared within that window, and
+//! then the model takes the server's exact values. Before each call, the run sleeps past any
+//! expiry or lapse within a few ms of the clock, so that which side of it a script falls on
+//! does not depend on the ms; should a call still straddle one (a slow machine), the model is
+//! also run at that moment, and either outcome is accepted.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::thread;
+use std::time::Duration;
+
+use redis::{Commands, Connection, Script};
+
+use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server};
+use crate::support::{server_version, RedisServer};
+
+const PARTS: [&str; 9] = [
+    "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
+];
+
+fn key(part: &str) -> String {
+    format!("model:{{q}}:{part}")
+}
+
+/// A queue engine script as the client sends it: the head, then `parts`.
+fn engine(parts: &[&str]) -> Script {
+    let head = include_str!("../../../scripts/queue_head.lua");
+    Script::new(&format!("{head}{}", parts.concat()))
+}
+
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    extend: Script,
+    reset: Script,
+    beat: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        let engine_text = include_str!("../../../scripts/queue_engine.lua");
+        Scripts {
+            acquire: engine(&[
+                include_str!("../../../scripts/queue_acquire_fast.lua"),
+                engine_text,
+                include_str!("../../../scripts/queue_acquire.lua"),
+            ]),
+            release: engine(&[
+                include_str!("../../../scripts/queue_release_fast.lua"),
+                engine_text,
+                include_str!("../../../scripts/queue_release.lua"),
+            ]),
+            extend: engine(&[
+                engine_text,
+                include_str!("../../../scripts/queue_extend.lua"),
+            ]),
+            reset: engine(&[
+                engine_text,
+                include_str!("../../../scripts/queue_reset.lua"),
+            ]),
+            // queue_beat runs alone, as the hub sends it.
+            beat: Script::new(include_str!("../../../scripts/queue_beat.lua")),
+        }
+    }
+}
+
+const PROCESSES: usize = 3;
+/// Per process (client): units asked and lease ms. Leases short enough to run out within a
+/// run, one shorter than the lapse window (its grants are "short": the head wake).
+const UNITS: [u64; PROCESSES] = [1, 2, 1];
+const LEASES: [Ms; PROCESSES] = [120, 400, 250];
+const CAPACITY: u64 = 2;
+const LAPSE: Ms = 250;
+/// How near an expiry a call is not sent.
+const GUARD: Ms = 8;
+
+fn process_text(p: usize) -> String {
+    format!("{:016x}", 0x5eed_0000 + p)
+}
+
+fn id_text(id: Id) -> String {
+    format!("w{}.{}@{}", id.client, id.epoch, process_text(id.process()))
+}
+
+fn parse_id(text: &str) -> Id {
+    let parsed = (|| {
+        let (own, process) = text.strip_prefix('w')?.split_once('@')?;
+        let (client, epoch) = own.split_once('.')?;
+        let id = Id {
+            client: client.parse().ok()?,
+            epoch: epoch.parse().ok()?,
+        };
+        (process == process_text(id.process())).then_some(id)
+    })();
+    parsed.unwrap_or_else(|| panic!("not a model id: {text:?}"))
+}
+
+fn parse_process(text: &str) -> usize {
+    (0..PROCESSES)
+        .find(|&p| process_text(p) == text)
+        .unwrap_or_else(|| panic!("not a model process: {text:?}"))
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Acquire(Id, Mode),
+    Release(Id),
+    Extend(Id),
+    Beat(usize),
+    Reset(Option<Id>),
+    /// The hub's `BLPOP`, as an `LPOP`.
+    Pop(usize),
+    Sleep(Ms),
+}
+
+/// splitmix64: a seed gives the same run everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+
+    fn op(&mut self) -> Op {
+        let client = self.below(PROCESSES as u64) as u8;
+        let id = Id {
+            client,
+            epoch: self.below(2) as u8,
+        };
+        match self.below(100) {
+            0..=34 => Op::Acquire(
+                id,
+                match self.below(5) {
+                    0 => Mode::Try,
+                    1 | 2 => Mode::Wait { known: false },
+                    _ => Mode::Wait { known: true },
+                },
+            ),
+            35..=49 => Op::Release(id),
+            50..=59 => Op::Extend(id),
+            60..=69 => Op::Beat(id.process()),
+            70..=79 => Op::Pop(id.process()),
+            80..=83 => Op::Reset((self.below(2) == 0).then_some(id)),
+            _ => Op::Sleep(20 + self.below(130)),
+        }
+    }
+}
+
+/// A reply, as the model gives it and as the server's is read.
+#[derive(Clone, Debug, PartialEq)]
+enum Reply {
+    Acquired(Acquired),
+    Held(bool),
+    /// queue_beat: the server's time when live.
+    Beat(Option<Ms>),
+    Reset(u64),
+    Popped(Option<Mail>),
+}
+
+/// Every key, read back from the server.
+#[derive(Debug)]
+struct Keys {
+    holders: Vec<(Id, Ms)>,
+    held: BTreeMap<Id, String>,
+    queue: Vec<(Id, u64)>,
+    wants: BTreeMap<Id, String>,
+    tickets: u64,
+    fence: u64,
+    count: Option<String>,
+    beats: Vec<(usize, Ms)>,
+    beats_expiry: Option<Ms>,
+    inboxes: Vec<(Vec<Mail>, Option<Ms>)>,
+}
+
+fn parse_mail(text: &str) -> Mail {
+    if let Some(waiter) = text.strip_prefix("head:") {
+        return Mail::Head(parse_id(waiter));
+    }
+    let mut fields = text.splitn(3, ':');
+    let mut number = || fields.next().and_then(|f| f.parse().ok());
+    let (Some(token), Some(expiry)) = (number(), number()) else {
+        panic!("not a grant: {text:?}");
+    };
+    Mail::Granted {
+        token,
+        expiry,
+        waiter: parse_id(fields.next().expect("a waiter")),
+    }
+}
+
+/// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub granted: u64,
+    pub waiting: u64,
+    pub refused: u64,
+    pub lapsed: u64,
+    pub grants_popped: u64,
+    pub head_wakes_popped: u64,
+    pub straddled: u64,
+}
+
+pub struct Run {
+    _server: RedisServer,
+    conn: Connection,
+    scripts: Scripts,
+    /// Whether the server has `PEXPIRETIME` (Redis >= 7); else a TTL is read.
+    expire_time: bool,
+    pub seen: Seen,
+}
+
+impl Run {
+    pub fn new() -> Run {
+        let server = RedisServer::start();
+        let conn = server.conn();
+        Run {
+            _server: server,
+            conn,
+            scripts: Scripts::new(),
+            expire_time: server_version() >= (7, 0),
+            seen: Seen::default(),
+        }
+    }
+
+    fn server_ms(&mut self) -> Ms {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn).unwrap();
+        s * 1000 + us / 1000
+    }
+
+    /// Every moment at which a script's outcome turns: expiries and lapses.
+    fn deadlines(model: &Server) -> Vec<Ms> {
+        let mut at: Vec<Ms> = model.holders.iter().map(|h| h.expiry).collect();
+        at.extend(model.beats.iter().flatten());
+        if model.beats.iter().any(Option::is_some) {
+            at.push(model.beats_expiry);
+        }
+        at.extend(
+            (model.inboxes.iter())
+                .filter(|i| !i.mail.is_empty())
+                .map(|i| i.expiry),
+        );
+        at
+    }
+
+    /// Sleeps until no deadline is within `GUARD` ms of the clock.
+    fn clear_of_deadlines(&mut self, model: &Server) {
+        loop {
+            let now = self.server_ms();
+            let near = (Self::deadlines(model).into_iter())
+                .filter(|&d| d + GUARD >= now && d <= now + GUARD)
+                .max();
+            match near {
+                Some(d) => thread::sleep(Duration::from_millis(d + GUARD + 1 - now)),
+                None => return,
+            }
+        }
+    }
+
+    fn on_server(&mut self, op: Op) -> Reply {
+        let (scripts, conn) = (&self.scripts, &mut self.conn);
+        let mut invoke = |script: &Script, args: &[String]| -> i64 {
+            let mut invocation = script.prepare_invoke();
+            for part in PARTS {
+                invocation.key(key(part));
+            }
+            for arg in args {
+                invocation.arg(arg);
+            }
+            invocation.invoke(conn).unwrap()
+        };
+        match op {
+            Op::Acquire(id, mode) => {
+                let c = usize::from(id.client);
+                let (how, process) = match mode {
+                    Mode::Try => ("try", "new"),
+                    Mode::Wait { known: false } => ("wait", "new"),
+                    Mode::Wait { known: true } => ("wait", "known"),
+                };
+                let args = [
+                    id_text(id),
+                    UNITS[c].to_string(),
+                    CAPACITY.to_string(),
+                    LEASES[c].to_string(),
+                    LAPSE.to_string(),
+                    how.into(),
+                    process.into(),
+                ];
+                let mut invocation = scripts.acquire.prepare_invoke();
+                for part in PARTS {
+                    invocation.key(key(part));
+                }
+                let reply: Vec<i64> = invocation.arg(&args[..]).invoke(conn).unwrap();
+                Reply::Acquired(match reply[..] {
+                    [-2] => Acquired::Lapsed,
+                    [1, token, left] => Acquired::Granted {
+                        token: token as u64,
+                        left: left as Ms,
+                    },
+                    [0, 0, 0] => Acquired::Refused,
+                    [0, position, next] => Acquired::Waiting {
+                        position: position as u64,
+                        next: (next >= 0).then_some(next as Ms),
+                    },
+                    _ => panic!("queue_acquire answered {reply:?}"),
+                })
+            }
+            Op::Release(id) => {
+                let n = invoke(&scripts.release, &[id_text(id), CAPACITY.to_string()]);
+                Reply::Held(n == 1)
+            }
+            Op::Extend(id) => {
+                let lease = LEASES[usize::from(id.client)].to_string();
+                let n = invoke(&scripts.extend, &[id_text(id), lease]);
+                Reply::Held(n == 1)
+            }
+            Op::Beat(p) => {
+                let n = invoke(&scripts.beat, &[process_text(p), LAPSE.to_string()]);
+                Reply::Beat((n > 0).then_some(n as Ms))
+            }
+            Op::Reset(id) => {
+                let id = id.map(id_text).unwrap_or_default();
+                Reply::Reset(invoke(&scripts.reset, &[id, CAPACITY.to_string()]) as u64)
+            }
+            Op::Pop(p) => {
+                let inbox = key(&format!("signal:{}", process_text(p)));
+                let popped: Option<String> = conn.lpop(inbox, None).unwrap();
+                Reply::Popped(popped.as_deref().map(parse_mail))
+            }
+            Op::Sleep(_) => unreachable!(),
+        }
+    }
+
+    fn in_model(model: &mut Server, op: Op, now: Ms) -> Reply {
+        let bugs = Bugs::default();
+        let notes = &mut Notes(None);
+        model.expire_keys(now);
+        match op {
+            Op::Acquire(id, mode) => {
+                let c = usize::from(id.client);
+                let call = Call {
+                    id,
+                    units: UNITS[c],
+                    capacity: CAPACITY,
+                    lease: LEASES[c],
+                    lapse: LAPSE,
+                    mode,
+                };
+                Reply::Acquired(model.acquire(&call, now, &bugs, notes).0)
+            }
+            Op::Release(id) => Reply::Held(model.release(id, CAPACITY, now, &bugs, notes).0),
+            Op::Extend(id) => Reply::Held(model.extend(id, LEASES[usize::from(id.client)], now)),
+            Op::Beat(p) => Reply::Beat(model.beat(p, LAPSE, now)),
+            Op::Reset(id) => {
+                Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
+            }
+            Op::Pop(p) => Reply::Popped(model.pop(p)),
+            Op::Sleep(_) => unreachable!(),
+        }
+    }
+
+    /// When key `k` expires, in server ms; `None`: it has no expiry, or is gone.
+    fn expiry_of(&mut self, k: &str) -> Option<Ms> {
+        if self.expire_time {
+            let at: i64 = redis::cmd("PEXPIRETIME")
+                .arg(k)
+                .query(&mut self.conn)
+                .unwrap();
+            return u64::try_from(at).ok();
+        }
+        let now = self.server_ms();
+        let left: i64 = self.conn.pttl(k).unwrap();
+        u64::try_from(left).ok().map(|left| now + left)
+    }
+
+    fn read_keys(&mut self) -> Keys {
+        let number = |s: Option<String>| s.map_or(0, |s| s.parse().unwrap());
+        let holders: Vec<(String, String)> =
+            self.conn.zrange_withscores(key("holders"), 0, -1).unwrap();
+        let held: BTreeMap<String, String> = self.conn.hgetall(key("held")).unwrap();
+        let queue: Vec<(String, u64)> = self.conn.zrange_withscores(key("queue"), 0, -1).unwrap();
+        let wants: BTreeMap<String, String> = self.conn.hgetall(key("wants")).unwrap();
+        let beats: Vec<(String, Ms)> = self.conn.zrange_withscores(key("beats"), 0, -1).unwrap();
+        let beats_expiry = self.expiry_of(&key("beats"));
+        let tickets = number(self.conn.get(key("tickets")).unwrap());
+        let fence = number(self.conn.get(key("fence")).unwrap());
+        let count: Option<String> = self.conn.get(key("count")).unwrap();
+        let mut inboxes = Vec::new();
+        for p in 0..PROCESSES {
+            let inbox = key(&format!("signal:{}", process_text(p)));
+            let mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
+            let expiry = self.expiry_of(&inbox);
+            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), expiry));
+        }
+        Keys {
+            holders: (holders.into_iter())
+                .map(|(id, score)| (parse_id(&id), score.parse().expect("a finite expiry")))
+                .collect(),
+            held: held.into_iter().map(|(id, v)| (parse_id(&id), v)).collect(),
+            queue: queue
+                .into_iter()
+                .map(|(id, t)| (parse_id(&id), t))
+                .collect(),
+            wants: wants
+                .into_iter()
+                .map(|(id, v)| (parse_id(&id), v))
+                .collect(),
+            tickets,
+            fence,
+            count,
+            // By process, as the model keeps them (the ZSET is by time).
+            beats: {
+                let mut beats: Vec<(usize, Ms)> = (beats.into_iter())
+                    .map(|(p, at)| (parse_process(&p), at))
+                    .collect();
+                beats.sort();
+                beats
+            },
+            beats_expiry,
+            inboxes,
+        }
+    }
+
+    /// What differs between the model's reply and keys and the server's; times within `tol`
+    /// ms agree.
+    fn differences(model: &Server, ours: &Reply, theirs: &Reply, keys: &Keys, tol: Ms) -> String {
+        let mut out = String::new();
+        let near = |a: Ms, b: Ms| a.abs_diff(b) <= tol;
+        let replies_agree = match (ours, theirs) {
+            (
+                Reply::Acquired(Acquired::Granted { token: a, left: x }),
+                Reply::Acquired(Acquired::Granted { token: b, left: y }),
+            ) => a == b && near(*x, *y),
+            (
+                Reply::Acquired(Acquired::Waiting {
+                    position: a,
+                    next: x,
+                }),
+                Reply::Acquired(Acquired::Waiting {
+                    position: b,
+                    next: y,
+                }),
+            ) => {
+                a == b
+                    && match (x, y) {
+                        (Some(x), Some(y)) => near(*x, *y),
+                        (x, y) => x == y,
+                    }
+            }
+            (Reply::Beat(Some(x)), Reply::Beat(Some(y))) => near(*x, *y),
+            (
+                Reply::Popped(Some(Mail::Granted {
+                    token: a,
+                    expiry: x,
+                    waiter: v,
+                })),
+                Reply::Popped(Some(Mail::Granted {
+                    token: b,
+                    expiry: y,
+                    waiter: w,
+                })),
+            ) => a == b && v == w && near(*x, *y),
+            (ours, theirs) => ours == theirs,
+        };
+        if !replies_agree {
+            let _ = writeln!(out, "  reply: model {ours:?}, server {theirs:?}");
+        }
+        let ids: Vec<Id> = model.holders.iter().map(|h| h.id).collect();
+        let mut real_ids: Vec<Id> = keys.holders.iter().map(|h| h.0).collect();
+        real_ids.sort();
+        if ids != real_ids {
+            let _ = writeln!(out, "  holders: model {ids:?}, server {real_ids:?}");
+        }
+        for h in &model.holders {
+            let entry = format!("{}:{}", h.units, h.token);
+            if keys.held.get(&h.id) != Some(&entry) {
+                let _ = writeln!(
+                    out,
+                    "  held {}: model {entry}, server {:?}",
+                    h.id,
+                    keys.held.get(&h.id)
+                );
+            }
+            if let Some(&(_, at)) = keys.holders.iter().find(|r| r.0 == h.id)
+                && !near(h.expiry, at)
+            {
+                let _ = writeln!(out, "  {} expires: model {}, server {at}", h.id, h.expiry);
+            }
+        }
+        if keys.held.len() != model.holders.len() {
+            let _ = writeln!(out, "  held: server {:?}", keys.held);
+        }
+        let queue: Vec<(Id, u64)> = model.queue.iter().map(|w| (w.id, w.ticket)).collect();
+        if queue != keys.queue {
+            let _ = writeln!(out, "  queue: model {queue:?}, server {:?}", keys.queue);
+        }
+        let wants: BTreeMap<Id, String> = (model.queue.iter())
+            .map(|w| (w.id, format!("{}:{}", w.units, w.lease)))
+            .collect();
+        if wants != keys.wants {
+            let _ = writeln!(out, "  wants: model {wants:?}, server {:?}", keys.wants);
+        }
+        if (model.tickets, model.fence) != (keys.tickets, keys.fence) {
+            let _ = writeln!(
+                out,
+                "  tickets, fence: model {:?}, server {:?}",
+                (model.tickets, model.fence),
+                (keys.tickets, keys.fence)
+            );
+        }
+        let count = model
+            .count
+            .map(|Count { units, fence, size }| format!("{units}:{fence}:{size}"));
+        if count != keys.count {
+            let _ = writeln!(out, "  count: model {count:?}, server {:?}", keys.count);
+        }
+        let beats: Vec<(usize, Ms)> = (model.beats.iter().enumerate())
+            .filter_map(|(p, b)| b.map(|b| (p, b)))
+            .collect();
+        let beats_agree = beats.len() == keys.beats.len()
+            && (beats.iter().zip(&keys.beats)).all(|(a, b)| a.0 == b.0 && near(a.1, b.1));
+        if !beats_agree {
+            let _ = writeln!(out, "  beats: model {beats:?}, server {:?}", keys.beats);
+        }
+        if let (Some(at), false) = (keys.beats_expiry, beats.is_empty())
+            && !near(model.beats_expiry, at)
+        {
+            let _ = writeln!(
+                out,
+                "  beats expire: model {}, server {at}",
+                model.beats_expiry
+            );
+        }
+        for (p, (inbox, (mail, expiry))) in model.inboxes.iter().zip(&keys.inboxes).enumerate() {
+            let mail_agrees = inbox.mail.len() == mail.len()
+                && (inbox.mail.iter().zip(mail)).all(|pair| match pair {
+                    (
+                        Mail::Granted {
+                            token: a,
+                            expiry: x,
+                            waiter: v,
+                        },
+                        Mail::Granted {
+                            token: b,
+                            expiry: y,
+                            waiter: w,
+                        },
+                    ) => a == b && v == w && near(*x, *y),
+                    (a, b) => a == b,
+                });
+            let expiry_agrees = match (mail.is_empty(), expiry) {
+                (true, _) => true,
+                (false, Some(at)) => near(inbox.expiry, *at),
+                (false, None) => false,
+            };
+            if !mail_agrees || !expiry_agrees {
+                let _ = writeln!(
+                    out,
+                    "  inbox {p}: model {:?} until {}, server {mail:?} until {expiry:?}",
+                    inbox.mail, inbox.expiry
+                );
+            }
+        }
+        out
+    }
+
+    /// The model takes the server's exact times, now that they agree within the window.
+    fn take_times(model: &mut Server, keys: &Keys) {
+        for h in &mut model.holders {
+            if let Some(&(_, at)) = keys.holders.iter().find(|r| r.0 == h.id) {
+                h.expiry = at;
+            }
+        }
+        for &(p, at) in &keys.beats {
+            model.beats[p] = Some(at);
+        }
+        if let Some(at) = keys.beats_expiry {
+            model.beats_expiry = at;
+        }
+        for (inbox, (mail, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
+            *inbox = match expiry {
+                Some(at) if !mail.is_empty() => Inbox {
+                    mail: mail.clone(),
+                    expiry: *at,
+                },
+                _ => Inbox::default(),
+            };
+        }
+    }
+
+    fn count(&mut self, reply: &Reply) {
+        match reply {
+            Reply::Acquired(Acquired::Granted { .. }) => self.seen.granted += 1,
+            Reply::Acquired(Acquired::Waiting { .. }) => self.seen.waiting += 1,
+            Reply::Acquired(Acquired::Refused) => self.seen.refused += 1,
+            Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,
+            Reply::Popped(Some(Mail::Granted { .. })) => self.seen.grants_popped += 1,
+            Reply::Popped(Some(Mail::Head(_))) => self.seen.head_wakes_popped += 1,
+            _ => {}
+        }
+    }
+
+    /// `steps` random operations from `seed` on an empty primitive, on the server and in the
+    /// model; panics at the first that differs, naming the seed and the operations so far.
+    pub fn run(&mut self, seed: u64, steps: usize) {
+        let _: () = redis::cmd("FLUSHALL").query(&mut self.conn).unwrap();
+        let mut rng = Rng(seed);
+        let mut model = Server::new(PROCESSES);
+        let mut history = String::new();
+        for step in 0..steps {
+            let op = rng.op();
+            if let Op::Sleep(ms) = op {
+                let _ = writeln!(history, "{step}: sleep {ms} ms");
+                thread::sleep(Duration::from_millis(ms));
+                continue;
+            }
+            self.clear_of_deadlines(&model);
+            let before = self.server_ms();
+            let theirs = self.on_server(op);
+            let after = self.server_ms();
+            let keys = self.read_keys();
+            let _ = writeln!(history, "{step}: t={before}..{after} {op:?} → {theirs:?}");
+            // The script ran at `before`, or later: at a deadline it straddled, or `after`.
+            let mut moments = vec![before];
+            let mut deadlines = Self::deadlines(&model);
+            deadlines.sort();
+            moments.extend(deadlines.into_iter().filter(|&d| d > before && d <= after));
+            moments.push(after);
+            let tol = after - before + 1;
+            let mut first = None;
+            for (i, &now) in moments.iter().enumerate() {
+                let mut candidate = model.clone();
+                let ours = Self::in_model(&mut candidate, op, now);
+                let differences = Self::differences(&candidate, &ours, &theirs, &keys, tol);
+                if differences.is_empty() {
+                    if i > 0 {
+                        self.seen.straddled += 1;
+                    }
+                    Self::take_times(&mut candidate, &keys);
+                    model = candidate;
+                    first = None;
+                    break;
+                }
+                first.get_or_insert(differences);
+            }
+            if let Some(differences) = first {
+                panic!(
+                    "seed {seed} (MODEL_SEED={seed}): step {step} differs from the scripts:\n\
+                     {differences}the operations:\n{history}the model before the step: \
+                     {model:#?}"
+                );
+            }
+            self.count(&theirs);
+        }
+    }
+}

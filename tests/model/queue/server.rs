@@ -1,0 +1,845 @@
+//! The queue engine's server side, in Rust: the rules of `scripts/queue_head.lua`,
+//! `queue_acquire_fast.lua`, `queue_engine.lua`, `queue_acquire.lua`, `queue_release_fast.lua`,
+//! `queue_release.lua`, `queue_extend.lua`, `queue_beat.lua` and `queue_reset.lua`, step for
+//! step where a step shows in the keys (which holder a purge removes, where the grant pass
+//! stops, what the kept count says), so that the differential test can hold each script's
+//! reply and writes against these.
+//!
+//! Left out, as the model's clients never send them: ids that are their own process (an older
+//! version's, without `@<process>`), leases without expiry (`lease ms` 0), corrupt keys,
+//! `queue_shrink`, `queue_reset_all`. Of the keys' own expiries, the inboxes' and the beats'
+//! are kept (a key is gone once the clock is past its expiry, as Redis has it).
+
+use std::fmt;
+
+/// Server time, ms (the model checker's from 0; the differential test's the real server's).
+pub type Ms = u64;
+
+/// An acquisition id: waiter `epoch` of process `client` (`w<client>.<epoch>@<process>` on a
+/// real server, which sorts as these do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id {
+    pub client: u8,
+    pub epoch: u8,
+}
+
+impl Id {
+    /// The process whose heartbeat keeps it in line, and whose inbox gets its grants.
+    pub fn process(self) -> usize {
+        usize::from(self.client)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "w{}.{}", self.client, self.epoch)
+    }
+}
+
+/// How a holder's entry came to be: the model's own bookkeeping (no key has it), for the
+/// property that a grant nobody claims ends with its grantee's heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum How {
+    /// Granted in the reply to the holder's own ask: its whole lease.
+    Replied,
+    /// Pushed to its process's inbox by another's script: held until its claim expiry.
+    Pushed,
+    /// Pushed, then claimed by the holder's extend.
+    Claimed,
+}
+
+/// An entry of the holders' ZSET (KEYS[1]) with its "<units>:<token>" (KEYS[2]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub id: Id,
+    pub expiry: Ms,
+    pub units: u64,
+    pub token: u64,
+    pub how: How,
+}
+
+/// An entry of the queue (KEYS[3], by ticket) with its wants "<units>:<lease ms>" (KEYS[5]):
+/// the scripts write and remove the two together.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Waiter {
+    pub id: Id,
+    pub ticket: u64,
+    pub units: u64,
+    pub lease: Ms,
+}
+
+/// An element of a process's inbox (KEYS[8] and the process id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mail {
+    /// "<token>:<claim expiry>:<waiter>"
+    Granted { token: u64, expiry: Ms, waiter: Id },
+    /// "head:<waiter>"
+    Head(Id),
+}
+
+/// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes;
+/// gone at `expiry` (when there is any mail).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Inbox {
+    pub mail: Vec<Mail>,
+    pub expiry: Ms,
+}
+
+/// The kept count (KEYS[9]) "<units>:<fencing counter>:<holders>". Signed: a broken rule may
+/// write a negative count, which `kept` then refuses as the script's pattern would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Count {
+    pub units: i64,
+    pub fence: u64,
+    pub size: i64,
+}
+
+/// One primitive's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// By id (a ZSET's order by expiry is computed where a script reads it).
+    pub holders: Vec<Holder>,
+    /// By ticket.
+    pub queue: Vec<Waiter>,
+    /// KEYS[4], by process: when its waiters lapse.
+    pub beats: Vec<Option<Ms>>,
+    /// When KEYS[4] itself expires (`outlive`: never before a heartbeat written to it would
+    /// lapse); its entries, lapsed by then, go with it, unpurged.
+    pub beats_expiry: Ms,
+    /// By process.
+    pub inboxes: Vec<Inbox>,
+    /// KEYS[6]: 0 when the key is gone.
+    pub tickets: u64,
+    /// KEYS[7].
+    pub fence: u64,
+    /// KEYS[9].
+    pub count: Option<Count>,
+}
+
+/// Rules broken on purpose, one at a time, for the `catches_*` tests: each must be found by
+/// the property it breaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bugs {
+    /// `load` keeps the units of the expired holders it purges in the count.
+    pub count_not_decremented_on_purge: bool,
+    /// `apply` pushes no `head:<id>` after a grant whose lease ends before its grantee's lapse.
+    pub no_head_wake: bool,
+    /// `apply` pushes no `head:<id>` to the waiter behind one that leaves before it lapses
+    /// (the engine before the model checker found it).
+    pub no_wake_behind_a_leaver: bool,
+    /// `queue_acquire` times a waiter to the heartbeat of the entry just ahead even when that
+    /// one lapsed (its heartbeat purged): no event, so no timer at all (the engine before the
+    /// model checker found it).
+    pub next_from_a_dead_waiter_ahead: bool,
+    /// Not the server's: a waiter takes a grant it reads from its mailbox as lasting its
+    /// claim window from the last ask that found it waiting, or its date if later
+    /// (`QueueWait::popped` before the model checker found it wrong).
+    pub grant_read_late_counts_from_the_last_ask: bool,
+    /// A pushed grant is held for the grantee's whole lease, not cut to its heartbeat.
+    pub claim_ignores_lapse: bool,
+    /// The grant pass goes on past a waiter that does not fit, instead of stopping there.
+    pub grant_pass_skips_a_waiter_that_does_not_fit: bool,
+    /// `queue_release` takes an expired holder's entry for a held one: its units are freed
+    /// twice, once by the purge and once by the release.
+    pub release_frees_an_expired_holder: bool,
+}
+
+/// How an acquire is sent: `ARGV[6]` and `ARGV[7]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Try,
+    Wait { known: bool },
+}
+
+/// What `queue_acquire` is called with.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub id: Id,
+    pub units: u64,
+    pub capacity: u64,
+    /// Above 0: the model has no leases without expiry.
+    pub lease: Ms,
+    pub lapse: Ms,
+    pub mode: Mode,
+}
+
+/// `queue_acquire`'s reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Acquired {
+    /// {1, token, lease ms left}
+    Granted { token: u64, left: Ms },
+    /// {0, position, next ms (-1: none)}
+    Waiting { position: u64, next: Option<Ms> },
+    /// {0, 0, 0}
+    Refused,
+    /// {-2}
+    Lapsed,
+}
+
+impl fmt::Display for Acquired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Acquired::Granted { token, left } => write!(f, "Granted{{token {token}, {left} ms}}"),
+            Acquired::Waiting { position, next } => match next {
+                Some(next) => write!(f, "Waiting{{position {position}, next {next} ms}}"),
+                None => write!(f, "Waiting{{position {position}, no next}}"),
+            },
+            Acquired::Refused => f.write_str("Refused"),
+            Acquired::Lapsed => f.write_str("Lapsed"),
+        }
+    }
+}
+
+/// What a step of the trace says the server did; only written when asked for (the checker
+/// explores without it).
+pub struct Notes(pub Option<Vec<String>>);
+
+impl Notes {
+    pub fn note(&mut self, what: impl FnOnce() -> String) {
+        if let Some(notes) = &mut self.0 {
+            notes.push(what());
+        }
+    }
+}
+
+/// Whether a script ran the grant pass (or a fast part that stands for one): the model checks
+/// the pass's order and that it left no waiter that fits.
+pub type Passed = bool;
+
+/// A grant planned by the pass.
+struct Grant {
+    id: Id,
+    units: u64,
+    lease: Ms,
+    /// The grantee's heartbeat (a waiter from the line; none for the caller joining).
+    beat: Option<Ms>,
+    queued: bool,
+}
+
+/// `load`'s plan: what the purge removes and the units in use after it.
+struct Load {
+    used: i64,
+    expired: Vec<Id>,
+    dropped: Vec<Id>,
+    /// Lapsed processes (from the beats) and waiters forgotten (`s.lapsed` holds both).
+    lapsed_processes: Vec<usize>,
+    forgotten: Vec<Id>,
+    fence: u64,
+    size: i64,
+    changed: bool,
+    /// A live waiter leaving the line (`s.leaving`): the waiter behind it is woken.
+    leaving: Option<Id>,
+}
+
+impl Load {
+    fn gone(&self, id: Id) -> bool {
+        self.forgotten.contains(&id) || self.lapsed_processes.contains(&id.process())
+    }
+
+    fn forget(&mut self, id: Id) {
+        if !self.forgotten.contains(&id) {
+            self.forgotten.push(id);
+        }
+    }
+}
+
+impl Server {
+    pub fn new(processes: usize) -> Server {
+        Server {
+            holders: Vec::new(),
+            queue: Vec::new(),
+            beats: vec![None; processes],
+            beats_expiry: 0,
+            inboxes: vec![Inbox::default(); processes],
+            tickets: 0,
+            fence: 0,
+            count: None,
+        }
+    }
+
+    pub fn holder(&self, id: Id) -> Option<&Holder> {
+        self.holders.iter().find(|h| h.id == id)
+    }
+
+    fn remove_holder(&mut self, id: Id) {
+        self.holders.retain(|h| h.id != id);
+    }
+
+    fn set_holder(&mut self, holder: Holder) {
+        match self.holders.iter_mut().find(|h| h.id == holder.id) {
+            Some(h) => *h = holder,
+            None => {
+                let at = self.holders.partition_point(|h| h.id < holder.id);
+                self.holders.insert(at, holder);
+            }
+        }
+    }
+
+    /// The first holder to expire (`ZRANGE holders 0 0`), by score then id.
+    fn first_holder(&self) -> Option<&Holder> {
+        self.holders.iter().min_by_key(|h| (h.expiry, h.id))
+    }
+
+    /// The kept count when it is current (queue_head.lua's `kept`).
+    pub fn kept(&self) -> Option<i64> {
+        let count = self.count?;
+        let size = self.holders.len() as i64;
+        (count.units >= 0 && count.fence == self.fence && count.size == size && count.units >= size)
+            .then_some(count.units)
+    }
+
+    /// The units of every entry in the holders' ZSET, expired ones too: what the kept count
+    /// must say when it is current.
+    pub fn recount(&self) -> i64 {
+        self.holders.iter().map(|h| h.units as i64).sum()
+    }
+
+    /// The units of the holders whose lease lasts past `now`.
+    pub fn live_units(&self, now: Ms) -> u64 {
+        self.holders
+            .iter()
+            .filter(|h| h.expiry > now)
+            .map(|h| h.units)
+            .sum()
+    }
+
+    /// Whether process `p`'s heartbeat lasts past `now`.
+    pub fn beats_past(&self, p: usize, now: Ms) -> bool {
+        self.beats[p].is_some_and(|b| b > now)
+    }
+
+    fn push_mail(&mut self, p: usize, mail: Mail, expire_in: Ms, now: Ms) {
+        let inbox = &mut self.inboxes[p];
+        inbox.mail.insert(0, mail);
+        inbox.expiry = now + expire_in.max(1);
+    }
+
+    // ---- queue_engine.lua ----
+
+    fn load(&self, now: Ms, bugs: &Bugs) -> Load {
+        let size = self.holders.len() as i64;
+        let mut s = Load {
+            used: 0,
+            expired: Vec::new(),
+            dropped: Vec::new(),
+            lapsed_processes: Vec::new(),
+            forgotten: Vec::new(),
+            fence: self.fence,
+            size,
+            changed: false,
+            leaving: None,
+        };
+        let mut used = None;
+        if size == 0 {
+            used = Some(0);
+        } else {
+            s.expired = (self.holders.iter())
+                .filter(|h| h.expiry <= now)
+                .map(|h| h.id)
+                .collect();
+            if let Some(count) = self.kept() {
+                let gone: i64 = (self.holders.iter())
+                    .filter(|h| h.expiry <= now)
+                    .map(|h| h.units as i64)
+                    .sum();
+                if gone <= count {
+                    used = Some(if bugs.count_not_decremented_on_purge {
+                        count
+                    } else {
+                        count - gone
+                    });
+                }
+            }
+        }
+        s.used = used.unwrap_or_else(|| {
+            s.changed = true;
+            self.live_units(now) as i64
+        });
+        s.lapsed_processes = (0..self.beats.len())
+            .filter(|&p| self.beats[p].is_some_and(|b| b <= now))
+            .collect();
+        s
+    }
+
+    /// What holder `id` holds while its lease lasts (`holding`).
+    fn holding(&self, id: Id, now: Ms) -> Option<&Holder> {
+        self.holder(id).filter(|h| h.expiry > now)
+    }
+
+    fn live_beat(&self, s: &Load, id: Id, now: Ms) -> Option<Ms> {
+        if s.gone(id) {
+            return None;
+        }
+        self.beats[id.process()].filter(|&b| b > now)
+    }
+
+    fn plan(
+        &self,
+        s: &mut Load,
+        capacity: u64,
+        tail: Option<(Id, u64, Ms)>,
+        now: Ms,
+        bugs: &Bugs,
+    ) -> Vec<Grant> {
+        let mut grants = Vec::new();
+        for w in &self.queue {
+            // `s.gone[id]`: the waiter itself was forgotten (a waiter of a lapsed process is
+            // not, yet: `live_beat` finds it and it is forgotten here).
+            if s.forgotten.contains(&w.id) {
+                continue;
+            }
+            match self.live_beat(s, w.id, now) {
+                None => s.forget(w.id),
+                Some(beat) => {
+                    if s.used + w.units as i64 > capacity as i64 {
+                        if bugs.grant_pass_skips_a_waiter_that_does_not_fit {
+                            continue;
+                        }
+                        return grants;
+                    }
+                    s.used += w.units as i64;
+                    grants.push(Grant {
+                        id: w.id,
+                        units: w.units,
+                        lease: w.lease,
+                        beat: Some(beat),
+                        queued: true,
+                    });
+                }
+            }
+        }
+        if let Some((id, units, lease)) = tail
+            && s.used + units as i64 <= capacity as i64
+        {
+            s.used += units as i64;
+            grants.push(Grant {
+                id,
+                units,
+                lease,
+                beat: None,
+                queued: false,
+            });
+        }
+        grants
+    }
+
+    fn keep(&mut self, s: &Load, grants: &[Grant]) {
+        let size = s.size - s.expired.len() as i64 - s.dropped.len() as i64 + grants.len() as i64;
+        self.count = (size != 0).then_some(Count {
+            units: s.used,
+            fence: s.fence,
+            size,
+        });
+    }
+
+    fn apply(
+        &mut self,
+        s: &mut Load,
+        grants: &mut [Grant],
+        me: Option<Id>,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> Vec<(Id, u64)> {
+        let behind = s.leaving.and_then(|leaving| {
+            let at = self.queue.iter().position(|w| w.id == leaving)?;
+            self.queue.get(at + 1).map(|w| w.id)
+        });
+        for id in &s.expired {
+            notes.note(|| format!("purges expired holder {id}"));
+        }
+        for id in s.expired.iter().chain(&s.dropped) {
+            self.remove_holder(*id);
+        }
+        for &p in &s.lapsed_processes {
+            notes.note(|| format!("purges process {p}'s lapsed heartbeat"));
+            self.beats[p] = None;
+            self.inboxes[p] = Inbox::default();
+        }
+        if self.beats.iter().all(Option::is_none) {
+            self.beats_expiry = 0;
+        }
+        for id in &s.forgotten {
+            if self.queue.iter().any(|w| w.id == *id) {
+                notes.note(|| format!("{id} leaves the line"));
+            }
+        }
+        self.queue.retain(|w| !s.forgotten.contains(&w.id));
+        let mut left_queue = !s.lapsed_processes.is_empty() || !s.forgotten.is_empty();
+        let mut short = false;
+        let mut tokens = Vec::new();
+        for g in grants.iter_mut() {
+            if g.queued {
+                left_queue = true;
+                short = short || g.beat.is_some_and(|beat| now + g.lease < beat);
+                self.queue.retain(|w| w.id != g.id);
+            }
+            self.fence += 1;
+            let token = self.fence;
+            s.fence = token;
+            let mut expiry = now + g.lease;
+            let pushed = Some(g.id) != me;
+            if pushed {
+                let beat = g.beat.expect("only the caller joins unqueued");
+                expiry = if bugs.claim_ignores_lapse {
+                    now + g.lease
+                } else {
+                    beat.min(now + g.lease)
+                };
+            }
+            self.set_holder(Holder {
+                id: g.id,
+                expiry,
+                units: g.units,
+                token,
+                how: if pushed { How::Pushed } else { How::Replied },
+            });
+            if pushed {
+                let beat = g.beat.unwrap_or(now);
+                let waiter = g.id;
+                notes.note(|| {
+                    format!("grants {waiter} token {token}, pushed, claim until t={expiry}")
+                });
+                let mail = Mail::Granted {
+                    token,
+                    expiry,
+                    waiter,
+                };
+                self.push_mail(waiter.process(), mail, beat.saturating_sub(now), now);
+            } else {
+                notes.note(|| format!("grants {} token {token} in the reply", g.id));
+            }
+            tokens.push((g.id, token));
+        }
+        let mut woken = None;
+        if short
+            && !bugs.no_head_wake
+            && let Some(head) = self.queue.first().map(|w| w.id)
+            && let Some(beat) = self.live_beat(s, head, now)
+        {
+            notes.note(|| format!("head wake to {head}: a grant's lease ends before its lapse"));
+            self.push_mail(head.process(), Mail::Head(head), beat - now, now);
+            woken = Some(head);
+        }
+        // The waiter behind one that left while live, still in line (not granted just now)
+        // and of another process.
+        if let (Some(behind), Some(leaving)) = (behind, s.leaving)
+            && !bugs.no_wake_behind_a_leaver
+            && woken != Some(behind)
+            && behind.process() != leaving.process()
+            && self.queue.iter().any(|w| w.id == behind)
+            && let Some(beat) = self.live_beat(s, behind, now)
+        {
+            notes.note(|| format!("head wake to {behind}: {leaving} ahead of it left"));
+            self.push_mail(behind.process(), Mail::Head(behind), beat - now, now);
+        }
+        if left_queue && self.queue.is_empty() {
+            self.tickets = 0;
+        }
+        if s.changed || !s.expired.is_empty() || !s.dropped.is_empty() || !grants.is_empty() {
+            self.keep(s, grants);
+        }
+        tokens
+    }
+
+    fn settle(
+        &mut self,
+        s: &mut Load,
+        capacity: u64,
+        me: Option<(Id, Option<(u64, Ms)>)>,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> Vec<(Id, u64)> {
+        let tail = me.and_then(|(id, tail)| tail.map(|(units, lease)| (id, units, lease)));
+        let mut grants = self.plan(s, capacity, tail, now, bugs);
+        self.apply(s, &mut grants, me.map(|me| me.0), now, bugs, notes)
+    }
+
+    // ---- queue_acquire_fast.lua, then queue_acquire.lua ----
+
+    fn acquire_fast(&mut self, c: &Call, now: Ms) -> Option<Acquired> {
+        let waiting = self.queue.len();
+        let wait = matches!(c.mode, Mode::Wait { .. });
+        if waiting > 0 && wait {
+            return None;
+        }
+        if c.mode == (Mode::Wait { known: true }) && !self.beats_past(c.id.process(), now) {
+            return None;
+        }
+        let size = self.holders.len() as i64;
+        let mut used = 0;
+        if size > 0 {
+            if self.holder(c.id).is_some() {
+                return None;
+            }
+            used = self.kept()?;
+        }
+        let fits = used + c.units as i64 <= c.capacity as i64;
+        if (!fits || waiting > 0) && size > 0 && self.holders.iter().any(|h| h.expiry <= now) {
+            return None;
+        }
+        if waiting > 0 {
+            if self.queue.iter().any(|w| w.id == c.id) {
+                return None;
+            }
+            let head = &self.queue[0];
+            if !self.beats_past(head.id.process(), now)
+                || used + head.units as i64 <= c.capacity as i64
+            {
+                return None;
+            }
+            return Some(Acquired::Refused);
+        }
+        if !fits {
+            return (!wait).then_some(Acquired::Refused);
+        }
+        let token = self.fence + 1;
+        self.fence = token;
+        self.set_holder(Holder {
+            id: c.id,
+            expiry: now + c.lease,
+            units: c.units,
+            token,
+            how: How::Replied,
+        });
+        self.count = Some(Count {
+            units: used + c.units as i64,
+            fence: token,
+            size: size + 1,
+        });
+        Some(Acquired::Granted {
+            token,
+            left: c.lease,
+        })
+    }
+
+    pub fn acquire(
+        &mut self,
+        c: &Call,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> (Acquired, Passed) {
+        assert!(c.units >= 1 && c.units <= c.capacity && c.lease > 0 && c.lapse >= 2);
+        if let Some(reply) = self.acquire_fast(c, now) {
+            if let Acquired::Granted { token, .. } = reply {
+                notes.note(|| format!("grants {} token {token} (fast part)", c.id));
+            }
+            return (reply, true);
+        }
+        let mut s = self.load(now, bugs);
+        if let Some(held) = self.holding(c.id, now) {
+            let left = (held.expiry - now).max(1);
+            return (
+                Acquired::Granted {
+                    token: held.token,
+                    left,
+                },
+                false,
+            );
+        }
+        let p = c.id.process();
+        let live = self.live_beat(&s, c.id, now);
+        if c.mode == (Mode::Wait { known: true }) && live.is_none() {
+            return (Acquired::Lapsed, false);
+        }
+        let queued = live.is_some() && self.queue.iter().any(|w| w.id == c.id);
+        // Not in line, it joins as the tail (`me`, granted in the reply if it fits).
+        let tail = (!queued).then_some((c.units, c.lease));
+        let tokens = self.settle(&mut s, c.capacity, Some((c.id, tail)), now, bugs, notes);
+        if let Some(&(_, token)) = tokens.iter().find(|(id, _)| *id == c.id) {
+            let left = c.lease.max(1);
+            return (Acquired::Granted { token, left }, true);
+        }
+        if !queued {
+            if c.mode == Mode::Try {
+                return (Acquired::Refused, true);
+            }
+            // `ZADD` of an id still in line (lapsed, behind where the pass stopped) moves it
+            // to the back.
+            self.queue.retain(|w| w.id != c.id);
+            self.tickets += 1;
+            self.queue.push(Waiter {
+                id: c.id,
+                ticket: self.tickets,
+                units: c.units,
+                lease: c.lease,
+            });
+        }
+        let beat = now + c.lapse;
+        self.beats[p] = Some(self.beats[p].map_or(beat, |b| b.max(beat)));
+        self.outlive_beats(c.lapse, now);
+        let at = (self.queue.iter().position(|w| w.id == c.id)).expect("queued");
+        // The nearest live waiter ahead, passing over those whose heartbeat is gone.
+        let ahead = if bugs.next_from_a_dead_waiter_ahead {
+            at.checked_sub(1)
+                .map(|a| (a, self.beats[self.queue[a].id.process()]))
+        } else {
+            (0..at).rev().find_map(|a| {
+                self.live_beat(&s, self.queue[a].id, now)
+                    .map(|b| (a, Some(b)))
+            })
+        };
+        let event = match ahead {
+            None => self.first_holder().map(|h| h.expiry),
+            Some((a, beat)) if self.queue[a].id.process() != p => beat,
+            Some(_) => None,
+        };
+        let next = event.map(|e| e.saturating_sub(now).max(1));
+        (
+            Acquired::Waiting {
+                position: at as u64 + 1,
+                next,
+            },
+            true,
+        )
+    }
+
+    // ---- queue_release_fast.lua, then queue_release.lua ----
+
+    fn release_fast(&mut self, id: Id, now: Ms) -> Option<bool> {
+        if !self.queue.is_empty() {
+            return None;
+        }
+        let held = self.holding(id, now)?.clone();
+        if self.holders.len() == 1 {
+            self.holders.clear();
+            self.count = None;
+        } else if self.holders.iter().any(|h| h.expiry <= now) {
+            return None;
+        } else {
+            let used = self.kept()?;
+            self.remove_holder(id);
+            self.count = Some(Count {
+                units: used - held.units as i64,
+                fence: self.fence,
+                size: self.holders.len() as i64,
+            });
+        }
+        Some(true)
+    }
+
+    pub fn release(
+        &mut self,
+        id: Id,
+        capacity: u64,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> (bool, Passed) {
+        if let Some(released) = self.release_fast(id, now) {
+            notes.note(|| format!("{id} gives back (fast part)"));
+            return (released, true);
+        }
+        let mut s = self.load(now, bugs);
+        let held = if bugs.release_frees_an_expired_holder {
+            self.holder(id)
+        } else {
+            self.holding(id, now)
+        };
+        match held {
+            Some(held) => {
+                notes.note(|| format!("{id} gives back {} units", held.units));
+                s.used -= held.units as i64;
+                s.dropped.push(id);
+            }
+            None => {
+                if self.live_beat(&s, id, now).is_some() {
+                    s.leaving = Some(id);
+                }
+                s.forget(id);
+            }
+        }
+        let held = held.is_some();
+        self.settle(&mut s, capacity, None, now, bugs, notes);
+        (held, true)
+    }
+
+    // ---- queue_extend.lua ----
+
+    pub fn extend(&mut self, id: Id, lease: Ms, now: Ms) -> bool {
+        match self.holders.iter_mut().find(|h| h.id == id) {
+            Some(h) if h.expiry > now => {
+                h.expiry = now + lease;
+                if h.how == How::Pushed {
+                    h.how = How::Claimed;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    // ---- queue_beat.lua ----
+
+    /// The server's time when process `p` was live, and its heartbeat then moved on.
+    pub fn beat(&mut self, p: usize, lapse: Ms, now: Ms) -> Option<Ms> {
+        let beat = self.beats[p].filter(|&b| b > now)?;
+        self.beats[p] = Some(beat.max(now + lapse));
+        self.outlive_beats(lapse, now);
+        let inbox = &mut self.inboxes[p];
+        if !inbox.mail.is_empty() {
+            inbox.expiry = now + lapse;
+        }
+        Some(now)
+    }
+
+    // ---- queue_reset.lua ----
+
+    /// Removes holder `id` (every live one with `None`) and hands the units on: the tokens
+    /// it took away.
+    pub fn reset(
+        &mut self,
+        id: Option<Id>,
+        capacity: u64,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> (Vec<u64>, Passed) {
+        let mut s = self.load(now, bugs);
+        let removed: Vec<(Id, u64, u64)> = (self.holders.iter())
+            .filter(|h| h.expiry > now && id.is_none_or(|id| id == h.id))
+            .map(|h| (h.id, h.units, h.token))
+            .collect();
+        for &(id, units, token) in &removed {
+            notes.note(|| format!("the reset removes {id} (token {token})"));
+            s.used -= units as i64;
+            s.dropped.push(id);
+        }
+        self.settle(&mut s, capacity, None, now, bugs, notes);
+        (removed.iter().map(|r| r.2).collect(), true)
+    }
+
+    /// The keys that expire as time passes: the inboxes, and the beats key. Redis has a key
+    /// gone once its clock is past the expiry, not at it.
+    pub fn expire_keys(&mut self, now: Ms) {
+        for inbox in &mut self.inboxes {
+            if !inbox.mail.is_empty() && inbox.expiry < now {
+                *inbox = Inbox::default();
+            }
+        }
+        if self.beats.iter().any(Option::is_some) && self.beats_expiry < now {
+            self.beats.iter_mut().for_each(|b| *b = None);
+            self.beats_expiry = 0;
+        }
+    }
+
+    /// `outlive(4, lapse)`: the beats key lasts at least `lapse` more.
+    fn outlive_beats(&mut self, lapse: Ms, now: Ms) {
+        self.beats_expiry = self.beats_expiry.max(now + lapse);
+    }
+
+    /// `BLPOP` on process `p`'s inbox, when it has mail.
+    pub fn pop(&mut self, p: usize) -> Option<Mail> {
+        let inbox = &mut self.inboxes[p];
+        if inbox.mail.is_empty() {
+            return None;
+        }
+        let mail = inbox.mail.remove(0);
+        if inbox.mail.is_empty() {
+            *inbox = Inbox::default();
+        }
+        Some(mail)
+    }
+}
