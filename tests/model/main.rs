@@ -11,3 +11,18 @@ mod support;
 
 mod lock;
 mod queue;
+
+/// splitmix64: the same sequence for a seed on every machine, for the differential tests'
+/// random operations.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}

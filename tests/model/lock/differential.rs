@@ -15,6 +15,7 @@ use redis_blpop_lock::{Error, Lock};
 
 use super::server::{ExtendReply, Flaw, Server, Tick, TryReply, Ttl};
 use crate::support::RedisServer;
+use crate::Rng;
 
 /// The short expiry (a key that is gone after a tick), and the tick's sleep.
 const SHORT_MS: u64 = 150;
@@ -38,19 +39,6 @@ fn seeds() -> Vec<u64> {
         seeds.push(seed);
     }
     seeds
-}
-
-/// splitmix64: the same sequence for a seed on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

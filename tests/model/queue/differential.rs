@@ -20,6 +20,7 @@ use redis::{Commands, Connection, Script};
 
 use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server};
 use crate::support::{server_version, RedisServer};
+use crate::Rng;
 
 const PARTS: [&str; 9] = [
     "holders", "held", "queue", "beats", "wants", "tickets", "fence", "signal:", "count",
@@ -120,18 +121,8 @@ enum Op {
     Sleep(Ms),
 }
 
-/// splitmix64: a seed gives the same run everywhere.
-struct Rng(u64);
-
+/// A random operation, for the differential runs.
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-
     fn op(&mut self) -> Op {
         let client = self.below(PROCESSES as u64) as u8;
         let id = Id {
