@@ -22,7 +22,7 @@ import os, re, sys
 # The library's modules by layer, bottom first; a directory's modules are in its layer unless
 # one of them is named on its own (`config/builder`). `lib` is the crate root.
 LAYERS = [
-    ("base", ["error", "observe", "config", "cancel", "protocol"]),
+    ("base", ["error", "observe", "config", "cancel", "protocol", "model"]),
     ("transport", ["transport"]),
     ("driver", ["driver"]),
     ("handles", ["lib", "backend", "config/builder", "shell", "blocking", "inspect", "aio"]),
