@@ -4,7 +4,7 @@
 //! stable API: it exists only with the `model` feature.
 
 pub use crate::protocol::lease::{
-    renewal_due, valid_from_read, Lease, Next as LockNext, Wait, Waiting,
+    renewal_due, valid_from_read, Attempting, Lease, Next as LockNext, Wait, Waiting,
 };
 pub use crate::protocol::lock::Pttl;
 pub use crate::protocol::queue::{Ask, Asked, Next as QueueNext, QueueWait};

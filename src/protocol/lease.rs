@@ -142,20 +142,20 @@ pub(crate) fn renewal_span(
 /// One acquisition in progress: when the request that may take the lock was sent, and whether
 /// it followed a wait.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Attempting {
+pub struct Attempting {
     sent: Instant,
     woken: bool,
 }
 
 impl Attempting {
     /// A try sent at `sent`, straight away (`woken` false) or behind a `BLPOP`.
-    pub(crate) fn new(sent: Instant, woken: bool) -> Self {
+    pub fn new(sent: Instant, woken: bool) -> Self {
         Attempting { sent, woken }
     }
 
     /// When a key this try set with `expire` expires at the earliest: it was set no earlier
     /// than the request was sent, so the count starts there, never at the reply.
-    pub(crate) fn valid_until(&self, expire: Option<Duration>) -> Option<Instant> {
+    pub fn valid_until(&self, expire: Option<Duration>) -> Option<Instant> {
         expire.and_then(|e| self.sent.checked_add(e))
     }
 

@@ -10,7 +10,9 @@ mod server;
 
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::model::{renewal_due, valid_from_read, Lease, LockNext, Pttl, Wait, Waiting};
+use redis_blpop_lock::model::{
+    renewal_due, valid_from_read, Attempting, Lease, LockNext, Pttl, Wait, Waiting,
+};
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
 use server::{ExtendReply, Flaw, Read, Server, Tick, TryReply, Ttl};
@@ -252,14 +254,16 @@ impl LockModel {
             } => match answer {
                 TryReply::Acquired(token) => {
                     client.epoch += 1;
-                    // Valid from the send: the key was set no earlier than that.
+                    // Valid from the send, as the crate's `Attempting` counts it: the key was
+                    // set no earlier than that.
                     let from = match self.broken {
                         Broken::LeaseFromReply => now,
                         _ => sent,
                     };
-                    let until = self.at(from + EXPIRE);
+                    let until =
+                        Attempting::new(self.at(from), false).valid_until(Some(ticks(EXPIRE)));
                     Phase::Holding {
-                        lease: Lease::new(client.epoch, self.at(now), Some(until), token),
+                        lease: Lease::new(client.epoch, self.at(now), until, token),
                     }
                 }
                 // Its own id: the crate's `AlreadyAcquired`, which this model never reaches.
