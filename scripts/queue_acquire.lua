@@ -3,11 +3,13 @@
 -- ARGV[5] lapse window ms, ARGV[6] "try" (no queueing) or "wait", ARGV[7] "new" when the
 -- waiter's process may be new to this primitive, "known" when it joined before (older
 -- versions send none: "new").
--- Returns {1, token, lease ms left (-1: none)} when the id holds, {0, position, next ms} when
--- it waits (position from 1; 0 for a try that was not queued), where next is when to ask
--- again: the earliest event that could let it in (-1: none but a grant, which comes to its
--- process's inbox), and for an id that is its own process at most half the lapse window
--- (its heartbeat). {-2} when its process is "known" but lapsed (it was stopped): nothing is
+-- Returns {1, token, lease ms left (-1: none)} when the id holds, {0, position, next ms,
+-- ticket} when it waits (position from 1), {0, 0, 0} for a try that was not queued. Next is
+-- when to ask again: the earliest event that could let it in (-1: none but a grant, which
+-- comes to its process's inbox, or the waiter of its own process ahead of it, whose process
+-- then times it: see the hub), and for an id that is its own process at most half the lapse
+-- window (its heartbeat). The ticket is its place in the line's order, which only grows:
+-- its process tells by it which of its waiters is ahead. {-2} when its process is "known" but lapsed (it was stopped): nothing is
 -- written, and the process makes its waiters join again. {-1, k, reason} when KEYS[k] is
 -- corrupt, and nothing was written.
 local id, units, lease, lapse, mode = ARGV[1], whole(2), whole(4), whole(5), ARGV[6]
@@ -90,7 +92,8 @@ if not queued then
     if of == id then
         redis.call("del", KEYS[8] .. id)
     end
-    redis.call("zadd", KEYS[3], redis.call("incr", KEYS[6]), id)
+    queued = redis.call("incr", KEYS[6])
+    redis.call("zadd", KEYS[3], queued, id)
     redis.call("hset", KEYS[5], id, int(units) .. ":" .. int(lease))
 end
 -- Its heartbeat, which for a process proves all its waiters alive: never shortened.
@@ -128,7 +131,7 @@ end
 if event and (next < 0 or event - NOW < next) then
     next = event - NOW
 end
-if next < 0 then
-    return {0, position, -1}
+if next >= 0 then
+    next = math.max(1, next)
 end
-return {0, position, math.max(1, next)}
+return {0, position, next, tonumber(queued)}

@@ -306,19 +306,44 @@ local function keep(s, grants)
     end
 end
 
+-- Tells the first live waiter in line with a ticket of `from` or after (a ZRANGEBYSCORE
+-- bound) to ask again (`head:<id>` in its process's inbox), unless it is `told` already,
+-- passing over entries without a live heartbeat, which the next grant pass removes: its id,
+-- or nil when there is none. An older version's waiter (its own process) is not told: it asks
+-- by itself every half lapse window.
+local function wake_behind(s, from, told)
+    local offset = 0
+    while true do
+        local batch = redis.call("zrangebyscore", KEYS[3], from, "+inf", "limit", offset, 64)
+        for _, id in ipairs(batch) do
+            local beat = live_beat(s, id)
+            if beat then
+                if process(id) == id or id == told then
+                    return id
+                end
+                local list = KEYS[8] .. process(id)
+                redis.call("lpush", list, "head:" .. id)
+                redis.call("pexpire", list, int(math.max(1, beat - NOW)))
+                return id
+            end
+        end
+        if #batch < 64 then
+            return nil
+        end
+        offset = offset + 64
+    end
+end
+
 -- Writes what was planned: the purge, the goings, then the grants, each with a new fencing
 -- token and its lease from now; each granted waiter but `me` (who gets the reply) finds its
 -- token in its signal list, kept until its entry would have lapsed. Only an id that is its
 -- own process (a process's, or an older version's waiter) has a heartbeat and a signal list
 -- of its own: a waiter of a process has neither to remove.
 local function apply(s, grants, me)
-    -- The waiter behind one that leaves before it lapses (`s.leaving`, a waiter's release):
-    -- it timed its next ask to that lapse, and would be late if a holder's lease ran out.
-    local behind
-    if s.leaving then
-        local rank = redis.call("zrank", KEYS[3], s.leaving)
-        behind = rank and redis.call("zrange", KEYS[3], rank + 1, rank + 1)[1]
-    end
+    -- The ticket of a waiter that leaves before it lapses (`s.leaving`, a waiter's release):
+    -- the first live waiter behind it is woken below, once the line is as this script leaves
+    -- it.
+    local leaving = s.leaving and redis.call("zscore", KEYS[3], s.leaving)
     for _, id in ipairs(s.expired) do
         redis.call("zrem", KEYS[1], id)
         redis.call("hdel", KEYS[2], id)
@@ -384,25 +409,14 @@ local function apply(s, grants, me)
     local woken
     if short then
         -- The new head of the line asks again, to time itself to the holders' expiry.
-        local head = redis.call("zrange", KEYS[3], 0, 0)[1]
-        local beat = head and live_beat(s, head)
-        if beat and process(head) ~= head then
-            woken = head
-            local list = KEYS[8] .. process(head)
-            redis.call("lpush", list, "head:" .. head)
-            redis.call("pexpire", list, int(math.max(1, beat - NOW)))
-        end
+        woken = wake_behind(s, "-inf")
     end
-    -- Still in line (not granted just now) and of another process, it asks again, to time
-    -- itself to what is ahead of it now: the holders' expiry when it is first.
-    if behind and behind ~= woken and process(behind) ~= process(s.leaving)
-        and redis.call("zscore", KEYS[3], behind) then
-        local beat = live_beat(s, behind)
-        if beat and process(behind) ~= behind then
-            local list = KEYS[8] .. process(behind)
-            redis.call("lpush", list, "head:" .. behind)
-            redis.call("pexpire", list, int(math.max(1, beat - NOW)))
-        end
+    -- The waiter behind a leaver timed its next ask to the leaver's lapse, or had no timer
+    -- (the leaver was of its own process): it asks again, to time itself to what is ahead of
+    -- it now, the holders' expiry when it is first. Any process's, and past lapsed entries:
+    -- a wake that stopped at either would leave it asleep up to a lapse window, or for ever.
+    if leaving then
+        wake_behind(s, "(" .. leaving, woken)
     end
     if left_queue and redis.call("zcard", KEYS[3]) == 0 then
         redis.call("del", KEYS[6])

@@ -3,6 +3,7 @@
 //! drivers use them, so that the model drives the real ones and not a copy. Hidden and not a
 //! stable API: it exists only with the `model` feature.
 
+pub use crate::protocol::cover::Cover;
 pub use crate::protocol::lease::{
     renewal_due, valid_from_read, Attempting, Lease, Next as LockNext, Wait, Waiting,
 };

@@ -4,7 +4,10 @@
 //! A waiter takes a seat at its process's [`Hub`] and asks (`queue_acquire.lua`); not
 //! granted, it waits for its mailbox until its next event (a holder's expiry, the lapse of
 //! another process's waiter just ahead) or its deadline, whichever is first, and then asks
-//! again. A grant is pushed to the process's inbox, and the hub's one `BLPOP` hands it to the
+//! again. Its seat bounds that wait as its process's
+//! [`Cover`](crate::protocol::cover::Cover) says: never longer than a lapse window for the
+//! process's first waiter in line, and until told for one behind it (docs/design.md, "The
+//! wait rule"). A grant is pushed to the process's inbox, and the hub's one `BLPOP` hands it to the
 //! waiter's mailbox; the hub also sends the heartbeat that keeps all the process's waiters in
 //! line. At the deadline, or on a cancel, it leaves the line, giving back any grant that came
 //! meanwhile. Every request it sends is safe to send twice, so a lost reply is sent again or
@@ -87,10 +90,14 @@ impl<R: Runtime> Line<'_, R> {
             let by = backoff.by();
             let due = due(next);
             let outcome = match next {
-                Next::Ask => self
-                    .ask(ask, &mut seat, &in_line, by.now())
-                    .await
-                    .map(|(sent, asked)| wait.asked(sent, asked, Instant::now())),
+                Next::Ask => {
+                    self.ask(ask, &mut seat, &in_line, by.now())
+                        .await
+                        .map(|(sent, asked)| {
+                            let now = Instant::now();
+                            seat.timed(&asked, wait.asked(sent, asked, now), now)
+                        })
+                }
                 Next::Block { until } => self
                     .mail(&seat, until, cancel)
                     .await

@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod cache;
+pub(crate) mod cover;
 pub(crate) mod election;
 pub(crate) mod eviction;
 pub(crate) mod keys;

@@ -306,12 +306,15 @@ pub enum Asked {
         lease_left: Option<Duration>,
     },
     /// Queued at `position` (from 1): ask again after `next` at the latest (`None`: only a
-    /// grant, which comes to the process's inbox, can let it in).
+    /// grant, which comes to the process's inbox, can let it in, or a waiter of its process
+    /// ahead of it times it: see [`Cover`](crate::protocol::cover::Cover)).
     Waiting {
         /// Its place in line, from 1.
         position: u64,
         /// When to ask again at the latest.
         next: Option<Duration>,
+        /// Its ticket: its place in the line's order, which only grows.
+        ticket: u64,
     },
     /// A try that could not be granted at once, and was not queued.
     Refused,
@@ -326,15 +329,16 @@ pub(crate) fn parse_acquire(keys: &QueueKeys, reply: &Value) -> Result<Asked, Er
     if let [Value::Int(-2)] = items {
         return Ok(Asked::Lapsed);
     }
-    match (number(0), number(1), number(2)) {
-        (Some(1), Some(token), Some(left)) => Ok(Asked::Granted {
+    match (number(0), number(1), number(2), number(3)) {
+        (Some(1), Some(token), Some(left), None) => Ok(Asked::Granted {
             token: u64::try_from(token).map_err(|_| Error::unexpected(reply))?,
             lease_left: u64::try_from(left).ok().map(Duration::from_millis),
         }),
-        (Some(0), Some(0), Some(_)) => Ok(Asked::Refused),
-        (Some(0), Some(position), Some(next)) => Ok(Asked::Waiting {
+        (Some(0), Some(0), Some(_), None) => Ok(Asked::Refused),
+        (Some(0), Some(position), Some(next), Some(ticket)) => Ok(Asked::Waiting {
             position: u64::try_from(position).map_err(|_| Error::unexpected(reply))?,
             next: (next >= 0).then(|| Duration::from_millis(next.unsigned_abs().max(1))),
+            ticket: u64::try_from(ticket).map_err(|_| Error::unexpected(reply))?,
         }),
         _ => Err(Error::unexpected(reply)),
     }
@@ -607,10 +611,11 @@ mod tests {
             }
         );
         assert_eq!(
-            parse_acquire(&keys, &ints(&[0, 3, 250])).unwrap(),
+            parse_acquire(&keys, &ints(&[0, 3, 250, 9])).unwrap(),
             Asked::Waiting {
                 position: 3,
-                next: Some(Duration::from_millis(250))
+                next: Some(Duration::from_millis(250)),
+                ticket: 9,
             }
         );
         assert_eq!(
@@ -635,10 +640,11 @@ mod tests {
     fn a_waiter_with_no_event_ahead_waits_for_its_grant_alone_and_a_lapsed_one_is_told() {
         let keys = keys();
         assert_eq!(
-            parse_acquire(&keys, &ints(&[0, 3, -1])).unwrap(),
+            parse_acquire(&keys, &ints(&[0, 3, -1, 9])).unwrap(),
             Asked::Waiting {
                 position: 3,
-                next: None
+                next: None,
+                ticket: 9,
             }
         );
         assert_eq!(parse_acquire(&keys, &ints(&[-2])).unwrap(), Asked::Lapsed);
@@ -646,6 +652,7 @@ mod tests {
         let waiting = Asked::Waiting {
             position: 3,
             next: None,
+            ticket: 9,
         };
         assert_eq!(
             QueueWait::new(None).asked(t0, waiting, t0),
@@ -782,6 +789,7 @@ mod tests {
         let waiting = |ms| Asked::Waiting {
             position: 2,
             next: Some(Duration::from_millis(ms)),
+            ticket: 9,
         };
         let mut wait = QueueWait::new(Some(t0 + secs(5)));
         assert_eq!(
@@ -814,6 +822,7 @@ mod tests {
         let waiting = Asked::Waiting {
             position: 1,
             next: Some(secs(1)),
+            ticket: 9,
         };
         assert_eq!(wait.asked(t0, waiting, t0 + secs(6)), Next::Leave);
     }
@@ -825,6 +834,7 @@ mod tests {
         let waiting = Asked::Waiting {
             position: 1,
             next: None,
+            ticket: 9,
         };
         wait.asked(t0, waiting, t0);
         let dated = t0 + secs(60);
@@ -847,6 +857,7 @@ mod tests {
         let waiting = Asked::Waiting {
             position: 1,
             next: Some(secs(1)),
+            ticket: 9,
         };
         wait.asked(t0, waiting, t0);
         let claim_expiry = t0 + secs(3);
@@ -867,6 +878,7 @@ mod tests {
         let waiting = Asked::Waiting {
             position: 1,
             next: Some(secs(1)),
+            ticket: 9,
         };
         wait.asked(t0, waiting, t0);
         assert_eq!(wait.popped(Some(4), None, t0 + secs(1)), Next::Ask);

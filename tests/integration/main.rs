@@ -25,6 +25,7 @@ mod aio_seams;
 mod aio_shared;
 #[cfg(feature = "tokio")]
 mod aio_waiting;
+mod bounded_waits;
 mod cache;
 mod chaos;
 #[cfg(feature = "cluster")]
@@ -85,6 +86,8 @@ fn child_process_role() {
         #[cfg(feature = "tokio")]
         "aio_seams::main_returns" => aio_seams::main_returns(&client, &args),
         "chaos::contend" => chaos::contend(&client, &args),
+        "bounded_waits::hold" => bounded_waits::hold(&client, &args),
+        "bounded_waits::stand_in_line" => bounded_waits::stand_in_line(&client, &args),
         "cache::compute" => cache::compute_until_killed(&client, &args),
         "election::candidate" => election::candidate(&client, &args),
         #[cfg(feature = "cluster")]

@@ -688,6 +688,7 @@ fn a_grant_read_after_an_ask_that_found_its_waiter_waiting_is_not_believed_past_
     let waiting = |position| Asked::Waiting {
         position,
         next: None,
+        ticket: 2,
     };
     wait.asked(sent, waiting(1), Instant::now());
     // The grant is pushed with a claim of the waiter's 100 ms lease; nobody pops it yet.

@@ -112,15 +112,16 @@ fn a_waiter_of_a_process_that_lapsed_is_told_and_nothing_is_written() {
 }
 
 #[test]
-fn a_waiter_behind_one_of_its_own_process_waits_for_its_grant_alone() {
+fn a_waiter_behind_one_of_its_own_process_is_left_for_its_process_to_time() {
     let mut q = Queue::new();
     granted(&q.wait("h", 1, 1));
     ask(&mut q, &id("a", Q), LONG, "new");
     // Behind another process's waiter: asks again when that one would lapse.
     let behind_other = ints(&ask(&mut q, &id("b", P), LONG, "new"));
     assert!(behind_other[2] > 0, "{behind_other:?}");
-    // Behind one of its own: they lapse together, so only a grant lets it in.
-    assert_eq!(ints(&ask(&mut q, &id("c", P), LONG, "new")), [0, 3, -1]);
+    // Behind one of its own: they lapse together, so the server gives it no timer; its
+    // process times it by the one ahead (`Cover`), with its ticket to tell which is ahead.
+    assert_eq!(ints(&ask(&mut q, &id("c", P), LONG, "new")), [0, 3, -1, 3]);
 }
 
 #[test]

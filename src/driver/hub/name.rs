@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::watch::Watch;
 use super::{Hub, Mailbox, State, Told};
+use crate::protocol::cover::Cover;
 use crate::protocol::keys::QueueKeys;
 
 /// One primitive's waiters and watches of this process.
@@ -22,6 +23,8 @@ pub(super) struct Name {
     /// gone means it lapsed.
     pub(super) joined: bool,
     pub(super) seats: HashMap<String, Arc<Mailbox>>,
+    /// Which of its waiters in line times the others.
+    pub(super) cover: Cover,
     /// An election's watchers of this process.
     pub(super) watch: Watch,
 }
@@ -35,6 +38,7 @@ impl Name {
             epoch: 0,
             joined: false,
             seats: HashMap::new(),
+            cover: Cover::default(),
             watch: Watch::default(),
         }
     }

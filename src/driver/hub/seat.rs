@@ -2,11 +2,11 @@
 //! end of its wait, in its primitive's [`Name`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{Hub, Mailbox};
+use super::{Hub, Mailbox, Told};
 use crate::protocol::keys::QueueKeys;
-use crate::protocol::queue::Mode;
+use crate::protocol::queue::{Asked, Mode, Next};
 use crate::protocol::request::Request;
 
 /// A waiter's place at its hub, from before its first ask to the end of its wait.
@@ -70,6 +70,25 @@ impl Seat {
         }
     }
 
+    /// The step after an ask at `now` that was answered `asked`, as its [`QueueWait`] says
+    /// (`next`), bounded as the process's [`Cover`] says: the process's first waiter in line
+    /// asks again within a lapse window, one behind it may wait until told.
+    ///
+    /// [`QueueWait`]: crate::protocol::queue::QueueWait
+    /// [`Cover`]: crate::protocol::cover::Cover
+    pub(crate) fn timed(&self, asked: &Asked, next: Next, now: Instant) -> Next {
+        let (Asked::Waiting { ticket, .. }, Next::Block { until }) = (asked, next) else {
+            return next;
+        };
+        let mut state = self.hub.state.lock();
+        let Some(name) = state.names.get_mut(&self.inbox) else {
+            return next;
+        };
+        let lapse = name.lapse;
+        let until = name.cover.waits(&self.waiter, *ticket, until, now, lapse);
+        Next::Block { until }
+    }
+
     /// The wake its thread needs to listen on this seat's inbox too, once: for the waiter to
     /// send, on its own runtime.
     pub(crate) fn wake(&mut self) -> Option<Request> {
@@ -86,6 +105,13 @@ impl Drop for Seat {
     fn drop(&mut self) {
         self.hub.leave(&self.inbox, |name| {
             name.seats.remove(&self.waiter);
+            // Its wait is over (granted, left, stopped): the process's next waiter in line
+            // may have to take its timer over.
+            let now = Instant::now();
+            let next = name.cover.left(&self.waiter, now, name.lapse);
+            if let Some(mailbox) = next.and_then(|next| name.seats.get(&next)) {
+                mailbox.tell(Told::AskAgain);
+            }
         });
     }
 }

@@ -131,6 +131,10 @@ pub struct Bugs {
     /// one lapsed (its heartbeat purged): no event, so no timer at all (the engine before the
     /// model checker found it).
     pub next_from_a_dead_waiter_ahead: bool,
+    /// `apply` wakes behind a leaver only the entry just behind it, and only when that one is
+    /// live and of another process (the engine before issue 35: a waiter of the leaver's
+    /// process had no timer, and one behind a lapsed entry slept until its own).
+    pub wake_behind_a_leaver_only_next_of_another_process: bool,
     /// Not the server's: a waiter takes a grant it reads from its mailbox as lasting its
     /// claim window from the last ask that found it waiting, or its date if later
     /// (`QueueWait::popped` before the model checker found it wrong).
@@ -168,8 +172,12 @@ pub struct Call {
 pub enum Acquired {
     /// {1, token, lease ms left}
     Granted { token: u64, left: Ms },
-    /// {0, position, next ms (-1: none)}
-    Waiting { position: u64, next: Option<Ms> },
+    /// {0, position, next ms (-1: none), ticket}
+    Waiting {
+        position: u64,
+        next: Option<Ms>,
+        ticket: u64,
+    },
     /// {0, 0, 0}
     Refused,
     /// {-2}
@@ -180,7 +188,7 @@ impl fmt::Display for Acquired {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Acquired::Granted { token, left } => write!(f, "Granted{{token {token}, {left} ms}}"),
-            Acquired::Waiting { position, next } => match next {
+            Acquired::Waiting { position, next, .. } => match next {
                 Some(next) => write!(f, "Waiting{{position {position}, next {next} ms}}"),
                 None => write!(f, "Waiting{{position {position}, no next}}"),
             },
@@ -373,6 +381,14 @@ impl Server {
         self.beats[id.process()].filter(|&b| b > now)
     }
 
+    /// The first waiter in line with a ticket of `from` or more whose heartbeat is live, and
+    /// that heartbeat (`wake_behind` in queue_engine.lua).
+    fn first_live(&self, s: &Load, from: u64, now: Ms) -> Option<(Id, Ms)> {
+        (self.queue.iter())
+            .filter(|w| w.ticket >= from)
+            .find_map(|w| self.live_beat(s, w.id, now).map(|beat| (w.id, beat)))
+    }
+
     fn plan(
         &self,
         s: &mut Load,
@@ -441,9 +457,15 @@ impl Server {
         bugs: &Bugs,
         notes: &mut Notes,
     ) -> Vec<(Id, u64)> {
-        let behind = s.leaving.and_then(|leaving| {
+        // The leaver's ticket: the first live waiter after it is woken once the line is
+        // as this call leaves it.
+        let leaving = s.leaving.and_then(|leaving| {
             let at = self.queue.iter().position(|w| w.id == leaving)?;
-            self.queue.get(at + 1).map(|w| w.id)
+            Some((
+                leaving,
+                self.queue[at].ticket,
+                self.queue.get(at + 1).map(|w| w.id),
+            ))
         });
         for id in &s.expired {
             notes.note(|| format!("purges expired holder {id}"));
@@ -514,24 +536,30 @@ impl Server {
         let mut woken = None;
         if short
             && !bugs.no_head_wake
-            && let Some(head) = self.queue.first().map(|w| w.id)
-            && let Some(beat) = self.live_beat(s, head, now)
+            && let Some((head, beat)) = self.first_live(s, 0, now)
         {
             notes.note(|| format!("head wake to {head}: a grant's lease ends before its lapse"));
             self.push_mail(head.process(), Mail::Head(head), beat - now, now);
             woken = Some(head);
         }
-        // The waiter behind one that left while live, still in line (not granted just now)
-        // and of another process.
-        if let (Some(behind), Some(leaving)) = (behind, s.leaving)
+        // The first live waiter behind one that left while live, of any process, past
+        // lapsed entries (still in line: not granted just now).
+        if let Some((leaving, ticket, next)) = leaving
             && !bugs.no_wake_behind_a_leaver
-            && woken != Some(behind)
-            && behind.process() != leaving.process()
-            && self.queue.iter().any(|w| w.id == behind)
-            && let Some(beat) = self.live_beat(s, behind, now)
         {
-            notes.note(|| format!("head wake to {behind}: {leaving} ahead of it left"));
-            self.push_mail(behind.process(), Mail::Head(behind), beat - now, now);
+            let behind = if bugs.wake_behind_a_leaver_only_next_of_another_process {
+                next.filter(|b| b.process() != leaving.process())
+                    .filter(|b| self.queue.iter().any(|w| w.id == *b))
+                    .and_then(|b| self.live_beat(s, b, now).map(|beat| (b, beat)))
+            } else {
+                self.first_live(s, ticket + 1, now)
+            };
+            if let Some((behind, beat)) = behind
+                && woken != Some(behind)
+            {
+                notes.note(|| format!("head wake to {behind}: {leaving} ahead of it left"));
+                self.push_mail(behind.process(), Mail::Head(behind), beat - now, now);
+            }
         }
         if left_queue && self.queue.is_empty() {
             self.tickets = 0;
@@ -691,6 +719,7 @@ impl Server {
             Acquired::Waiting {
                 position: at as u64 + 1,
                 next,
+                ticket: self.queue[at].ticket,
             },
             true,
         )

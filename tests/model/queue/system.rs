@@ -429,7 +429,11 @@ impl QueueModel {
                         token,
                         lease_left: Some(Duration::from_millis(left)),
                     },
-                    Acquired::Waiting { position, next } => {
+                    Acquired::Waiting {
+                        position,
+                        next,
+                        ticket,
+                    } => {
                         client.joined = true;
                         if bugs.grant_read_late_counts_from_the_last_ask {
                             client.waiting_since = Some(sent);
@@ -437,6 +441,7 @@ impl QueueModel {
                         Asked::Waiting {
                             position,
                             next: next.map(Duration::from_millis),
+                            ticket,
                         }
                     }
                     Acquired::Refused => Asked::Refused,
