@@ -228,6 +228,7 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Tried, Error> {
+        let since = Instant::now();
         let deadline = self.io_deadline(wait);
         self.wake(&listening.wake_hub(), wait).await;
         let never = CancelToken::new();
@@ -240,7 +241,7 @@ impl<R: Runtime> Inner<R> {
                         redis::ErrorKind::Io,
                         "the reply of a try behind the waiting connection's BLPOP did not come",
                     ));
-                    return self.settle_try(on, error, wait, cancel).await;
+                    return self.settle_try(on, error, since, wait, cancel).await;
                 }
                 Heard::Carried(_) => {
                     R::mail(&listening.ear.mailbox, Some(deadline), &never).await;
@@ -264,7 +265,9 @@ impl<R: Runtime> Inner<R> {
             // It never went out: it tries by itself.
             Err(Fault::NotSent(_)) => return self.try_short(wait, cancel, true).await,
             Err(Fault::Lost { conn, error }) => {
-                return self.settle_try(conn, error, wait, cancel).await
+                return self
+                    .settle_try(conn, error, landed.sent, wait, cancel)
+                    .await
             }
         };
         // Turned away whole (the key moved, the primary is changing), it took nothing: it
@@ -274,6 +277,7 @@ impl<R: Runtime> Inner<R> {
         }
         // The script was not known to the server: the try alone goes again, with its text.
         if let Some((at, retry)) = request.noscript_retry(&replies) {
+            let since = Instant::now();
             match self
                 .transport
                 .exchange(&retry, self.io_deadline(wait))
@@ -282,7 +286,7 @@ impl<R: Runtime> Inner<R> {
                 Ok(retried) => request.patch(&mut replies, at, retried),
                 Err(Fault::NotSent(e)) => return Err(e.into()),
                 Err(Fault::Lost { conn, error }) => {
-                    return self.settle_try(conn, error, wait, cancel).await
+                    return self.settle_try(conn, error, since, wait, cancel).await
                 }
             }
         }
@@ -365,7 +369,9 @@ impl<R: Runtime> Inner<R> {
                 self.tried(&replies, Attempting::new(sent, woken), acks)
             }
             Err(Fault::NotSent(e)) => Err(e.into()),
-            Err(Fault::Lost { conn, error }) => self.settle_try(conn, error, wait, cancel).await,
+            Err(Fault::Lost { conn, error }) => {
+                self.settle_try(conn, error, sent, wait, cancel).await
+            }
         }
     }
 
@@ -426,13 +432,16 @@ impl<R: Runtime> Inner<R> {
         })
     }
 
-    /// A try whose reply was lost: close its connection at the server, so the try cannot run
-    /// after the read, then read whose id the key holds. If that cannot be done in time the
-    /// outcome is unknown, and the next call asks Redis first.
+    /// A try sent at `since` whose reply was lost: close its connection at the server, so the
+    /// try cannot run after the read, then read whose id the key holds. If that cannot be done
+    /// in time the outcome is unknown, and the next call asks Redis first. A call with no
+    /// deadline of its own settles by the I/O timeout from `since` (and the grace): a server
+    /// that does not answer costs it that much, not a second I/O timeout.
     pub(crate) async fn settle_try(
         &self,
         conn: Option<ConnId>,
         error: redis::RedisError,
+        since: Instant,
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Tried, Error> {
@@ -440,6 +449,7 @@ impl<R: Runtime> Inner<R> {
             "lock {:?}: reply to a try lost ({error}); settling",
             self.name()
         );
+        let wait = wait.away_since(since, self.settings.io_timeout);
         let settled = self.settle(conn, wait, cancel).await;
         observe::settle(&self.settings.label, self.name(), settled.is_ok());
         match settled {

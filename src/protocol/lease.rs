@@ -31,6 +31,16 @@ impl Wait {
             None => Wait::Forever,
         }
     }
+
+    /// The wait of a call whose server has not answered since `since`: one with a deadline
+    /// keeps it; one without (a single try, an untimed wait) ends `io_timeout` after `since`,
+    /// the bound a server that does not answer puts on such a call.
+    pub fn away_since(self, since: Instant, io_timeout: Duration) -> Wait {
+        match self {
+            Wait::Until(deadline) => Wait::Until(deadline),
+            Wait::Never | Wait::Forever => since.checked_add(io_timeout).map_or(self, Wait::Until),
+        }
+    }
 }
 
 /// How many more times a single try goes again when it found the lock free mid-try.
@@ -335,6 +345,16 @@ mod tests {
         assert_eq!(Wait::timeout(now, Duration::ZERO), Wait::Never);
         assert_eq!(Wait::timeout(now, Duration::MAX), Wait::Forever);
         assert_eq!(Wait::timeout(now, ms(5)), Wait::Until(now + ms(5)));
+    }
+
+    #[test]
+    fn a_call_without_a_deadline_ends_an_io_timeout_after_its_server_stopped_answering() {
+        let now = Instant::now();
+        let io = ms(1000);
+        assert_eq!(Wait::Never.away_since(now, io), Wait::Until(now + io));
+        assert_eq!(Wait::Forever.away_since(now, io), Wait::Until(now + io));
+        let deadline = Wait::Until(now + ms(5));
+        assert_eq!(deadline.away_since(now, io), deadline);
     }
 
     #[test]
