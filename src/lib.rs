@@ -555,7 +555,7 @@
 //!   event (the expiry of the holder it waits for, the lapse of another process's waiter just
 //!   ahead) or its deadline, to the millisecond; idle, it costs the server nothing.
 //! - **Crash safety.** Every hold is a lease (30 s by default, renewed while held, by the
-//!   process's one renewal thread), so a crashed holder's units come back at its expiry, and
+//!   process's renewal threads), so a crashed holder's units come back at its expiry, and
 //!   the first waiter wakes at that instant. A process heartbeats once for all its waiters in
 //!   a primitive's line (every [`heartbeat`](LockBuilder::heartbeat), 1 s by default); one
 //!   that misses two lapses, and all its waiters with it: each is taken out of the queue by

@@ -1,6 +1,7 @@
 //! The driver on the blocking runtime: each wait blocks the caller's thread on its mailbox
 //! (filled by the process's [hub](super::hub)) until its time or a [`CancelToken`]; renewals
-//! are the process's one renewal scheduler's; a lost reply settles on a thread of its own.
+//! are the process's [renewal scheduler](super::renew)'s; a lost reply settles on a thread of
+//! its own.
 
 use std::future::{ready, Future};
 use std::sync::Arc;
@@ -68,7 +69,12 @@ impl Runtime for Blocking {
     }
 
     fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error> {
-        let renewal = Renewal::start(inner, first, |inner| now(inner.renew()));
+        let renewal = Renewal::start(
+            inner,
+            first,
+            |inner| inner.transport.server_of(inner.lease_slot()),
+            |inner| now(inner.renew()),
+        );
         Ok(Box::new(renewal.map_err(Error::Thread)?))
     }
 

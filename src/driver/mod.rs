@@ -291,6 +291,13 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
+    /// The hash slot of the keys its lease is kept in: where its renewals go.
+    pub(crate) fn lease_slot(&self) -> u16 {
+        self.place
+            .as_ref()
+            .map_or(self.keys.slot, |place| place.keys.slot)
+    }
+
     /// Its place on the queue engine (see `place`); `None` for a plain lock.
     pub(crate) fn place(&self) -> Option<&Place> {
         self.place.as_ref()

@@ -170,6 +170,15 @@ pub(crate) trait Transport: Send + Sync {
     /// Its primaries, by `deadline` (a cluster whose topology is not known yet learns it).
     fn primaries(&self, deadline: Instant) -> Result<Primaries, crate::Error>;
 
+    /// Which server requests about keys in hash slot `slot` go to now, as last known (no
+    /// round trip): a number that is the same for every transport reaching that server (where
+    /// its [`Server`](server::Server) lives), so that the renewals of one server take turns
+    /// and hold up no other server's (`driver/renew.rs`). The transport itself, unless it
+    /// routes keys to several servers.
+    fn server_of(&self, _slot: u16) -> usize {
+        (self as *const Self).cast::<()>().addr()
+    }
+
     /// One server's record of its eviction policy, for its async side to fill in.
     fn eviction(&self) -> Option<&eviction::Eviction> {
         None

@@ -303,6 +303,15 @@ impl<T: Topology> Transport for Routed<T> {
         self.topology.hash_tags()
     }
 
+    fn server_of(&self, slot: u16) -> usize {
+        let primary = (self.topology.primary_for(Some(slot))).and_then(|a| self.nodes.at(&a).ok());
+        match primary {
+            Some((_, server)) => Arc::as_ptr(server).addr(),
+            // Not learned yet: the transport stands for its primaries.
+            None => (self as *const Self).addr(),
+        }
+    }
+
     fn primaries(&self, deadline: Instant) -> Result<Primaries, Error> {
         if self.topology.primaries().is_empty() {
             self.relearn(Instant::now(), deadline)?;

@@ -1,6 +1,5 @@
-//! The process's clock: runs the renewal scheduler's watchdog and the loss notices' alarms
-//! (at a watched lease's end) from one thread per process, which wakes within a fraction of a
-//! millisecond of its alarm.
+//! The process's clock: runs the loss notices' alarms (at a watched lease's end) from one
+//! thread per process, which wakes within a fraction of a millisecond of its alarm.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -47,10 +46,7 @@ pub(crate) fn call_at(at: Instant, call: impl FnOnce() + Send + 'static) -> Alar
         match spawned {
             Ok(_) => state.running = true,
             Err(e) => {
-                log::warn!(
-                    "no timer thread ({e}): the renewals' watchdog and the loss notices' \
-                     alarms do not run"
-                );
+                log::warn!("no timer thread ({e}): the loss notices' alarms do not run");
                 return Alarm { slot: None };
             }
         }
@@ -122,7 +118,7 @@ mod tests {
 
     #[test]
     fn the_thread_ends_its_idle_time_after_the_last_alarm_is_dropped_not_after_its_time() {
-        // Never fires: dropped long before its time, as the watchdog of a renewal that ran.
+        // Never fires: dropped long before its time, as the alarm of a lease renewed in time.
         let alarm = call_at(Instant::now() + Duration::from_secs(3600), || {});
         assert!(running());
         drop(alarm);

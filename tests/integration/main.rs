@@ -94,6 +94,9 @@ fn child_process_role() {
         "cluster::increment" => cluster::increment(&client, &args),
         "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
         "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
+        "renewals::crowded" => renewals::crowded(&client, &args),
+        #[cfg(feature = "tokio")]
+        "renewals::crowded_aio" => renewals::crowded_aio(&client, &args),
         "renewals::frozen" => renewals::frozen(&client, &args),
         "seams_conn::call" => seams_conn::call(&client, &args),
         "semaphore::hold" => semaphore::hold(&client, &args),

@@ -1,5 +1,5 @@
-//! No thread left behind: the renewal thread ends soon after the last renewal stops (it waits
-//! 2 s for another, so that leases taken in a loop do not each start a thread), on release and
+//! No thread left behind: the renewal threads end soon after the last renewal stops (each
+//! waits 2 s for more, so that leases taken in a loop do not each start one), on release and
 //! when a handle is dropped.
 //! The counting runs in a child process of its own, where no other test's renewal threads
 //! are counted.
@@ -53,6 +53,19 @@ pub fn renewal_threads_end(client: &redis::Client) {
     let guarded = renewed("guarded");
     drop(guarded.lock().unwrap());
     until_no_renewal_thread("the renewal thread ends after the guard's release");
+
+    // Renewed: the renewal ran on its server's lane, a thread of its own, which ends too.
+    let short = Lock::builder(client, "short")
+        .expire(Duration::from_millis(300))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    short.acquire().unwrap();
+    eventually(Duration::from_secs(5), "the scheduler and a lane", || {
+        renewal_threads() == 2
+    });
+    short.release().unwrap();
+    until_no_renewal_thread("the lane and the scheduler end after the release");
 }
 
 #[test]
