@@ -682,7 +682,8 @@
 //! [`resign`](Leadership::resign). A leader publishes a short text when it takes office (its
 //! address, say); anyone reads the leader ([`Election::leader`]: id, info, term, since) or
 //! watches it change ([`Election::watch`]: a blocking iterator, or `changed().await` in
-//! [`aio::Election`]) without campaigning. A crashed leader is succeeded at its lease's
+//! [`aio::Election`]) without campaigning; a watch reports [`Watched::Unknown`], once, when it
+//! can no longer tell (the server is away). A crashed leader is succeeded at its lease's
 //! expiry by the candidate that waited longest, as a crashed holder of any queue primitive is.
 //!
 //! A scheduler that runs jobs only while it leads, and stops them on the loss notice (a
@@ -738,11 +739,16 @@
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
 //! # let client = redis::Client::open("redis://127.0.0.1/")?;
+//! use redis_blpop_lock::Watched;
+//!
 //! let election = redis_blpop_lock::Election::new(&client, "scheduler")?;
-//! for leader in election.watch()? {
-//!     match leader {
-//!         Some(leader) => println!("send jobs to {} (term {})", leader.info, leader.term),
-//!         None => println!("no scheduler now"),
+//! for change in election.watch()? {
+//!     match change {
+//!         Watched::Leader(leader) => println!("send jobs to {} (term {})", leader.info, leader.term),
+//!         Watched::Nobody => println!("no scheduler now"),
+//!         // The server is away: whoever led may still lead, or not.
+//!         Watched::Unknown { reason } => println!("no telling where the scheduler is: {reason}"),
+//!         other => println!("{other:?}"),
 //!     }
 //! }
 //! # Ok(())
@@ -757,15 +763,22 @@
 //!   only while its id holds the same term, so a crashed leader's record says nothing once its
 //!   lease ends. The record is kept beside the fencing counter until the next leader or a
 //!   resignation replaces it.
-//! - **Watches never poll.** A new leader's announcement, and a resignation that leaves the
-//!   election empty (`scripts/election_vacate.lua`), push a `watch` to the inbox of every
-//!   process whose heartbeat is live in the election. Each watching process keeps one (its
-//!   hub's read of the leader, `scripts/election_read.lua`, beats for it), and its waiting
-//!   connection, shared with every waiter of the process, reads the leader once for all its
-//!   watches. A leader that crashes with nobody in line announces nothing: the watching
-//!   process reads again when the lease it last read ends. A leader that crashes with
-//!   candidates in line is reported as its successor, not as "nobody" first, unless no
-//!   successor takes over within 100 ms.
+//! - **Watches are told, not polling.** A new leader's announcement, and a resignation that
+//!   leaves the election empty (`scripts/election_vacate.lua`), push a `watch` to the inbox of
+//!   every process whose heartbeat is live in the election. Each watching process keeps one
+//!   (its hub's read of the leader, `scripts/election_read.lua`, beats for it), and its
+//!   waiting connection, shared with every waiter of the process, reads the leader once for
+//!   all its watches. A leader that crashes with nobody in line announces nothing: the
+//!   watching process reads again when the lease it last read ends, or the watching handle's
+//!   own lease after the last read, whichever comes first (so at most one read a lease, even
+//!   while nobody leads). A leader that crashes with candidates in line is reported as its
+//!   successor, not as "nobody" first, unless no successor takes over within 100 ms.
+//! - **A watch says when it does not know.** What a watch reports holds only while the
+//!   server answers: a read that fails (a server killed is found at once, by the waiting
+//!   connection that breaks), or no word from the server by the read that was due plus the
+//!   I/O timeout (a frozen server, a network cut: within the lease and the I/O timeout, and a
+//!   grace of at most 250 ms, of its last word), is reported as [`Watched::Unknown`], once;
+//!   the next read that gets through reports the leader, or nobody, again.
 //! - **Leases.** The leader's lease is the builder's `expire` (30 s by default), renewed while
 //!   it leads; a standby takes over at its expiry. Keep it short where a fast fail-over
 //!   matters: a shorter lease means more renewals, not more waiting traffic.
@@ -1268,7 +1281,7 @@ pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
 pub use inspect::reset_all::reset_all;
-pub use protocol::election::Leader;
+pub use protocol::election::{Leader, Watched};
 
 /// The `redis` crate this library is built against.
 ///

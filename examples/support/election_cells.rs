@@ -132,7 +132,7 @@ pub fn run(
         let (at, change) = watching.join().map_err(|_| "the watch panicked")?;
         let leadership = leadership?;
         let change = change.ok_or("the watch missed the change")?;
-        if change.as_ref().map(|l| l.term) != Some(leadership.term()) {
+        if change.leader().map(|l| l.term) != Some(leadership.term()) {
             let saw = format!("the watch saw {change:?}, not term {}", leadership.term());
             return Err(saw.into());
         }

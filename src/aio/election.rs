@@ -1,7 +1,7 @@
 //! The async [`Election`]: the election shell ([`crate::shell::election`]) on tokio, and its
 //! watch's `changed().await`.
 
-use crate::Leader;
+use crate::Watched;
 
 crate::shell::for_api!(election, aio);
 
@@ -28,30 +28,41 @@ impl Leadership {
 }
 
 impl Watch {
-    /// Resolves when the leader changes (at first: the leader now), with the leader from then
-    /// on, `None` while nobody leads. Safe to drop at its `.await`: no change is lost.
+    /// Resolves when what the watch knows changes (at first: the leader now), with what it
+    /// knows from then on: [`Watched::Leader`], [`Watched::Nobody`], or [`Watched::Unknown`]
+    /// once it can no longer tell (a read failed, or the server said nothing past the lease
+    /// plus the I/O timeout), reported once, until the server answers again. Safe to drop at
+    /// its `.await`: no change is lost.
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
     /// # let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// use redis_blpop_lock::Watched;
     /// let election = redis_blpop_lock::aio::Election::new(&client, "scheduler")?;
     /// let mut watch = election.watch().await?;
     /// loop {
     ///     match watch.changed().await {
-    ///         Some(leader) => println!("{} leads (term {})", leader.info, leader.term),
-    ///         None => println!("nobody leads"),
+    ///         Watched::Leader(leader) => println!("{} leads (term {})", leader.info, leader.term),
+    ///         Watched::Nobody => println!("nobody leads"),
+    ///         Watched::Unknown { reason } => println!("who leads is unknown: {reason}"),
+    ///         other => println!("{other:?}"),
     ///     }
     /// }
     /// # }
     /// ```
-    pub async fn changed(&mut self) -> Option<Leader> {
+    pub async fn changed(&mut self) -> Watched {
         let watcher = &self.watching.watcher;
         loop {
             // A change pushed after this look stores a permit the `notified` below takes.
-            if let Some(leader) = watcher.take() {
-                return leader;
+            match watcher.take() {
+                Ok(change) => return change,
+                // Until what the watch knows is vouched for no more.
+                Err(Some(stale_at)) => {
+                    let stale_at = ::tokio::time::Instant::from_std(stale_at);
+                    let _ = ::tokio::time::timeout_at(stale_at, watcher.notify.notified()).await;
+                }
+                Err(None) => watcher.notify.notified().await,
             }
-            watcher.notify.notified().await;
         }
     }
 }

@@ -51,9 +51,11 @@ impl<R: Runtime> Acquirer<R> {
         Ok(election::parse_read(&self.keys, &reply)?.leader)
     }
 
-    /// Starts watching the leader: the first change is the leader now.
+    /// Starts watching the leader: the first change is the leader now. The watch reads it
+    /// at least once a lease of this handle's.
     pub(crate) async fn watch(&self) -> Result<Watching, Error> {
-        let mut watching = self.hub.watch(&self.keys, self.settings.lapse());
+        let lease = self.settings.expire();
+        let mut watching = self.hub.watch(&self.keys, self.settings.lapse(), lease);
         if let Some(wake) = watching.wake() {
             self.send(&wake).await?;
         }

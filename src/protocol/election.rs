@@ -38,6 +38,87 @@ pub struct Leader {
     pub since: SystemTime,
 }
 
+/// What a watch knows of an election's leader, as it reports it at each change (see
+/// [`Watch::changed`](crate::Watch::changed)): who leads, that nobody does, or that it cannot
+/// tell, while the server does not answer.
+///
+/// ```
+/// use redis_blpop_lock::Watched;
+///
+/// fn show(watched: &Watched) -> String {
+///     match watched {
+///         Watched::Leader(leader) => format!("{} leads (term {})", leader.info, leader.term),
+///         Watched::Nobody => "nobody leads".to_owned(),
+///         Watched::Unknown { reason } => format!("who leads is unknown: {reason}"),
+///         other => format!("{other:?}"),
+///     }
+/// }
+/// assert_eq!(show(&Watched::Nobody), "nobody leads");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Watched {
+    /// This leader leads, from its announcement until it resigns or its lease ends.
+    Leader(Leader),
+    /// Nobody leads.
+    Nobody,
+    /// The watch cannot tell who leads: a read of the leader failed (the server is away, or
+    /// did not answer within the I/O timeout), or nothing was heard from the server since the
+    /// last read for longer than that read's lease allowed. It is reported once; the next
+    /// change is the leader, or nobody, once a read gets through again. Whoever led may still
+    /// lead meanwhile: the leader itself learns that it lost office by its own lease
+    /// ([`Leadership::lost`](crate::Leadership::lost)).
+    Unknown {
+        /// Why, in a few words: the read's error, or how long the server has said nothing.
+        reason: String,
+    },
+}
+
+impl Watched {
+    /// The leader, if one is known to lead.
+    ///
+    /// ```
+    /// assert_eq!(redis_blpop_lock::Watched::Nobody.leader(), None);
+    /// ```
+    pub fn leader(&self) -> Option<&Leader> {
+        match self {
+            Watched::Leader(leader) => Some(leader),
+            _ => None,
+        }
+    }
+
+    /// The leader, if one is known to lead.
+    ///
+    /// ```
+    /// assert_eq!(redis_blpop_lock::Watched::Nobody.into_leader(), None);
+    /// ```
+    pub fn into_leader(self) -> Option<Leader> {
+        match self {
+            Watched::Leader(leader) => Some(leader),
+            _ => None,
+        }
+    }
+
+    /// Whether the watch knows who leads (a leader, or nobody): false only for
+    /// [`Unknown`](Self::Unknown).
+    ///
+    /// ```
+    /// use redis_blpop_lock::Watched;
+    /// assert!(Watched::Nobody.is_known());
+    /// assert!(!Watched::Unknown { reason: "timed out".into() }.is_known());
+    /// ```
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Watched::Unknown { .. })
+    }
+}
+
+impl From<Option<Leader>> for Watched {
+    /// `Some` leader leads; `None`: nobody.
+    fn from(leader: Option<Leader>) -> Watched {
+        leader.map_or(Watched::Nobody, Watched::Leader)
+    }
+}
+
 /// What a read of the election found: the leader, and when to look again by itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Seen {

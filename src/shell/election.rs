@@ -177,14 +177,38 @@ macro_rules! election {
                 /// one waiting connection and one read of the leader per change. A change that
                 /// another follows within that read is reported as the later one.
                 ///
+                /// A watch never reports a leader it cannot vouch for: the process reads the
+                /// leader again when the lease it read ends, or this handle's lease
+                /// ([`expire`](crate::LockBuilder::expire)) after its last word from the
+                /// server, whichever comes first. A read that fails (the server is away, or
+                /// does not answer within the [`io_timeout`](crate::LockBuilder::io_timeout)),
+                /// or silence past the read that was due plus the I/O timeout, is reported as
+                /// [`Watched::Unknown`](crate::Watched::Unknown): once, and within the lease
+                /// plus the I/O timeout (and a grace of at most 250 ms) of the server's last
+                /// word. A server killed is found at once, by the waiting connection that
+                /// breaks. Once a read gets through again, the watch reports the leader, or
+                /// nobody, even if that did not change.
+                ///
                 /// ```no_run
                 #[doc = $head]
                 /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-                #[doc = concat!("let election = ", $path, "Election::new(&client, \"scheduler\")?;")]
+                /// use std::time::Duration;
+                /// use redis_blpop_lock::Watched;
+                ///
+                #[doc = concat!("let election = ", $path, "Election::builder(&client, \"scheduler\")")]
+                ///     .expire(Duration::from_secs(10))
+                ///     .io_timeout(Duration::from_secs(2))
+                ///     .build()?;
                 #[doc = concat!("let mut watch = election.watch()", $aw, "?;")]
-                #[doc = concat!("let now = watch.changed()", $aw, ";")]
-                /// println!("leader: {:?}", now.map(|l| l.info));
-                /// # Ok(())
+                /// loop {
+                #[doc = concat!("    match watch.changed()", $aw, " {")]
+                ///         Watched::Leader(leader) => println!("send jobs to {}", leader.info),
+                ///         Watched::Nobody => println!("nobody leads: hold the jobs"),
+                ///         // At most 12 s (and a grace) after the server's last word.
+                ///         Watched::Unknown { reason } => println!("no telling who leads: {reason}"),
+                ///         other => println!("{other:?}"),
+                ///     }
+                /// }
                 /// # }
                 /// ```
                 pub $($asyncness)? fn watch(&self) -> Result<Watch, Error> {
@@ -342,8 +366,9 @@ macro_rules! election {
                 }
             }
 
-            /// The changes of an election's leader, from [`Election::watch`]: each is the
-            /// leader from then on, `None` while nobody leads.
+            /// The changes of an election's leader, from [`Election::watch`]: each is what
+            /// the watch knows from then on, a [`Watched`](crate::Watched): the leader,
+            /// nobody, or that it cannot tell while the server does not answer.
             pub struct Watch {
                 pub(super) watching: Watching,
             }

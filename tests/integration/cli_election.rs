@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::Election;
@@ -55,6 +55,11 @@ impl Lines {
 
     fn next_json(&self) -> serde_json::Value {
         serde_json::from_str(&self.next()).unwrap()
+    }
+
+    /// The next line, if it comes within `limit`.
+    fn next_within(&self, limit: Duration) -> Option<String> {
+        self.0.recv_timeout(limit).ok()
     }
 }
 
@@ -215,8 +220,9 @@ fn leader_says_no_leader_and_exits_1_when_nobody_leads() {
     let json: serde_json::Value = serde_json::from_str(&leader(&server, &["--json"], 1)).unwrap();
     assert_eq!(
         json,
-        serde_json::json!({"name": "jobs", "led": false, "id": null, "info": null,
-                           "term": null, "since": null, "since_ms": null})
+        serde_json::json!({"name": "jobs", "known": true, "led": false, "id": null,
+                           "info": null, "term": null, "since": null, "since_ms": null,
+                           "reason": null})
     );
 }
 
@@ -231,9 +237,10 @@ fn leader_shows_the_leaders_info_term_and_since_and_exits_0() {
     let rfc3339 = json["since"].as_str().expect("since, as text");
     assert_eq!(
         json,
-        serde_json::json!({"name": "jobs", "led": true, "id": leadership.id(),
+        serde_json::json!({"name": "jobs", "known": true, "led": true, "id": leadership.id(),
                            "info": "10.0.0.5:8080", "term": leadership.term(),
-                           "since": rfc3339, "since_ms": since_ms.as_millis() as u64})
+                           "since": rfc3339, "since_ms": since_ms.as_millis() as u64,
+                           "reason": null})
     );
     // RFC 3339 in UTC, to the millisecond, of the same instant.
     assert!(
@@ -279,6 +286,90 @@ fn leader_watch_prints_the_leader_now_then_a_line_at_each_change() {
     let output = finish(watch);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stderr(&output), "");
+}
+
+#[test]
+fn leader_watch_says_the_leader_is_unknown_when_the_server_dies_and_shows_it_again_after() {
+    let mut server = RedisServer::start();
+    let leadership = Election::builder(&server.client(), "jobs")
+        .expire(secs(1))
+        .io_timeout(ms(500))
+        .build()
+        .unwrap()
+        .campaign("host-a")
+        .unwrap();
+    let watch = |json: bool| {
+        let mut watch = redis_lock(&server)
+            .args(["--io-timeout", "0.5", "leader", "jobs", "--watch"])
+            .args(json.then_some("--json"))
+            .spawn()
+            .unwrap();
+        let lines = Lines::of(&mut watch);
+        (watch, lines)
+    };
+    let (text, text_lines) = watch(false);
+    let (json, json_lines) = watch(true);
+    assert!(text_lines.next().contains("led by \"host-a\""));
+    let led = json_lines.next_json();
+    assert_eq!(
+        (&led["known"], &led["led"]),
+        (&true.into(), &true.into()),
+        "{led}"
+    );
+    server.kill();
+    let killed = Instant::now();
+    // The I/O timeout plus the lease, and some slack for a loaded machine.
+    let within = ms(500) + secs(1) + secs(2);
+    let said = text_lines
+        .next_within(within)
+        .expect("a line once the server is gone");
+    let text_after = killed.elapsed();
+    assert!(
+        said.starts_with("election \"jobs\": leader unknown ("),
+        "{said}"
+    );
+    let said = json_lines
+        .next_within(within)
+        .expect("a JSON line once the server is gone");
+    let json_after = killed.elapsed();
+    let unknown: serde_json::Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(
+        (
+            &unknown["name"],
+            &unknown["known"],
+            &unknown["led"],
+            &unknown["term"]
+        ),
+        (
+            &"jobs".into(),
+            &false.into(),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        ),
+        "{unknown}"
+    );
+    assert!(
+        unknown["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{unknown}"
+    );
+    eprintln!("the unknown lines came {text_after:?} and {json_after:?} after the kill");
+    assert!(leadership.lost_token().wait_timeout(secs(5)));
+    // Once: nothing more while the server stays away.
+    assert_eq!(text_lines.next_within(ms(500)), None);
+    server.start_again();
+    assert_eq!(text_lines.next(), "election \"jobs\": no leader");
+    let nobody = json_lines.next_json();
+    assert_eq!(
+        (&nobody["known"], &nobody["led"], &nobody["reason"]),
+        (&true.into(), &false.into(), &serde_json::Value::Null),
+        "{nobody}"
+    );
+    drop(leadership);
+    for watch in [text, json] {
+        send_signal(watch.id(), "INT");
+        let output = finish(watch);
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
 }
 
 #[test]

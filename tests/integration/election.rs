@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_blpop_lock::inspect::{self, Primitive};
-use redis_blpop_lock::{Election, Error, Leader, Quorum};
+use redis_blpop_lock::{Election, Error, Leader, Quorum, Watched};
 
 use crate::support::{ms, secs, send_signal, strip_process, ChildProcess, RedisServer};
 
@@ -21,8 +21,17 @@ fn election(server: &RedisServer, name: &str, expire: Duration) -> Election {
         .unwrap()
 }
 
-/// The watch's next change, within [`TOLD_WITHIN`].
+/// The watch's next change, within [`TOLD_WITHIN`]: the leader, or `None` for nobody (a
+/// watch of a server that answers always knows).
 fn next_change(watch: &mut redis_blpop_lock::Watch) -> Option<Leader> {
+    match next_watched(watch) {
+        Watched::Unknown { reason } => panic!("the watch did not know who leads: {reason}"),
+        known => known.into_leader(),
+    }
+}
+
+/// The watch's next change, within [`TOLD_WITHIN`].
+fn next_watched(watch: &mut redis_blpop_lock::Watch) -> Watched {
     watch
         .changed_for(TOLD_WITHIN)
         .unwrap_or_else(|| panic!("no change reported within {TOLD_WITHIN:?}"))
@@ -252,11 +261,81 @@ fn a_watch_reports_nobody_after_a_server_restart_lost_the_election() {
     let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
     assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
     server.restart_after(ms(100));
-    assert_eq!(next_change(&mut watch), None);
+    // It may not have known who leads while the server was away.
+    let mut after = next_watched(&mut watch);
+    if !after.is_known() {
+        after = next_watched(&mut watch);
+    }
+    assert_eq!(after, Watched::Nobody);
     drop(leadership);
     let again = candidate.campaign("b").unwrap();
     let seen = next_change(&mut watch).expect("the new leader");
     assert_eq!((seen.info.as_str(), seen.term), ("b", again.term()));
+}
+
+/// The lease and I/O timeout of the elections of a server that dies.
+const LEASE: Duration = Duration::from_secs(1);
+const IO_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How soon a watch says it does not know who leads once the server is gone: the I/O timeout
+/// plus the lease, and a second of slack for a loaded machine.
+const UNKNOWN_WITHIN: Duration = Duration::from_millis(500 + 1000 + 1000);
+
+/// A handle on election "jobs" with a [`LEASE`] and an [`IO_TIMEOUT`].
+fn short_lived(server: &RedisServer) -> Election {
+    Election::builder(&server.client(), "jobs")
+        .expire(LEASE)
+        .io_timeout(IO_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_watch_says_once_that_it_does_not_know_when_the_server_is_killed_then_nobody_after_a_restart() {
+    let mut server = RedisServer::start();
+    let leadership = short_lived(&server).campaign("a").unwrap();
+    let mut watch = short_lived(&server).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    server.kill();
+    let killed = Instant::now();
+    let change = (watch.changed_for(UNKNOWN_WITHIN))
+        .unwrap_or_else(|| panic!("nothing said within {UNKNOWN_WITHIN:?} of the kill"));
+    let after = killed.elapsed();
+    assert!(
+        matches!(&change, Watched::Unknown { reason } if !reason.is_empty()),
+        "{change:?} after the kill"
+    );
+    eprintln!("unknown {after:?} after the kill: {change:?}");
+    // Once, however long the server stays away: past the leader's own loss notice.
+    assert!(leadership.lost_token().wait_timeout(secs(5)));
+    drop(leadership);
+    assert_eq!(watch.changed_for(LEASE + IO_TIMEOUT), None);
+    server.start_again();
+    assert_eq!(next_watched(&mut watch), Watched::Nobody);
+    let again = short_lived(&server).campaign("b").unwrap();
+    let seen = next_change(&mut watch).expect("the new leader");
+    assert_eq!((seen.info.as_str(), seen.term), ("b", again.term()));
+}
+
+#[test]
+fn a_watch_of_a_frozen_server_says_it_does_not_know_within_the_lease_and_the_io_timeout() {
+    let server = RedisServer::start();
+    let leadership = short_lived(&server).campaign("a").unwrap();
+    let mut watch = short_lived(&server).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    // Connections stay open, and nothing answers.
+    server.pause();
+    let frozen = Instant::now();
+    let change = (watch.changed_for(UNKNOWN_WITHIN))
+        .unwrap_or_else(|| panic!("nothing said within {UNKNOWN_WITHIN:?} of the freeze"));
+    let after = frozen.elapsed();
+    server.resume();
+    assert!(!change.is_known(), "{change:?} after the freeze");
+    eprintln!("unknown {after:?} after the freeze: {change:?}");
+    // The server answers again: whoever leads now (the lease ran on meanwhile).
+    let change = next_watched(&mut watch);
+    assert!(change.is_known(), "{change:?} after the server came back");
+    drop(leadership);
 }
 
 #[test]
@@ -338,12 +417,60 @@ fn an_async_watch_reports_a_blocking_candidates_leadership() {
     runtime.block_on(async {
         let mut watch = watcher.watch().await.unwrap();
         let first = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
-        assert_eq!(first.unwrap(), None);
+        assert_eq!(first.unwrap(), Watched::Nobody);
         let leadership = tokio::task::spawn_blocking(move || candidate.campaign("a").unwrap())
             .await
             .unwrap();
         let seen = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
-        assert_eq!(seen.unwrap().map(|l| l.term), Some(leadership.term()));
+        assert_eq!(
+            seen.unwrap().leader().map(|l| l.term),
+            Some(leadership.term())
+        );
+    });
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_watch_says_once_that_it_does_not_know_when_the_server_is_killed_then_nobody() {
+    let mut server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leadership = short_lived(&server).campaign("a").unwrap();
+    let watcher = redis_blpop_lock::aio::Election::builder(&server.client(), "jobs")
+        .expire(LEASE)
+        .io_timeout(IO_TIMEOUT)
+        .build()
+        .unwrap();
+    let mut watch = runtime.block_on(async {
+        let mut watch = watcher.watch().await.unwrap();
+        let first = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
+        assert_eq!(
+            first.unwrap().into_leader().map(|l| l.info),
+            Some("a".into())
+        );
+        watch
+    });
+    server.kill();
+    let killed = Instant::now();
+    runtime.block_on(async {
+        let change = tokio::time::timeout(UNKNOWN_WITHIN, watch.changed()).await;
+        let change =
+            change.unwrap_or_else(|_| panic!("nothing said within {UNKNOWN_WITHIN:?} of the kill"));
+        let after = killed.elapsed();
+        assert!(!change.is_known(), "{change:?} after the kill");
+        eprintln!("unknown {after:?} after the kill: {change:?}");
+        // Once, however long the server stays away.
+        let more = tokio::time::timeout(LEASE + IO_TIMEOUT, watch.changed()).await;
+        assert!(more.is_err(), "{more:?} after the first unknown");
+    });
+    assert!(leadership.lost_token().wait_timeout(secs(5)));
+    drop(leadership);
+    server.start_again();
+    runtime.block_on(async {
+        let change = tokio::time::timeout(TOLD_WITHIN, watch.changed()).await;
+        assert_eq!(change.unwrap(), Watched::Nobody);
     });
 }
 

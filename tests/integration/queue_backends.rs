@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::Commands;
 use redis_blpop_lock::inspect::Primitive;
-use redis_blpop_lock::{Election, RwLock, Semaphore, SemaphorePermit};
+use redis_blpop_lock::{Election, RwLock, Semaphore, SemaphorePermit, Watched};
 
 use crate::support::{secs, RedisCluster, RedisServer};
 
@@ -92,14 +92,16 @@ fn an_election_on_a_cluster_is_led_read_and_watched_in_its_slot() {
     let cluster = RedisCluster::shared();
     let election = || Election::new(&cluster.client(), "cluster-leader").unwrap();
     let mut watch = election().watch().unwrap();
-    assert_eq!(watch.changed_for(secs(10)), Some(None));
+    assert_eq!(watch.changed_for(secs(10)), Some(Watched::Nobody));
     let leadership = election().campaign("node-a").unwrap();
-    let seen = watch.changed_for(secs(10)).flatten().expect("the leader");
+    let seen = (watch.changed_for(secs(10)))
+        .and_then(Watched::into_leader)
+        .expect("the leader");
     assert_eq!(
         (seen.info.as_str(), seen.term),
         ("node-a", leadership.term())
     );
     assert_eq!(election().leader().unwrap(), Some(seen));
     leadership.resign().unwrap();
-    assert_eq!(watch.changed_for(secs(10)), Some(None));
+    assert_eq!(watch.changed_for(secs(10)), Some(Watched::Nobody));
 }

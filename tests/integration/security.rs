@@ -6,7 +6,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis_blpop_lock::inspect::{self, Primitive};
-use redis_blpop_lock::{reset_all, Election, Error, Lock, RwLock, Semaphore};
+use redis_blpop_lock::{reset_all, Election, Error, Lock, RwLock, Semaphore, Watched};
 
 use crate::support::{secs, RedisServer};
 
@@ -141,7 +141,7 @@ pub(crate) fn everything(server: &RedisServer, client: &redis::Client) -> Result
     let leadership = election.campaign("a")?;
     assert_eq!(election.leader()?.map(|l| l.term), Some(leadership.term()));
     let mut watch = election.watch()?;
-    let watched = watch.changed_for(secs(5)).flatten();
+    let watched = watch.changed_for(secs(5)).and_then(Watched::into_leader);
     assert_eq!(watched.map(|l| l.term), Some(leadership.term()));
     leadership.resign()?;
 

@@ -181,13 +181,15 @@ enum Command {
         /// The election's name (its keys are election:{NAME}:*).
         #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
-        /// Print one JSON object: {"name":..,"led":true,"id":..,"info":..,"term":..,
-        /// "since":"2026-11-26T05:46:08.123Z","since_ms":..}; with nobody leading, "led" is
-        /// false and the others are null.
+        /// Print one JSON object: {"name":..,"known":true,"led":true,"id":..,"info":..,
+        /// "term":..,"since":"2026-11-26T05:46:08.123Z","since_ms":..,"reason":null}; with
+        /// nobody leading, "led" is false and the leader's fields are null.
         #[arg(long)]
         json: bool,
         /// Print the leader now, then a line (an object, with --json) at each change, as the
         /// election tells of it (nothing polls), until SIGINT, SIGTERM or SIGHUP (exit 0).
+        /// When Redis is away or does not answer, one line says the leader is unknown and why
+        /// (`leader unknown (REASON)`; in JSON "known" false, "led" null, and "reason").
         #[arg(long)]
         watch: bool,
     },

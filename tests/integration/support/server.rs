@@ -171,6 +171,12 @@ impl RedisServer {
     pub fn restart_after(&mut self, outage: Duration) {
         self.kill();
         std::thread::sleep(outage);
+        self.start_again();
+    }
+
+    /// Starts a fresh, empty server on the same port after a [`kill`](Self::kill), which logs
+    /// to the same file, and waits until it answers.
+    pub fn start_again(&mut self) {
         *self.child.get_mut().unwrap() = spawn(self.port, &self.args, &self.log_path);
         assert!(
             self.until_answering(),
