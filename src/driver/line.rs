@@ -98,10 +98,19 @@ impl<R: Runtime> Line<'_, R> {
                             seat.timed(&asked, wait.asked(sent, asked, now), now)
                         })
                 }
-                Next::Block { until } => self
-                    .mail(&seat, until, cancel)
-                    .await
-                    .map(|(token, dated)| wait.popped(token, dated, Instant::now())),
+                Next::Block { until } => {
+                    self.mail(&seat, until, cancel)
+                        .await
+                        .map(|told| match told {
+                            Some(Told::Granted(token, dated)) => {
+                                wait.popped(Some(token), dated, Instant::now())
+                            }
+                            Some(Told::AskBy(at)) => wait.retimed(at, Instant::now()),
+                            Some(Told::AskAgain | Told::Refused) | None => {
+                                wait.popped(None, None, Instant::now())
+                            }
+                        })
+                }
                 Next::Leave => {
                     in_line.leave(by.now()).await?;
                     return Ok(LineEnd::TimedOut);
@@ -196,20 +205,15 @@ impl<R: Runtime> Line<'_, R> {
         Ok((sent, asked))
     }
 
-    /// Waits for the seat's mail until `until`: the token of a grant and when its claim
-    /// window ends at the earliest, if its hub could date it; or none (its time came, or it
-    /// was told to ask again).
+    /// Waits for the seat's mail until `until`: what it was told, or none (its time came).
     async fn mail(
         &self,
         seat: &Seat,
         until: Option<Instant>,
         cancel: &CancelToken,
-    ) -> Result<(Option<u64>, Option<Instant>), Error> {
+    ) -> Result<Option<Told>, Error> {
         seat.block().map_err(Error::Thread)?;
-        Ok(match R::mail(&seat.mailbox, until, cancel).await {
-            Some(Told::Granted(token, dated)) => (Some(token), dated),
-            Some(Told::AskAgain | Told::Refused) | None => (None, None),
-        })
+        Ok(R::mail(&seat.mailbox, until, cancel).await)
     }
 }
 

@@ -9,11 +9,12 @@
 //!   timer is capped at one lapse window: a wake that is lost costs it at most that;
 //! - a waiter behind it keeps the server's timer, or none: the first one covers it;
 //! - when the first one leaves the line (granted, timed out, cancelled, stopped), the new
-//!   first takes the timer over: told to ask again when its own timer is none or later than
-//!   a lapse window, so that it times itself to what is ahead of it now.
+//!   first takes the timer over when its own is none or later than a lapse window: the one
+//!   that left, if that is still ahead (the event it was timed to may let the new first in
+//!   now), else an ask at once, which times it to what is ahead of it now.
 //!
 //! So 700 waiters of one process behind one holder ask about once a lapse window in all,
-//! not 700 times, and none of them waits for ever.
+//! not 700 times; a hand-off between two of them costs no ask; and none waits for ever.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -53,13 +54,14 @@ impl Cover {
         until
     }
 
-    /// Waiter `id` is out of the line at `now`: the waiter that must ask again to take the
-    /// timer over, if any (the new first, when its timer breaks the cap of `lapse`).
+    /// Waiter `id` is out of the line at `now`: the waiter that takes the timer over, if any
+    /// (the new first, when its timer breaks the cap of `lapse`), and its new timer: the one
+    /// that left, if still ahead, else now (it asks at once).
     #[must_use]
-    pub fn left(&mut self, id: &str, now: Instant, lapse: Duration) -> Option<String> {
+    pub fn left(&mut self, id: &str, now: Instant, lapse: Duration) -> Option<(String, Instant)> {
         let ticket = self.tickets.remove(id)?;
         let was_first = self.line.keys().next() == Some(&ticket);
-        self.line.remove(&ticket);
+        let (_, left_until) = self.line.remove(&ticket)?;
         if !was_first {
             return None;
         }
@@ -67,9 +69,9 @@ impl Cover {
         if until.is_some_and(|until| until <= now + lapse) {
             return None;
         }
-        // Told, it asks again: until then it counts as asking now.
-        *until = Some(now);
-        Some(next.clone())
+        let taken = left_until.filter(|&at| at > now).unwrap_or(now);
+        *until = Some(taken);
+        Some((next.clone(), taken))
     }
 }
 
@@ -108,11 +110,17 @@ mod tests {
         cover.waits("c", 9, None, t0, LAPSE);
         // Not the first: nobody's timer changes.
         assert_eq!(cover.left("b", t0, LAPSE), None);
-        assert_eq!(cover.left("a", t0, LAPSE), Some("c".to_owned()));
-        // Told already, it is not told twice before it asks.
+        // The first's timer is still ahead: c takes it over, without an ask.
+        assert_eq!(
+            cover.left("a", t0, LAPSE),
+            Some(("c".to_owned(), t0 + LAPSE))
+        );
+        // Timed now, it is not told twice.
         assert_eq!(cover.waits("d", 11, None, t0, LAPSE), None);
-        assert_eq!(cover.left("c", t0, LAPSE), Some("d".to_owned()));
-        assert_eq!(cover.left("d", t0, LAPSE), None);
+        // Past the one that left (its deadline came, say): d asks at once.
+        let later = t0 + LAPSE;
+        assert_eq!(cover.left("c", later, LAPSE), Some(("d".to_owned(), later)));
+        assert_eq!(cover.left("d", later, LAPSE), None);
         assert_eq!(cover, Cover::default());
     }
 
@@ -124,8 +132,11 @@ mod tests {
         cover.waits("b", 2, Some(t0 + secs(1)), t0, LAPSE);
         cover.waits("c", 3, Some(t0 + secs(30)), t0, LAPSE);
         assert_eq!(cover.left("a", t0, LAPSE), None);
-        // Now b is first; when it leaves, c's timer is past the cap.
-        assert_eq!(cover.left("b", t0, LAPSE), Some("c".to_owned()));
+        // Now b is first; when it leaves, c's timer is past the cap: it takes b's.
+        assert_eq!(
+            cover.left("b", t0, LAPSE),
+            Some(("c".to_owned(), t0 + secs(1)))
+        );
     }
 
     #[test]

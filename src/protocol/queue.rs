@@ -515,6 +515,18 @@ impl QueueWait {
         }
     }
 
+    /// Told at `now` to ask again by `at` at the latest (its process's first waiter in line
+    /// left it that timer): it waits on until then, or its deadline if sooner.
+    pub fn retimed(&mut self, at: Instant, now: Instant) -> Next {
+        match self.deadline {
+            Some(deadline) if now >= deadline => Next::Leave,
+            Some(deadline) => Next::Block {
+                until: Some(at.min(deadline)),
+            },
+            None => Next::Block { until: Some(at) },
+        }
+    }
+
     /// After a wait for the inbox that ended at `now`, with the token a grant pushed, or none
     /// (its time ran out, or it was woken to ask again). `dated`: when the grant's claim
     /// window ends at the earliest, where its process could date it (see the hub).
@@ -825,6 +837,23 @@ mod tests {
             ticket: 9,
         };
         assert_eq!(wait.asked(t0, waiting, t0 + secs(6)), Next::Leave);
+    }
+
+    #[test]
+    fn a_timer_handed_over_is_kept_until_the_deadline() {
+        let t0 = Instant::now();
+        let mut forever = QueueWait::new(None);
+        let at = t0 + secs(1);
+        assert_eq!(forever.retimed(at, t0), Next::Block { until: Some(at) });
+        let half = Duration::from_millis(500);
+        let mut timed = QueueWait::new(Some(t0 + half));
+        assert_eq!(
+            timed.retimed(at, t0),
+            Next::Block {
+                until: Some(t0 + half)
+            }
+        );
+        assert_eq!(timed.retimed(at, t0 + secs(1)), Next::Leave);
     }
 
     #[test]

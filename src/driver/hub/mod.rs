@@ -134,6 +134,9 @@ pub(crate) enum Told {
     AskAgain,
     /// The server refused the `BLPOP` for this waiter's key (see [`Listener::refused`]).
     Refused,
+    /// Ask again by then at the latest: the timer its process's first waiter in line left
+    /// to it ([`Cover`](crate::protocol::cover::Cover)).
+    AskBy(Instant),
 }
 
 /// One waiter's mail: what it was told last, a grant over anything else.
@@ -150,7 +153,13 @@ pub(crate) struct Mailbox {
 impl Mailbox {
     fn tell(&self, told: Told) {
         let mut slot = self.told.lock();
-        if !matches!(*slot, Some(Told::Granted(..))) {
+        // A grant over anything, anything over a timer.
+        let keep = match *slot {
+            Some(Told::Granted(..)) => true,
+            Some(Told::AskAgain | Told::Refused) => matches!(told, Told::AskBy(_)),
+            Some(Told::AskBy(_)) | None => false,
+        };
+        if !keep {
             *slot = Some(told);
         }
         self.arrived.notify_all();

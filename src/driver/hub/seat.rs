@@ -109,8 +109,14 @@ impl Drop for Seat {
             // may have to take its timer over.
             let now = Instant::now();
             let next = name.cover.left(&self.waiter, now, name.lapse);
-            if let Some(mailbox) = next.and_then(|next| name.seats.get(&next)) {
-                mailbox.tell(Told::AskAgain);
+            if let Some((mailbox, at)) =
+                next.and_then(|(next, at)| Some((name.seats.get(&next)?, at)))
+            {
+                mailbox.tell(if at > now {
+                    Told::AskBy(at)
+                } else {
+                    Told::AskAgain
+                });
             }
         });
     }
