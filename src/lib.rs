@@ -167,8 +167,10 @@
 //! # }
 //! ```
 //!
-//! The renewal thread holds only a weak reference: drop the handle and the renewing stops, so the
-//! lock expires. Release stops and joins it. A renewal error is logged and retried until the
+//! The renewals hold only a weak reference: drop the handle and the renewing stops, so the lock
+//! expires. Release stops its renewal, waiting for one under way. Renewals run on one lane per
+//! server, so one frozen server never makes another's renewals late (docs/design.md, "The
+//! renewal rule"). A renewal error is logged and retried until the
 //! expiry; after that, or when the key holds another id, the lock counts as lost and an error is
 //! logged. A lock without an expiry never counts as lost; use an expiry and
 //! `auto_renewal(true)` when you need `lost()`.
