@@ -642,9 +642,12 @@ impl Run {
                 if !differences.is_empty() {
                     // The keys are read after the call, each at its own moment up to `read`:
                     // an inbox or the heartbeats may expire in between, however slow the
-                    // machine (the guard before the call covers only a few ms).
+                    // machine (the guard before the call covers only a few ms). A key's
+                    // expiry is compared within the call's window, as every time here:
+                    // Redis 7 dates a script's `PEXPIRE` by the time its event loop woke
+                    // (redis/redis#10300), which on a loaded machine is that much earlier.
                     let mut expired = candidate.clone();
-                    expired.expire_keys(read);
+                    expired.expire_keys(read + tol);
                     if Self::differences(&expired, &ours, &theirs, &keys, tol).is_empty() {
                         self.seen.expired_while_read += 1;
                         candidate = expired;
