@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use redis::{Commands, Connection, Script};
 
-use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server};
+use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server, INF};
 use crate::support::{server_version, RedisServer};
 use crate::Rng;
 
@@ -77,10 +77,32 @@ const PROCESSES: usize = 3;
 /// run, one shorter than the lapse window (its grants are "short": the head wake).
 const UNITS: [u64; PROCESSES] = [1, 2, 1];
 const LEASES: [Ms; PROCESSES] = [120, 400, 250];
+/// The acquisition whose lease has no expiry (`lease ms` 0: its score is `+inf`).
+const NO_EXPIRY: Id = Id {
+    client: 2,
+    epoch: 1,
+};
 const CAPACITY: u64 = 2;
 const LAPSE: Ms = 250;
 /// How near an expiry a call is not sent.
 const GUARD: Ms = 8;
+
+/// The lease `id` asks for and extends by.
+fn lease(id: Id) -> Ms {
+    if id == NO_EXPIRY {
+        0
+    } else {
+        LEASES[usize::from(id.client)]
+    }
+}
+
+/// A score of the holders' ZSET: an expiry, or none (`inf`).
+fn parse_expiry(text: &str) -> Ms {
+    match text {
+        "inf" => INF,
+        _ => text.parse().expect("an expiry"),
+    }
+}
 
 fn process_text(p: usize) -> String {
     format!("{:016x}", 0x5eed_0000 + p)
@@ -194,6 +216,8 @@ fn parse_mail(text: &str) -> Mail {
 #[derive(Debug, Default)]
 pub struct Seen {
     pub granted: u64,
+    /// Grants (in a reply) of a lease without expiry.
+    pub granted_without_expiry: u64,
     pub waiting: u64,
     pub refused: u64,
     pub lapsed: u64,
@@ -233,7 +257,10 @@ impl Run {
 
     /// Every moment at which a script's outcome turns: expiries and lapses.
     fn deadlines(model: &Server) -> Vec<Ms> {
-        let mut at: Vec<Ms> = model.holders.iter().map(|h| h.expiry).collect();
+        let mut at: Vec<Ms> = (model.holders.iter())
+            .map(|h| h.expiry)
+            .filter(|&e| e != INF)
+            .collect();
         at.extend(model.beats.iter().flatten());
         if model.beats.iter().any(Option::is_some) {
             at.push(model.beats_expiry);
@@ -284,7 +311,7 @@ impl Run {
                     id_text(id),
                     UNITS[c].to_string(),
                     CAPACITY.to_string(),
-                    LEASES[c].to_string(),
+                    lease(id).to_string(),
                     LAPSE.to_string(),
                     how.into(),
                     process.into(),
@@ -298,7 +325,7 @@ impl Run {
                     [-2] => Acquired::Lapsed,
                     [1, token, left] => Acquired::Granted {
                         token: token as u64,
-                        left: left as Ms,
+                        left: u64::try_from(left).unwrap_or(INF),
                     },
                     [0, 0, 0] => Acquired::Refused,
                     [0, position, next, ticket] => Acquired::Waiting {
@@ -314,8 +341,7 @@ impl Run {
                 Reply::Held(n == 1)
             }
             Op::Extend(id) => {
-                let lease = LEASES[usize::from(id.client)].to_string();
-                let n = invoke(&scripts.extend, &[id_text(id), lease]);
+                let n = invoke(&scripts.extend, &[id_text(id), lease(id).to_string()]);
                 Reply::Held(n == 1)
             }
             Op::Beat(p) => {
@@ -346,14 +372,14 @@ impl Run {
                     id,
                     units: UNITS[c],
                     capacity: CAPACITY,
-                    lease: LEASES[c],
+                    lease: lease(id),
                     lapse: LAPSE,
                     mode,
                 };
                 Reply::Acquired(model.acquire(&call, now, &bugs, notes).0)
             }
             Op::Release(id) => Reply::Held(model.release(id, CAPACITY, now, &bugs, notes).0),
-            Op::Extend(id) => Reply::Held(model.extend(id, LEASES[usize::from(id.client)], now)),
+            Op::Extend(id) => Reply::Held(model.extend(id, lease(id), now)),
             Op::Beat(p) => Reply::Beat(model.beat(p, LAPSE, now)),
             Op::Reset(id) => {
                 Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
@@ -398,7 +424,7 @@ impl Run {
         }
         Keys {
             holders: (holders.into_iter())
-                .map(|(id, score)| (parse_id(&id), score.parse().expect("a finite expiry")))
+                .map(|(id, score)| (parse_id(&id), parse_expiry(&score)))
                 .collect(),
             held: held.into_iter().map(|(id, v)| (parse_id(&id), v)).collect(),
             queue: queue
@@ -596,7 +622,10 @@ impl Run {
 
     fn count(&mut self, reply: &Reply) {
         match reply {
-            Reply::Acquired(Acquired::Granted { .. }) => self.seen.granted += 1,
+            Reply::Acquired(Acquired::Granted { left, .. }) => {
+                self.seen.granted += 1;
+                self.seen.granted_without_expiry += u64::from(*left == INF);
+            }
             Reply::Acquired(Acquired::Waiting { .. }) => self.seen.waiting += 1,
             Reply::Acquired(Acquired::Refused) => self.seen.refused += 1,
             Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,

@@ -5,15 +5,30 @@
 //! stops, what the kept count says), so that the differential test can hold each script's
 //! reply and writes against these.
 //!
+//! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
+//! modelled, for the differential test (the explored model's clients all have one).
 //! Left out, as the model's clients never send them: ids that are their own process (an older
-//! version's, without `@<process>`), leases without expiry (`lease ms` 0), corrupt keys,
-//! `queue_shrink`, `queue_reset_all`. Of the keys' own expiries, the inboxes' and the beats'
-//! are kept (a key is gone once the clock is past its expiry, as Redis has it).
+//! version's, without `@<process>`), corrupt keys, `queue_shrink`, `queue_reset_all`. Of the
+//! keys' own expiries, the inboxes' and the beats' are kept (a key is gone once the clock is
+//! past its expiry, as Redis has it).
 
 use std::fmt;
 
 /// Server time, ms (the model checker's from 0; the differential test's the real server's).
 pub type Ms = u64;
+
+/// The expiry of a holder without one (`lease ms` 0: its score is `+inf`), and the lease
+/// left that `queue_acquire` answers it with (`-1`).
+pub const INF: Ms = Ms::MAX;
+
+/// A lease's expiry from `now`: none ([`INF`]) for a lease of 0, as the scripts have it.
+pub fn expiry_after(now: Ms, lease: Ms) -> Ms {
+    if lease == 0 {
+        INF
+    } else {
+        now + lease
+    }
+}
 
 /// An acquisition id: waiter `epoch` of process `client` (`w<client>.<epoch>@<process>` on a
 /// real server, which sorts as these do).
@@ -161,7 +176,7 @@ pub struct Call {
     pub id: Id,
     pub units: u64,
     pub capacity: u64,
-    /// Above 0: the model has no leases without expiry.
+    /// 0: no expiry.
     pub lease: Ms,
     pub lapse: Ms,
     pub mode: Mode,
@@ -170,7 +185,7 @@ pub struct Call {
 /// `queue_acquire`'s reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Acquired {
-    /// {1, token, lease ms left}
+    /// {1, token, lease ms left ([`INF`] for -1: no expiry)}
     Granted { token: u64, left: Ms },
     /// {0, position, next ms (-1: none), ticket}
     Waiting {
@@ -187,6 +202,9 @@ pub enum Acquired {
 impl fmt::Display for Acquired {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Acquired::Granted { token, left: INF } => {
+                write!(f, "Granted{{token {token}, no expiry}}")
+            }
             Acquired::Granted { token, left } => write!(f, "Granted{{token {token}, {left} ms}}"),
             Acquired::Waiting { position, next, .. } => match next {
                 Some(next) => write!(f, "Waiting{{position {position}, next {next} ms}}"),
@@ -493,21 +511,20 @@ impl Server {
         for g in grants.iter_mut() {
             if g.queued {
                 left_queue = true;
-                short = short || g.beat.is_some_and(|beat| now + g.lease < beat);
+                short = short || (g.lease > 0 && g.beat.is_some_and(|beat| now + g.lease < beat));
                 self.queue.retain(|w| w.id != g.id);
             }
             self.fence += 1;
             let token = self.fence;
             s.fence = token;
-            let mut expiry = now + g.lease;
+            let mut expiry = expiry_after(now, g.lease);
             let pushed = Some(g.id) != me;
             if pushed {
                 let beat = g.beat.expect("only the caller joins unqueued");
-                expiry = if bugs.claim_ignores_lapse {
-                    now + g.lease
-                } else {
-                    beat.min(now + g.lease)
-                };
+                // A grant without expiry is claimed until the grantee's lapse.
+                if !bugs.claim_ignores_lapse {
+                    expiry = beat.min(expiry);
+                }
             }
             self.set_holder(Holder {
                 id: g.id,
@@ -626,7 +643,7 @@ impl Server {
         self.fence = token;
         self.set_holder(Holder {
             id: c.id,
-            expiry: now + c.lease,
+            expiry: expiry_after(now, c.lease),
             units: c.units,
             token,
             how: How::Replied,
@@ -638,7 +655,7 @@ impl Server {
         });
         Some(Acquired::Granted {
             token,
-            left: c.lease,
+            left: if c.lease > 0 { c.lease } else { INF },
         })
     }
 
@@ -649,7 +666,7 @@ impl Server {
         bugs: &Bugs,
         notes: &mut Notes,
     ) -> (Acquired, Passed) {
-        assert!(c.units >= 1 && c.units <= c.capacity && c.lease > 0 && c.lapse >= 2);
+        assert!(c.units >= 1 && c.units <= c.capacity && c.lapse >= 2);
         if let Some(reply) = self.acquire_fast(c, now) {
             if let Acquired::Granted { token, .. } = reply {
                 notes.note(|| format!("grants {} token {token} (fast part)", c.id));
@@ -658,7 +675,10 @@ impl Server {
         }
         let mut s = self.load(now, bugs);
         if let Some(held) = self.holding(c.id, now) {
-            let left = (held.expiry - now).max(1);
+            let left = match held.expiry {
+                INF => INF,
+                expiry => (expiry - now).max(1),
+            };
             return (
                 Acquired::Granted {
                     token: held.token,
@@ -677,7 +697,7 @@ impl Server {
         let tail = (!queued).then_some((c.units, c.lease));
         let tokens = self.settle(&mut s, c.capacity, Some((c.id, tail)), now, bugs, notes);
         if let Some(&(_, token)) = tokens.iter().find(|(id, _)| *id == c.id) {
-            let left = c.lease.max(1);
+            let left = if c.lease > 0 { c.lease } else { INF };
             return (Acquired::Granted { token, left }, true);
         }
         if !queued {
@@ -710,7 +730,8 @@ impl Server {
             })
         };
         let event = match ahead {
-            None => self.first_holder().map(|h| h.expiry),
+            // The first to expire, unless it has no expiry (then none has).
+            None => self.first_holder().map(|h| h.expiry).filter(|&e| e != INF),
             Some((a, beat)) if self.queue[a].id.process() != p => beat,
             Some(_) => None,
         };
@@ -790,7 +811,7 @@ impl Server {
     pub fn extend(&mut self, id: Id, lease: Ms, now: Ms) -> bool {
         match self.holders.iter_mut().find(|h| h.id == id) {
             Some(h) if h.expiry > now => {
-                h.expiry = now + lease;
+                h.expiry = expiry_after(now, lease);
                 if h.how == How::Pushed {
                     h.how = How::Claimed;
                 }
