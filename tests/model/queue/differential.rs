@@ -41,6 +41,7 @@ struct Scripts {
     release: Script,
     extend: Script,
     reset: Script,
+    shrink: Script,
     beat: Script,
 }
 
@@ -65,6 +66,10 @@ impl Scripts {
             reset: engine(&[
                 engine_text,
                 include_str!("../../../scripts/queue_reset.lua"),
+            ]),
+            shrink: engine(&[
+                engine_text,
+                include_str!("../../../scripts/queue_shrink.lua"),
             ]),
             // queue_beat runs alone, as the hub sends it.
             beat: Script::new(include_str!("../../../scripts/queue_beat.lua")),
@@ -136,6 +141,9 @@ enum Op {
     Acquire(Id, Mode),
     Release(Id),
     Extend(Id),
+    /// `queue_shrink`: keep 1 or 2 units (a 1-unit holder asking for 2, or a 2-unit one that
+    /// shrank, would grow, which the script refuses).
+    Shrink(Id, u64),
     Beat(usize),
     Reset(Option<Id>),
     /// The hub's `BLPOP`, as an `LPOP`.
@@ -162,9 +170,10 @@ impl Rng {
             ),
             35..=49 => Op::Release(id),
             50..=59 => Op::Extend(id),
-            60..=69 => Op::Beat(id.process()),
-            70..=79 => Op::Pop(id.process()),
-            80..=83 => Op::Reset((self.below(2) == 0).then_some(id)),
+            60..=67 => Op::Beat(id.process()),
+            68..=77 => Op::Pop(id.process()),
+            78..=81 => Op::Reset((self.below(2) == 0).then_some(id)),
+            82..=86 => Op::Shrink(id, 1 + self.below(2)),
             _ => Op::Sleep(20 + self.below(130)),
         }
     }
@@ -175,6 +184,8 @@ impl Rng {
 enum Reply {
     Acquired(Acquired),
     Held(bool),
+    /// queue_shrink's error: the holder holds only this many units.
+    CannotGrow(u64),
     /// queue_beat: the server's time when live.
     Beat(Option<Ms>),
     Reset(u64),
@@ -223,6 +234,11 @@ pub struct Seen {
     pub lapsed: u64,
     pub grants_popped: u64,
     pub head_wakes_popped: u64,
+    /// Shrinks of a holder, and those refused (it would grow).
+    pub shrunk: u64,
+    pub cannot_grow: u64,
+    /// Shrinks (each runs the grant pass, holder or not) that granted a waiter.
+    pub granted_by_shrink: u64,
     pub straddled: u64,
     /// Steps after which a key expired while the keys were read.
     pub expired_while_read: u64,
@@ -344,6 +360,24 @@ impl Run {
                 let n = invoke(&scripts.extend, &[id_text(id), lease(id).to_string()]);
                 Reply::Held(n == 1)
             }
+            Op::Shrink(id, units) => {
+                let mut invocation = scripts.shrink.prepare_invoke();
+                for part in PARTS {
+                    invocation.key(key(part));
+                }
+                let args = [id_text(id), units.to_string(), CAPACITY.to_string()];
+                let reply: redis::RedisResult<i64> = invocation.arg(&args[..]).invoke(conn);
+                match reply {
+                    Ok(n) => Reply::Held(n == 1),
+                    Err(e) => {
+                        // "ERR a holder cannot grow: it holds <n> units"
+                        let text = e.to_string();
+                        let held = (text.split("it holds ").nth(1))
+                            .and_then(|rest| rest.split(' ').next()?.parse().ok());
+                        Reply::CannotGrow(held.unwrap_or_else(|| panic!("queue_shrink: {text}")))
+                    }
+                }
+            }
             Op::Beat(p) => {
                 let n = invoke(&scripts.beat, &[process_text(p), LAPSE.to_string()]);
                 Reply::Beat((n > 0).then_some(n as Ms))
@@ -380,6 +414,10 @@ impl Run {
             }
             Op::Release(id) => Reply::Held(model.release(id, CAPACITY, now, &bugs, notes).0),
             Op::Extend(id) => Reply::Held(model.extend(id, lease(id), now)),
+            Op::Shrink(id, units) => match model.shrink(id, units, CAPACITY, now, &bugs, notes) {
+                Ok(held) => Reply::Held(held),
+                Err(units) => Reply::CannotGrow(units),
+            },
             Op::Beat(p) => Reply::Beat(model.beat(p, LAPSE, now)),
             Op::Reset(id) => {
                 Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
@@ -620,7 +658,10 @@ impl Run {
         }
     }
 
-    fn count(&mut self, reply: &Reply) {
+    fn count(&mut self, op: Op, reply: &Reply) {
+        if let (Op::Shrink(..), Reply::Held(true)) = (op, reply) {
+            self.seen.shrunk += 1;
+        }
         match reply {
             Reply::Acquired(Acquired::Granted { left, .. }) => {
                 self.seen.granted += 1;
@@ -631,6 +672,7 @@ impl Run {
             Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,
             Reply::Popped(Some(Mail::Granted { .. })) => self.seen.grants_popped += 1,
             Reply::Popped(Some(Mail::Head(_))) => self.seen.head_wakes_popped += 1,
+            Reply::CannotGrow(_) => self.seen.cannot_grow += 1,
             _ => {}
         }
     }
@@ -685,6 +727,9 @@ impl Run {
                         self.seen.straddled += 1;
                     }
                     Self::take_times(&mut candidate, &keys);
+                    if matches!(op, Op::Shrink(..)) && candidate.fence > model.fence {
+                        self.seen.granted_by_shrink += 1;
+                    }
                     model = candidate;
                     first = None;
                     break;
@@ -698,7 +743,7 @@ impl Run {
                      {model:#?}"
                 );
             }
-            self.count(&theirs);
+            self.count(op, &theirs);
         }
     }
 }

@@ -1,16 +1,16 @@
 //! The queue engine's server side, in Rust: the rules of `scripts/queue_head.lua`,
 //! `queue_acquire_fast.lua`, `queue_engine.lua`, `queue_acquire.lua`, `queue_release_fast.lua`,
-//! `queue_release.lua`, `queue_extend.lua`, `queue_beat.lua` and `queue_reset.lua`, step for
-//! step where a step shows in the keys (which holder a purge removes, where the grant pass
-//! stops, what the kept count says), so that the differential test can hold each script's
-//! reply and writes against these.
+//! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua` and
+//! `queue_reset.lua`, step for step where a step shows in the keys (which holder a purge
+//! removes, where the grant pass stops, what the kept count says), so that the differential
+//! test can hold each script's reply and writes against these.
 //!
 //! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
 //! modelled, for the differential test (the explored model's clients all have one).
 //! Left out, as the model's clients never send them: ids that are their own process (an older
-//! version's, without `@<process>`), corrupt keys, `queue_shrink`, `queue_reset_all`. Of the
-//! keys' own expiries, the inboxes' and the beats' are kept (a key is gone once the clock is
-//! past its expiry, as Redis has it).
+//! version's, without `@<process>`), corrupt keys, `queue_reset_all`. Of the keys' own
+//! expiries, the inboxes' and the beats' are kept (a key is gone once the clock is past its
+//! expiry, as Redis has it).
 
 use std::fmt;
 
@@ -819,6 +819,39 @@ impl Server {
             }
             _ => false,
         }
+    }
+
+    // ---- queue_shrink.lua ----
+
+    /// Holder `id` keeps `units` of what it holds (same token, same lease) and the units it
+    /// let go are handed on: whether it held; `Err(held units)` when it would grow ("a holder
+    /// cannot grow"), and then nothing is written.
+    pub fn shrink(
+        &mut self,
+        id: Id,
+        units: u64,
+        capacity: u64,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> Result<bool, u64> {
+        assert!(units >= 1);
+        let mut s = self.load(now, bugs);
+        let held = self.holding(id, now).cloned();
+        if let Some(held) = &held {
+            if units > held.units {
+                return Err(held.units);
+            }
+            notes.note(|| format!("{id} keeps {units} of its {} units", held.units));
+            s.used -= (held.units - units) as i64;
+            s.changed = true;
+        }
+        self.settle(&mut s, capacity, None, now, bugs, notes);
+        let Some(held) = held else {
+            return Ok(false);
+        };
+        self.set_holder(Holder { units, ..held });
+        Ok(true)
     }
 
     // ---- queue_beat.lua ----
