@@ -329,7 +329,7 @@ fn differential_the_models_rules_answer_and_write_as_the_scripts_on_a_real_serve
     // Seeds whose runs reach every outcome below; `MODEL_SEED` runs another.
     let (seeds, ci) = match env_number("MODEL_SEED") {
         Some(seed) => (vec![seed], false),
-        None => (vec![7, 15, 21, 22], true),
+        None => (differential::SEEDS.to_vec(), true),
     };
     let steps = env_number("MODEL_STEPS").map_or(150, |n| n as usize);
     let started = Instant::now();
@@ -345,6 +345,7 @@ fn differential_the_models_rules_answer_and_write_as_the_scripts_on_a_real_serve
     // The runs reached the engine's outcomes, so their agreement means something.
     let seen = &run.seen;
     if ci {
+        seen.assert_all_reached();
         assert!(
             seen.granted > 0 && seen.waiting > 0 && seen.refused > 0,
             "{seen:?}"

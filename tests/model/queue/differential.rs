@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use redis::{Commands, Connection, Script};
 
-use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server, INF};
+use super::server::{
+    Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, INF,
+};
 use crate::support::{server_version, RedisServer};
 use crate::Rng;
 
@@ -42,6 +44,7 @@ struct Scripts {
     extend: Script,
     reset: Script,
     shrink: Script,
+    reset_all: Script,
     beat: Script,
 }
 
@@ -71,6 +74,8 @@ impl Scripts {
                 engine_text,
                 include_str!("../../../scripts/queue_shrink.lua"),
             ]),
+            // After the head alone, as the crate sends it.
+            reset_all: engine(&[include_str!("../../../scripts/queue_reset_all.lua")]),
             // queue_beat runs alone, as the hub sends it.
             beat: Script::new(include_str!("../../../scripts/queue_beat.lua")),
         }
@@ -82,11 +87,10 @@ const PROCESSES: usize = 3;
 /// run, one shorter than the lapse window (its grants are "short": the head wake).
 const UNITS: [u64; PROCESSES] = [1, 2, 1];
 const LEASES: [Ms; PROCESSES] = [120, 400, 250];
-/// The acquisition whose lease has no expiry (`lease ms` 0: its score is `+inf`).
-const NO_EXPIRY: Id = Id {
-    client: 2,
-    epoch: 1,
-};
+/// The acquisition whose lease has no expiry (`lease ms` 0: its score is `+inf`): w2.1.
+const NO_EXPIRY: (u8, u8) = (2, 1);
+/// `queue_reset_all`'s signal expiry (ARGV[1]), ms.
+const SIGNAL_EXPIRY: Ms = 300;
 const CAPACITY: u64 = 2;
 const LAPSE: Ms = 250;
 /// How near an expiry a call is not sent.
@@ -94,7 +98,7 @@ const GUARD: Ms = 8;
 
 /// The lease `id` asks for and extends by.
 fn lease(id: Id) -> Ms {
-    if id == NO_EXPIRY {
+    if (id.client, id.epoch) == NO_EXPIRY {
         0
     } else {
         LEASES[usize::from(id.client)]
@@ -146,6 +150,8 @@ enum Op {
     Shrink(Id, u64),
     Beat(usize),
     Reset(Option<Id>),
+    /// `queue_reset_all`.
+    ResetAll,
     /// The hub's `BLPOP`, as an `LPOP`.
     Pop(usize),
     Sleep(Ms),
@@ -174,6 +180,7 @@ impl Rng {
             68..=77 => Op::Pop(id.process()),
             78..=81 => Op::Reset((self.below(2) == 0).then_some(id)),
             82..=86 => Op::Shrink(id, 1 + self.below(2)),
+            87 => Op::ResetAll,
             _ => Op::Sleep(20 + self.below(130)),
         }
     }
@@ -189,7 +196,7 @@ enum Reply {
     /// queue_beat: the server's time when live.
     Beat(Option<Ms>),
     Reset(u64),
-    Popped(Option<Mail>),
+    Popped(Option<Element>),
 }
 
 /// Every key, read back from the server.
@@ -204,7 +211,8 @@ struct Keys {
     count: Option<String>,
     beats: Vec<(usize, Ms)>,
     beats_expiry: Option<Ms>,
-    inboxes: Vec<(Vec<Mail>, Option<Ms>)>,
+    /// Each inbox's mail, whether `reset_all`'s wake ends it, and its expiry.
+    inboxes: Vec<(Vec<Mail>, bool, Option<Ms>)>,
 }
 
 fn parse_mail(text: &str) -> Mail {
@@ -223,6 +231,10 @@ fn parse_mail(text: &str) -> Mail {
     }
 }
 
+/// The seeds the default run sends, which reach every outcome [`Seen::assert_all_reached`]
+/// asks for (`MODEL_SEED=<n>` runs seed n instead).
+pub const SEEDS: [u64; 4] = [1, 2, 7, 23];
+
 /// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
 #[derive(Debug, Default)]
 pub struct Seen {
@@ -237,11 +249,28 @@ pub struct Seen {
     /// Shrinks of a holder, and those refused (it would grow).
     pub shrunk: u64,
     pub cannot_grow: u64,
-    /// Shrinks (each runs the grant pass, holder or not) that granted a waiter.
+    /// `queue_reset_all`s, the live holders they removed, and their wakes popped.
+    pub resets_of_all: u64,
+    pub removed_by_resets_of_all: u64,
+    pub reset_wakes_popped: u64,
+    /// Shrinks that let units go and granted a waiter.
     pub granted_by_shrink: u64,
     pub straddled: u64,
     /// Steps after which a key expired while the keys were read.
     pub expired_while_read: u64,
+}
+
+impl Seen {
+    /// The default seeds' runs reached every script's outcomes, so that their agreement
+    /// means something (the engine's outcomes are asserted by the test itself).
+    pub fn assert_all_reached(&self) {
+        assert!(self.granted_without_expiry > 0, "{self:?}");
+        assert!(self.shrunk > 0 && self.cannot_grow > 0, "{self:?}");
+        assert!(self.granted_by_shrink > 0, "{self:?}");
+        assert!(self.resets_of_all > 0, "{self:?}");
+        assert!(self.removed_by_resets_of_all > 0, "{self:?}");
+        assert!(self.reset_wakes_popped > 0, "{self:?}");
+    }
 }
 
 pub struct Run {
@@ -283,7 +312,7 @@ impl Run {
         }
         at.extend(
             (model.inboxes.iter())
-                .filter(|i| !i.mail.is_empty())
+                .filter(|i| i.exists())
                 .map(|i| i.expiry),
         );
         at
@@ -386,10 +415,16 @@ impl Run {
                 let id = id.map(id_text).unwrap_or_default();
                 Reply::Reset(invoke(&scripts.reset, &[id, CAPACITY.to_string()]) as u64)
             }
+            Op::ResetAll => {
+                Reply::Reset(invoke(&scripts.reset_all, &[SIGNAL_EXPIRY.to_string()]) as u64)
+            }
             Op::Pop(p) => {
                 let inbox = key(&format!("signal:{}", process_text(p)));
                 let popped: Option<String> = conn.lpop(inbox, None).unwrap();
-                Reply::Popped(popped.as_deref().map(parse_mail))
+                Reply::Popped(popped.as_deref().map(|text| match text {
+                    "reset" => Element::Wake,
+                    mail => Element::Mail(parse_mail(mail)),
+                }))
             }
             Op::Sleep(_) => unreachable!(),
         }
@@ -422,7 +457,8 @@ impl Run {
             Op::Reset(id) => {
                 Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
             }
-            Op::Pop(p) => Reply::Popped(model.pop(p)),
+            Op::ResetAll => Reply::Reset(model.reset_all(SIGNAL_EXPIRY, now, notes)),
+            Op::Pop(p) => Reply::Popped(model.pop_element(p)),
             Op::Sleep(_) => unreachable!(),
         }
     }
@@ -456,9 +492,13 @@ impl Run {
         let mut inboxes = Vec::new();
         for p in 0..PROCESSES {
             let inbox = key(&format!("signal:{}", process_text(p)));
-            let mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
+            let mut mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
             let expiry = self.expiry_of(&inbox);
-            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), expiry));
+            let wake = mail.last().is_some_and(|m| m == "reset");
+            if wake {
+                mail.pop();
+            }
+            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), wake, expiry));
         }
         Keys {
             holders: (holders.into_iter())
@@ -519,16 +559,16 @@ impl Run {
             }
             (Reply::Beat(Some(x)), Reply::Beat(Some(y))) => near(*x, *y),
             (
-                Reply::Popped(Some(Mail::Granted {
+                Reply::Popped(Some(Element::Mail(Mail::Granted {
                     token: a,
                     expiry: x,
                     waiter: v,
-                })),
-                Reply::Popped(Some(Mail::Granted {
+                }))),
+                Reply::Popped(Some(Element::Mail(Mail::Granted {
                     token: b,
                     expiry: y,
                     waiter: w,
-                })),
+                }))),
             ) => a == b && v == w && near(*x, *y),
             (ours, theirs) => ours == theirs,
         };
@@ -601,7 +641,9 @@ impl Run {
                 model.beats_expiry
             );
         }
-        for (p, (inbox, (mail, expiry))) in model.inboxes.iter().zip(&keys.inboxes).enumerate() {
+        for (p, (inbox, (mail, wake, expiry))) in
+            (model.inboxes.iter().zip(&keys.inboxes)).enumerate()
+        {
             let mail_agrees = inbox.mail.len() == mail.len()
                 && (inbox.mail.iter().zip(mail)).all(|pair| match pair {
                     (
@@ -618,16 +660,17 @@ impl Run {
                     ) => a == b && v == w && near(*x, *y),
                     (a, b) => a == b,
                 });
-            let expiry_agrees = match (mail.is_empty(), expiry) {
+            let expiry_agrees = match (mail.is_empty() && !wake, expiry) {
                 (true, _) => true,
                 (false, Some(at)) => near(inbox.expiry, *at),
                 (false, None) => false,
             };
-            if !mail_agrees || !expiry_agrees {
+            if !mail_agrees || inbox.wake != *wake || !expiry_agrees {
                 let _ = writeln!(
                     out,
-                    "  inbox {p}: model {:?} until {}, server {mail:?} until {expiry:?}",
-                    inbox.mail, inbox.expiry
+                    "  inbox {p}: model {:?} (wake {}) until {}, server {mail:?} (wake {wake}) \
+                     until {expiry:?}",
+                    inbox.mail, inbox.wake, inbox.expiry
                 );
             }
         }
@@ -647,10 +690,11 @@ impl Run {
         if let Some(at) = keys.beats_expiry {
             model.beats_expiry = at;
         }
-        for (inbox, (mail, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
+        for (inbox, (mail, wake, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
             *inbox = match expiry {
-                Some(at) if !mail.is_empty() => Inbox {
+                Some(at) if !mail.is_empty() || *wake => Inbox {
                     mail: mail.clone(),
+                    wake: *wake,
                     expiry: *at,
                 },
                 _ => Inbox::default(),
@@ -662,6 +706,10 @@ impl Run {
         if let (Op::Shrink(..), Reply::Held(true)) = (op, reply) {
             self.seen.shrunk += 1;
         }
+        if let (Op::ResetAll, Reply::Reset(n)) = (op, reply) {
+            self.seen.resets_of_all += 1;
+            self.seen.removed_by_resets_of_all += n;
+        }
         match reply {
             Reply::Acquired(Acquired::Granted { left, .. }) => {
                 self.seen.granted += 1;
@@ -670,8 +718,11 @@ impl Run {
             Reply::Acquired(Acquired::Waiting { .. }) => self.seen.waiting += 1,
             Reply::Acquired(Acquired::Refused) => self.seen.refused += 1,
             Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,
-            Reply::Popped(Some(Mail::Granted { .. })) => self.seen.grants_popped += 1,
-            Reply::Popped(Some(Mail::Head(_))) => self.seen.head_wakes_popped += 1,
+            Reply::Popped(Some(Element::Mail(Mail::Granted { .. }))) => {
+                self.seen.grants_popped += 1
+            }
+            Reply::Popped(Some(Element::Mail(Mail::Head(_)))) => self.seen.head_wakes_popped += 1,
+            Reply::Popped(Some(Element::Wake)) => self.seen.reset_wakes_popped += 1,
             Reply::CannotGrow(_) => self.seen.cannot_grow += 1,
             _ => {}
         }
@@ -727,7 +778,10 @@ impl Run {
                         self.seen.straddled += 1;
                     }
                     Self::take_times(&mut candidate, &keys);
-                    if matches!(op, Op::Shrink(..)) && candidate.fence > model.fence {
+                    if let (Op::Shrink(id, units), Reply::Held(true)) = (op, &theirs)
+                        && model.holder(id).is_some_and(|h| h.units > units)
+                        && candidate.fence > model.fence
+                    {
                         self.seen.granted_by_shrink += 1;
                     }
                     model = candidate;

@@ -1,16 +1,17 @@
 //! The queue engine's server side, in Rust: the rules of `scripts/queue_head.lua`,
 //! `queue_acquire_fast.lua`, `queue_engine.lua`, `queue_acquire.lua`, `queue_release_fast.lua`,
-//! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua` and
-//! `queue_reset.lua`, step for step where a step shows in the keys (which holder a purge
+//! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua`,
+//! `queue_reset.lua` and `queue_reset_all.lua`, step for step where a step shows in the keys (which holder a purge
 //! removes, where the grant pass stops, what the kept count says), so that the differential
 //! test can hold each script's reply and writes against these.
 //!
 //! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
 //! modelled, for the differential test (the explored model's clients all have one).
 //! Left out, as the model's clients never send them: ids that are their own process (an older
-//! version's, without `@<process>`), corrupt keys, `queue_reset_all`. Of the keys' own
-//! expiries, the inboxes' and the beats' are kept (a key is gone once the clock is past its
-//! expiry, as Redis has it).
+//! version's, without `@<process>`), corrupt keys. `queue_reset_all` is here for the
+//! differential test only (the explored model's operator resets with `queue_reset`). Of the
+//! keys' own expiries, the inboxes' and the beats' are kept (a key is gone once the clock is
+//! past its expiry, as Redis has it).
 
 use std::fmt;
 
@@ -92,12 +93,29 @@ pub enum Mail {
     Head(Id),
 }
 
-/// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes;
-/// gone at `expiry` (when there is any mail).
+/// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes,
+/// then `reset_all`'s wake ("reset") when `wake` (the list's tail: `queue_reset_all` empties
+/// the list before it pushes the wake, and everything after it is pushed at the head); gone at
+/// `expiry` (when it holds anything).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Inbox {
     pub mail: Vec<Mail>,
+    pub wake: bool,
     pub expiry: Ms,
+}
+
+impl Inbox {
+    /// Whether the list exists.
+    pub fn exists(&self) -> bool {
+        self.wake || !self.mail.is_empty()
+    }
+}
+
+/// An element `LPOP` takes from an inbox: mail, or `reset_all`'s wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Element {
+    Mail(Mail),
+    Wake,
 }
 
 /// The kept count (KEYS[9]) "<units>:<fencing counter>:<holders>". Signed: a broken rule may
@@ -862,10 +880,36 @@ impl Server {
         self.beats[p] = Some(beat.max(now + lapse));
         self.outlive_beats(lapse, now);
         let inbox = &mut self.inboxes[p];
-        if !inbox.mail.is_empty() {
+        if inbox.exists() {
             inbox.expiry = now + lapse;
         }
         Some(now)
+    }
+
+    // ---- queue_reset_all.lua ----
+
+    /// The operator's reset of everything: every holder and waiter goes (the fencing counter
+    /// stays), and the inbox of each of their processes holds only a wake, for
+    /// `signal_expiry` ms. How many holders with a live lease it removed.
+    pub fn reset_all(&mut self, signal_expiry: Ms, now: Ms, notes: &mut Notes) -> u64 {
+        let live = self.holders.iter().filter(|h| h.expiry > now).count() as u64;
+        let ids = (self.holders.iter().map(|h| h.id)).chain(self.queue.iter().map(|w| w.id));
+        let processes: Vec<usize> = ids.map(Id::process).collect();
+        for p in processes {
+            self.inboxes[p] = Inbox {
+                mail: Vec::new(),
+                wake: true,
+                expiry: now + signal_expiry,
+            };
+        }
+        notes.note(|| format!("the reset of all removes {live} live holders"));
+        self.holders.clear();
+        self.queue.clear();
+        self.beats.iter_mut().for_each(|b| *b = None);
+        self.beats_expiry = 0;
+        self.tickets = 0;
+        self.count = None;
+        live
     }
 
     // ---- queue_reset.lua ----
@@ -898,7 +942,7 @@ impl Server {
     /// gone once its clock is past the expiry, not at it.
     pub fn expire_keys(&mut self, now: Ms) {
         for inbox in &mut self.inboxes {
-            if !inbox.mail.is_empty() && inbox.expiry < now {
+            if inbox.exists() && inbox.expiry < now {
                 *inbox = Inbox::default();
             }
         }
@@ -913,16 +957,29 @@ impl Server {
         self.beats_expiry = self.beats_expiry.max(now + lapse);
     }
 
-    /// `BLPOP` on process `p`'s inbox, when it has mail.
+    /// `BLPOP` on process `p`'s inbox, when it has mail (the explored model sends no
+    /// `reset_all`: a wake is left where it is).
     pub fn pop(&mut self, p: usize) -> Option<Mail> {
         let inbox = &mut self.inboxes[p];
         if inbox.mail.is_empty() {
             return None;
         }
         let mail = inbox.mail.remove(0);
-        if inbox.mail.is_empty() {
+        if !inbox.exists() {
             *inbox = Inbox::default();
         }
         Some(mail)
+    }
+
+    /// `LPOP` on process `p`'s inbox: its head, mail or the wake.
+    pub fn pop_element(&mut self, p: usize) -> Option<Element> {
+        if let Some(mail) = self.pop(p) {
+            return Some(Element::Mail(mail));
+        }
+        let inbox = &mut self.inboxes[p];
+        inbox.wake.then(|| {
+            *inbox = Inbox::default();
+            Element::Wake
+        })
     }
 }
