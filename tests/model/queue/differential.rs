@@ -233,7 +233,7 @@ fn parse_mail(text: &str) -> Mail {
 
 /// The seeds the default run sends, which reach every outcome [`Seen::assert_all_reached`]
 /// asks for (`MODEL_SEED=<n>` runs seed n instead).
-pub const SEEDS: [u64; 4] = [1, 2, 7, 23];
+pub const SEEDS: [u64; 6] = [1, 2, 7, 23, 29, 36];
 
 /// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
 #[derive(Debug, Default)]
@@ -245,6 +245,8 @@ pub struct Seen {
     pub refused: u64,
     pub lapsed: u64,
     pub grants_popped: u64,
+    /// Pushed grants of a lease without expiry (claimed until the lapse), popped.
+    pub grants_without_expiry_popped: u64,
     pub head_wakes_popped: u64,
     /// Shrinks of a holder, and those refused (it would grow).
     pub shrunk: u64,
@@ -718,8 +720,10 @@ impl Run {
             Reply::Acquired(Acquired::Waiting { .. }) => self.seen.waiting += 1,
             Reply::Acquired(Acquired::Refused) => self.seen.refused += 1,
             Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,
-            Reply::Popped(Some(Element::Mail(Mail::Granted { .. }))) => {
-                self.seen.grants_popped += 1
+            Reply::Popped(Some(Element::Mail(Mail::Granted { waiter, .. }))) => {
+                self.seen.grants_popped += 1;
+                self.seen.grants_without_expiry_popped +=
+                    u64::from((waiter.client, waiter.epoch) == NO_EXPIRY);
             }
             Reply::Popped(Some(Element::Mail(Mail::Head(_)))) => self.seen.head_wakes_popped += 1,
             Reply::Popped(Some(Element::Wake)) => self.seen.reset_wakes_popped += 1,
