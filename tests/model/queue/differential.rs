@@ -19,7 +19,7 @@ use std::time::Duration;
 use redis::{Commands, Connection, Script};
 
 use super::server::{
-    Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, INF,
+    Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, Waiter, INF,
 };
 use crate::support::{server_version, RedisServer};
 use crate::Rng;
@@ -233,7 +233,7 @@ fn parse_mail(text: &str) -> Mail {
 
 /// The seeds the default run sends, which reach every outcome [`Seen::assert_all_reached`]
 /// asks for (`MODEL_SEED=<n>` runs seed n instead).
-pub const SEEDS: [u64; 6] = [1, 2, 7, 23, 29, 36];
+pub const SEEDS: [u64; 8] = [1, 2, 7, 10, 15, 23, 29, 36];
 
 /// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
 #[derive(Debug, Default)]
@@ -241,6 +241,9 @@ pub struct Seen {
     pub granted: u64,
     /// Grants (in a reply) of a lease without expiry.
     pub granted_without_expiry: u64,
+    /// Grants of a lease without expiry to a waiter in line, another live waiter behind it,
+    /// and no head wake (a lease without expiry is not "short").
+    pub granted_without_expiry_before_a_waiter: u64,
     pub waiting: u64,
     pub refused: u64,
     pub lapsed: u64,
@@ -267,6 +270,7 @@ impl Seen {
     /// means something (the engine's outcomes are asserted by the test itself).
     pub fn assert_all_reached(&self) {
         assert!(self.granted_without_expiry > 0, "{self:?}");
+        assert!(self.granted_without_expiry_before_a_waiter > 0, "{self:?}");
         assert!(self.shrunk > 0 && self.cannot_grow > 0, "{self:?}");
         assert!(self.granted_by_shrink > 0, "{self:?}");
         assert!(self.resets_of_all > 0, "{self:?}");
@@ -782,6 +786,23 @@ impl Run {
                         self.seen.straddled += 1;
                     }
                     Self::take_times(&mut candidate, &keys);
+                    // A grant without expiry from the line, with a live waiter behind it: no
+                    // head wake (its lease is not "short").
+                    let from_line = |w: &&Waiter| (w.id.client, w.id.epoch) == NO_EXPIRY;
+                    let heads = |m: &Server| {
+                        (m.inboxes.iter().flat_map(|i| &i.mail))
+                            .filter(|m| matches!(m, Mail::Head(_)))
+                            .count()
+                    };
+                    if let Some(w) = model.queue.iter().find(from_line)
+                        && model.beats_past(w.id.process(), now)
+                        && candidate.holder(w.id).is_some()
+                        && (candidate.queue.iter())
+                            .any(|b| candidate.beats_past(b.id.process(), now))
+                        && heads(&candidate) <= heads(&model)
+                    {
+                        self.seen.granted_without_expiry_before_a_waiter += 1;
+                    }
                     if let (Op::Shrink(id, units), Reply::Held(true)) = (op, &theirs)
                         && model.holder(id).is_some_and(|h| h.units > units)
                         && candidate.fence > model.fence

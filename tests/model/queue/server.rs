@@ -742,9 +742,18 @@ impl Server {
             at.checked_sub(1)
                 .map(|a| (a, self.beats[self.queue[a].id.process()]))
         } else {
+            // A process's heartbeat is read once a script (`s.beats`): the caller's process's
+            // as `live_beat` read it for the caller, before the join moved it on. A waiter of
+            // its process left in line from before the process lapsed is passed over here,
+            // though the join made it live again for the scripts that come after.
             (0..at).rev().find_map(|a| {
-                self.live_beat(&s, self.queue[a].id, now)
-                    .map(|b| (a, Some(b)))
+                let w = self.queue[a].id;
+                let beat = if w.process() == p && !s.forgotten.contains(&w) {
+                    live
+                } else {
+                    self.live_beat(&s, w, now)
+                };
+                beat.map(|b| (a, Some(b)))
             })
         };
         let event = match ahead {
