@@ -1,12 +1,12 @@
 //! The queue engine's server side, in Rust: the rules of `scripts/queue_head.lua`,
 //! `queue_acquire_fast.lua`, `queue_engine.lua`, `queue_acquire.lua`, `queue_release_fast.lua`,
 //! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua`,
-//! `queue_reset.lua` and `queue_reset_all.lua`, step for step where a step shows in the keys (which holder a purge
-//! removes, where the grant pass stops, what the kept count says), so that the differential
-//! test can hold each script's reply and writes against these.
+//! `queue_reset.lua` and `queue_reset_all.lua`, step for step where a step shows in the keys
+//! (which holder a purge removes, where the grant pass stops, what the kept count says), so
+//! that the differential test can hold each script's reply and writes against these.
 //!
 //! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
-//! modelled, for the differential test (the explored model's clients all have one).
+//! modelled, for the differential test (the explored model's leases all expire).
 //! Left out, as the model's clients never send them: ids that are their own process (an older
 //! version's, without `@<process>`), corrupt keys. `queue_reset_all` is here for the
 //! differential test only (the explored model's operator resets with `queue_reset`). Of the
