@@ -683,6 +683,25 @@ impl Run {
         out
     }
 
+    /// `model` with each of its inboxes and its heartbeats gone that the server no longer has
+    /// and that expire before `read`.
+    fn expired_while_read(model: &Server, keys: &Keys, read: Ms) -> Server {
+        let mut expired = model.clone();
+        for (inbox, (mail, wake, _)) in expired.inboxes.iter_mut().zip(&keys.inboxes) {
+            if inbox.exists() && inbox.expiry < read && mail.is_empty() && !wake {
+                *inbox = Inbox::default();
+            }
+        }
+        if keys.beats.is_empty()
+            && expired.beats.iter().any(Option::is_some)
+            && expired.beats_expiry < read
+        {
+            expired.beats.iter_mut().for_each(|b| *b = None);
+            expired.beats_expiry = 0;
+        }
+        expired
+    }
+
     /// The model takes the server's exact times, now that they agree within the window.
     fn take_times(model: &mut Server, keys: &Keys) {
         for h in &mut model.holders {
@@ -772,9 +791,11 @@ impl Run {
                 if !differences.is_empty() {
                     // The keys are read after the call, each at its own moment up to `read`:
                     // an inbox or the heartbeats may expire in between, however slow the
-                    // machine (the guard before the call covers only a few ms).
-                    let mut expired = candidate.clone();
-                    expired.expire_keys(read);
+                    // machine (the guard before the call covers only a few ms). Each key is
+                    // taken as expired on its own, when the server no longer has it and the
+                    // model has it expire before `read`: a key read early may still be there
+                    // while one read later is gone.
+                    let expired = Self::expired_while_read(&candidate, &keys, read);
                     if Self::differences(&expired, &ours, &theirs, &keys, tol).is_empty() {
                         self.seen.expired_while_read += 1;
                         candidate = expired;
