@@ -326,16 +326,24 @@ fn catches_a_grant_read_late_believed_from_the_last_ask() {
 
 #[test]
 fn differential_the_models_rules_answer_and_write_as_the_scripts_on_a_real_server() {
-    // Seeds whose runs reach every outcome below; `MODEL_SEED` runs another.
-    let (seeds, ci) = match env_number("MODEL_SEED") {
+    // Seeds whose runs reach every outcome (`Seen::all_reached`); `MODEL_SEED` runs another.
+    let (mut seeds, ci) = match env_number("MODEL_SEED") {
         Some(seed) => (vec![seed], false),
-        None => (vec![7, 15, 21, 22], true),
+        None => (differential::SEEDS.to_vec(), true),
     };
     let steps = env_number("MODEL_STEPS").map_or(150, |n| n as usize);
     let started = Instant::now();
     let mut run = differential::Run::new();
     for &seed in &seeds {
         run.run(seed, steps);
+    }
+    // Which outcomes a seed reaches depends on the machine's timing too (a loaded one
+    // straddles fewer moments): more seeds until each is reached, each one checked as well.
+    let mut extra = 1_000;
+    while ci && !run.seen.all_reached() && extra < 1_012 {
+        run.run(extra, steps);
+        seeds.push(extra);
+        extra += 1;
     }
     println!(
         "queue engine, differential: seeds {seeds:?}, {steps} steps each, {:?}: {:?}",
@@ -344,12 +352,5 @@ fn differential_the_models_rules_answer_and_write_as_the_scripts_on_a_real_serve
     );
     // The runs reached the engine's outcomes, so their agreement means something.
     let seen = &run.seen;
-    if ci {
-        assert!(
-            seen.granted > 0 && seen.waiting > 0 && seen.refused > 0,
-            "{seen:?}"
-        );
-        assert!(seen.lapsed > 0 && seen.grants_popped > 0, "{seen:?}");
-        assert!(seen.head_wakes_popped > 0, "{seen:?}");
-    }
+    assert!(!ci || seen.all_reached(), "{seen:?}");
 }

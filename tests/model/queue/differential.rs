@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use redis::{Commands, Connection, Script};
 
-use super::server::{Acquired, Bugs, Call, Count, Id, Inbox, Mail, Mode, Ms, Notes, Server};
+use super::server::{
+    Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, Waiter, INF,
+};
 use crate::support::{server_version, RedisServer};
 use crate::Rng;
 
@@ -41,6 +43,8 @@ struct Scripts {
     release: Script,
     extend: Script,
     reset: Script,
+    shrink: Script,
+    reset_all: Script,
     beat: Script,
 }
 
@@ -66,6 +70,12 @@ impl Scripts {
                 engine_text,
                 include_str!("../../../scripts/queue_reset.lua"),
             ]),
+            shrink: engine(&[
+                engine_text,
+                include_str!("../../../scripts/queue_shrink.lua"),
+            ]),
+            // After the head alone, as the crate sends it.
+            reset_all: engine(&[include_str!("../../../scripts/queue_reset_all.lua")]),
             // queue_beat runs alone, as the hub sends it.
             beat: Script::new(include_str!("../../../scripts/queue_beat.lua")),
         }
@@ -77,10 +87,31 @@ const PROCESSES: usize = 3;
 /// run, one shorter than the lapse window (its grants are "short": the head wake).
 const UNITS: [u64; PROCESSES] = [1, 2, 1];
 const LEASES: [Ms; PROCESSES] = [120, 400, 250];
+/// The acquisition whose lease has no expiry (`lease ms` 0: its score is `+inf`): w2.1.
+const NO_EXPIRY: (u8, u8) = (2, 1);
+/// `queue_reset_all`'s signal expiry (ARGV[1]), ms.
+const SIGNAL_EXPIRY: Ms = 300;
 const CAPACITY: u64 = 2;
 const LAPSE: Ms = 250;
 /// How near an expiry a call is not sent.
 const GUARD: Ms = 8;
+
+/// The lease `id` asks for and extends by.
+fn lease(id: Id) -> Ms {
+    if (id.client, id.epoch) == NO_EXPIRY {
+        0
+    } else {
+        LEASES[usize::from(id.client)]
+    }
+}
+
+/// A score of the holders' ZSET: an expiry, or none (`inf`).
+fn parse_expiry(text: &str) -> Ms {
+    match text {
+        "inf" => INF,
+        _ => text.parse().expect("an expiry"),
+    }
+}
 
 fn process_text(p: usize) -> String {
     format!("{:016x}", 0x5eed_0000 + p)
@@ -114,8 +145,13 @@ enum Op {
     Acquire(Id, Mode),
     Release(Id),
     Extend(Id),
+    /// `queue_shrink`: keep 1 or 2 units (a 1-unit holder asking for 2, or a 2-unit one that
+    /// shrank, would grow, which the script refuses).
+    Shrink(Id, u64),
     Beat(usize),
     Reset(Option<Id>),
+    /// `queue_reset_all`.
+    ResetAll,
     /// The hub's `BLPOP`, as an `LPOP`.
     Pop(usize),
     Sleep(Ms),
@@ -140,9 +176,11 @@ impl Rng {
             ),
             35..=49 => Op::Release(id),
             50..=59 => Op::Extend(id),
-            60..=69 => Op::Beat(id.process()),
-            70..=79 => Op::Pop(id.process()),
-            80..=83 => Op::Reset((self.below(2) == 0).then_some(id)),
+            60..=67 => Op::Beat(id.process()),
+            68..=77 => Op::Pop(id.process()),
+            78..=81 => Op::Reset((self.below(2) == 0).then_some(id)),
+            82..=86 => Op::Shrink(id, 1 + self.below(2)),
+            87 => Op::ResetAll,
             _ => Op::Sleep(20 + self.below(130)),
         }
     }
@@ -153,10 +191,12 @@ impl Rng {
 enum Reply {
     Acquired(Acquired),
     Held(bool),
+    /// queue_shrink's error: the holder holds only this many units.
+    CannotGrow(u64),
     /// queue_beat: the server's time when live.
     Beat(Option<Ms>),
     Reset(u64),
-    Popped(Option<Mail>),
+    Popped(Option<Element>),
 }
 
 /// Every key, read back from the server.
@@ -171,7 +211,8 @@ struct Keys {
     count: Option<String>,
     beats: Vec<(usize, Ms)>,
     beats_expiry: Option<Ms>,
-    inboxes: Vec<(Vec<Mail>, Option<Ms>)>,
+    /// Each inbox's mail, whether `reset_all`'s wake ends it, and its expiry.
+    inboxes: Vec<(Vec<Mail>, bool, Option<Ms>)>,
 }
 
 fn parse_mail(text: &str) -> Mail {
@@ -190,18 +231,64 @@ fn parse_mail(text: &str) -> Mail {
     }
 }
 
+/// The seeds the default run sends, which reach every outcome [`Seen::assert_all_reached`]
+/// asks for (`MODEL_SEED=<n>` runs seed n instead).
+pub const SEEDS: [u64; 8] = [1, 2, 7, 10, 15, 23, 29, 36];
+
 /// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
 #[derive(Debug, Default)]
 pub struct Seen {
     pub granted: u64,
+    /// Grants (in a reply) of a lease without expiry.
+    pub granted_without_expiry: u64,
+    /// Grants of a lease without expiry to a waiter in line, another live waiter behind it,
+    /// and no head wake (a lease without expiry is not "short").
+    pub granted_without_expiry_before_a_waiter: u64,
     pub waiting: u64,
     pub refused: u64,
     pub lapsed: u64,
     pub grants_popped: u64,
+    /// Pushed grants of a lease without expiry (claimed until the lapse), popped.
+    pub grants_without_expiry_popped: u64,
     pub head_wakes_popped: u64,
+    /// Shrinks of a holder, and those refused (it would grow).
+    pub shrunk: u64,
+    pub cannot_grow: u64,
+    /// `queue_reset_all`s, the live holders they removed, and their wakes popped.
+    pub resets_of_all: u64,
+    pub removed_by_resets_of_all: u64,
+    pub reset_wakes_popped: u64,
+    /// Shrinks that let units go and granted a waiter.
+    pub granted_by_shrink: u64,
     pub straddled: u64,
     /// Steps after which a key expired while the keys were read.
     pub expired_while_read: u64,
+}
+
+impl Seen {
+    /// The default seeds' runs reached every script's outcomes, so that their agreement
+    /// means something (the engine's outcomes are asserted by the test itself).
+    /// Whether the runs reached every outcome, so that their agreement means something.
+    pub fn all_reached(&self) -> bool {
+        [
+            self.granted,
+            self.waiting,
+            self.refused,
+            self.lapsed,
+            self.grants_popped,
+            self.head_wakes_popped,
+            self.granted_without_expiry,
+            self.granted_without_expiry_before_a_waiter,
+            self.shrunk,
+            self.cannot_grow,
+            self.granted_by_shrink,
+            self.resets_of_all,
+            self.removed_by_resets_of_all,
+            self.reset_wakes_popped,
+        ]
+        .iter()
+        .all(|&n| n > 0)
+    }
 }
 
 pub struct Run {
@@ -233,14 +320,17 @@ impl Run {
 
     /// Every moment at which a script's outcome turns: expiries and lapses.
     fn deadlines(model: &Server) -> Vec<Ms> {
-        let mut at: Vec<Ms> = model.holders.iter().map(|h| h.expiry).collect();
+        let mut at: Vec<Ms> = (model.holders.iter())
+            .map(|h| h.expiry)
+            .filter(|&e| e != INF)
+            .collect();
         at.extend(model.beats.iter().flatten());
         if model.beats.iter().any(Option::is_some) {
             at.push(model.beats_expiry);
         }
         at.extend(
             (model.inboxes.iter())
-                .filter(|i| !i.mail.is_empty())
+                .filter(|i| i.exists())
                 .map(|i| i.expiry),
         );
         at
@@ -284,7 +374,7 @@ impl Run {
                     id_text(id),
                     UNITS[c].to_string(),
                     CAPACITY.to_string(),
-                    LEASES[c].to_string(),
+                    lease(id).to_string(),
                     LAPSE.to_string(),
                     how.into(),
                     process.into(),
@@ -298,7 +388,7 @@ impl Run {
                     [-2] => Acquired::Lapsed,
                     [1, token, left] => Acquired::Granted {
                         token: token as u64,
-                        left: left as Ms,
+                        left: u64::try_from(left).unwrap_or(INF),
                     },
                     [0, 0, 0] => Acquired::Refused,
                     [0, position, next, ticket] => Acquired::Waiting {
@@ -314,9 +404,26 @@ impl Run {
                 Reply::Held(n == 1)
             }
             Op::Extend(id) => {
-                let lease = LEASES[usize::from(id.client)].to_string();
-                let n = invoke(&scripts.extend, &[id_text(id), lease]);
+                let n = invoke(&scripts.extend, &[id_text(id), lease(id).to_string()]);
                 Reply::Held(n == 1)
+            }
+            Op::Shrink(id, units) => {
+                let mut invocation = scripts.shrink.prepare_invoke();
+                for part in PARTS {
+                    invocation.key(key(part));
+                }
+                let args = [id_text(id), units.to_string(), CAPACITY.to_string()];
+                let reply: redis::RedisResult<i64> = invocation.arg(&args[..]).invoke(conn);
+                match reply {
+                    Ok(n) => Reply::Held(n == 1),
+                    Err(e) => {
+                        // "ERR a holder cannot grow: it holds <n> units"
+                        let text = e.to_string();
+                        let held = (text.split("it holds ").nth(1))
+                            .and_then(|rest| rest.split(' ').next()?.parse().ok());
+                        Reply::CannotGrow(held.unwrap_or_else(|| panic!("queue_shrink: {text}")))
+                    }
+                }
             }
             Op::Beat(p) => {
                 let n = invoke(&scripts.beat, &[process_text(p), LAPSE.to_string()]);
@@ -326,10 +433,16 @@ impl Run {
                 let id = id.map(id_text).unwrap_or_default();
                 Reply::Reset(invoke(&scripts.reset, &[id, CAPACITY.to_string()]) as u64)
             }
+            Op::ResetAll => {
+                Reply::Reset(invoke(&scripts.reset_all, &[SIGNAL_EXPIRY.to_string()]) as u64)
+            }
             Op::Pop(p) => {
                 let inbox = key(&format!("signal:{}", process_text(p)));
                 let popped: Option<String> = conn.lpop(inbox, None).unwrap();
-                Reply::Popped(popped.as_deref().map(parse_mail))
+                Reply::Popped(popped.as_deref().map(|text| match text {
+                    "reset" => Element::Wake,
+                    mail => Element::Mail(parse_mail(mail)),
+                }))
             }
             Op::Sleep(_) => unreachable!(),
         }
@@ -346,19 +459,24 @@ impl Run {
                     id,
                     units: UNITS[c],
                     capacity: CAPACITY,
-                    lease: LEASES[c],
+                    lease: lease(id),
                     lapse: LAPSE,
                     mode,
                 };
                 Reply::Acquired(model.acquire(&call, now, &bugs, notes).0)
             }
             Op::Release(id) => Reply::Held(model.release(id, CAPACITY, now, &bugs, notes).0),
-            Op::Extend(id) => Reply::Held(model.extend(id, LEASES[usize::from(id.client)], now)),
+            Op::Extend(id) => Reply::Held(model.extend(id, lease(id), now)),
+            Op::Shrink(id, units) => match model.shrink(id, units, CAPACITY, now, &bugs, notes) {
+                Ok(held) => Reply::Held(held),
+                Err(units) => Reply::CannotGrow(units),
+            },
             Op::Beat(p) => Reply::Beat(model.beat(p, LAPSE, now)),
             Op::Reset(id) => {
                 Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
             }
-            Op::Pop(p) => Reply::Popped(model.pop(p)),
+            Op::ResetAll => Reply::Reset(model.reset_all(SIGNAL_EXPIRY, now, notes)),
+            Op::Pop(p) => Reply::Popped(model.pop_element(p)),
             Op::Sleep(_) => unreachable!(),
         }
     }
@@ -392,13 +510,17 @@ impl Run {
         let mut inboxes = Vec::new();
         for p in 0..PROCESSES {
             let inbox = key(&format!("signal:{}", process_text(p)));
-            let mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
+            let mut mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
             let expiry = self.expiry_of(&inbox);
-            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), expiry));
+            let wake = mail.last().is_some_and(|m| m == "reset");
+            if wake {
+                mail.pop();
+            }
+            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), wake, expiry));
         }
         Keys {
             holders: (holders.into_iter())
-                .map(|(id, score)| (parse_id(&id), score.parse().expect("a finite expiry")))
+                .map(|(id, score)| (parse_id(&id), parse_expiry(&score)))
                 .collect(),
             held: held.into_iter().map(|(id, v)| (parse_id(&id), v)).collect(),
             queue: queue
@@ -455,16 +577,16 @@ impl Run {
             }
             (Reply::Beat(Some(x)), Reply::Beat(Some(y))) => near(*x, *y),
             (
-                Reply::Popped(Some(Mail::Granted {
+                Reply::Popped(Some(Element::Mail(Mail::Granted {
                     token: a,
                     expiry: x,
                     waiter: v,
-                })),
-                Reply::Popped(Some(Mail::Granted {
+                }))),
+                Reply::Popped(Some(Element::Mail(Mail::Granted {
                     token: b,
                     expiry: y,
                     waiter: w,
-                })),
+                }))),
             ) => a == b && v == w && near(*x, *y),
             (ours, theirs) => ours == theirs,
         };
@@ -537,7 +659,9 @@ impl Run {
                 model.beats_expiry
             );
         }
-        for (p, (inbox, (mail, expiry))) in model.inboxes.iter().zip(&keys.inboxes).enumerate() {
+        for (p, (inbox, (mail, wake, expiry))) in
+            (model.inboxes.iter().zip(&keys.inboxes)).enumerate()
+        {
             let mail_agrees = inbox.mail.len() == mail.len()
                 && (inbox.mail.iter().zip(mail)).all(|pair| match pair {
                     (
@@ -554,20 +678,40 @@ impl Run {
                     ) => a == b && v == w && near(*x, *y),
                     (a, b) => a == b,
                 });
-            let expiry_agrees = match (mail.is_empty(), expiry) {
+            let expiry_agrees = match (mail.is_empty() && !wake, expiry) {
                 (true, _) => true,
                 (false, Some(at)) => near(inbox.expiry, *at),
                 (false, None) => false,
             };
-            if !mail_agrees || !expiry_agrees {
+            if !mail_agrees || inbox.wake != *wake || !expiry_agrees {
                 let _ = writeln!(
                     out,
-                    "  inbox {p}: model {:?} until {}, server {mail:?} until {expiry:?}",
-                    inbox.mail, inbox.expiry
+                    "  inbox {p}: model {:?} (wake {}) until {}, server {mail:?} (wake {wake}) \
+                     until {expiry:?}",
+                    inbox.mail, inbox.wake, inbox.expiry
                 );
             }
         }
         out
+    }
+
+    /// `model` with each of its inboxes and its heartbeats gone that the server no longer has
+    /// and that expire before `read`.
+    fn expired_while_read(model: &Server, keys: &Keys, read: Ms) -> Server {
+        let mut expired = model.clone();
+        for (inbox, (mail, wake, _)) in expired.inboxes.iter_mut().zip(&keys.inboxes) {
+            if inbox.exists() && inbox.expiry < read && mail.is_empty() && !wake {
+                *inbox = Inbox::default();
+            }
+        }
+        if keys.beats.is_empty()
+            && expired.beats.iter().any(Option::is_some)
+            && expired.beats_expiry < read
+        {
+            expired.beats.iter_mut().for_each(|b| *b = None);
+            expired.beats_expiry = 0;
+        }
+        expired
     }
 
     /// The model takes the server's exact times, now that they agree within the window.
@@ -583,10 +727,11 @@ impl Run {
         if let Some(at) = keys.beats_expiry {
             model.beats_expiry = at;
         }
-        for (inbox, (mail, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
+        for (inbox, (mail, wake, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
             *inbox = match expiry {
-                Some(at) if !mail.is_empty() => Inbox {
+                Some(at) if !mail.is_empty() || *wake => Inbox {
                     mail: mail.clone(),
+                    wake: *wake,
                     expiry: *at,
                 },
                 _ => Inbox::default(),
@@ -594,14 +739,30 @@ impl Run {
         }
     }
 
-    fn count(&mut self, reply: &Reply) {
+    fn count(&mut self, op: Op, reply: &Reply) {
+        if let (Op::Shrink(..), Reply::Held(true)) = (op, reply) {
+            self.seen.shrunk += 1;
+        }
+        if let (Op::ResetAll, Reply::Reset(n)) = (op, reply) {
+            self.seen.resets_of_all += 1;
+            self.seen.removed_by_resets_of_all += n;
+        }
         match reply {
-            Reply::Acquired(Acquired::Granted { .. }) => self.seen.granted += 1,
+            Reply::Acquired(Acquired::Granted { left, .. }) => {
+                self.seen.granted += 1;
+                self.seen.granted_without_expiry += u64::from(*left == INF);
+            }
             Reply::Acquired(Acquired::Waiting { .. }) => self.seen.waiting += 1,
             Reply::Acquired(Acquired::Refused) => self.seen.refused += 1,
             Reply::Acquired(Acquired::Lapsed) => self.seen.lapsed += 1,
-            Reply::Popped(Some(Mail::Granted { .. })) => self.seen.grants_popped += 1,
-            Reply::Popped(Some(Mail::Head(_))) => self.seen.head_wakes_popped += 1,
+            Reply::Popped(Some(Element::Mail(Mail::Granted { waiter, .. }))) => {
+                self.seen.grants_popped += 1;
+                self.seen.grants_without_expiry_popped +=
+                    u64::from((waiter.client, waiter.epoch) == NO_EXPIRY);
+            }
+            Reply::Popped(Some(Element::Mail(Mail::Head(_)))) => self.seen.head_wakes_popped += 1,
+            Reply::Popped(Some(Element::Wake)) => self.seen.reset_wakes_popped += 1,
+            Reply::CannotGrow(_) => self.seen.cannot_grow += 1,
             _ => {}
         }
     }
@@ -642,12 +803,13 @@ impl Run {
                 if !differences.is_empty() {
                     // The keys are read after the call, each at its own moment up to `read`:
                     // an inbox or the heartbeats may expire in between, however slow the
-                    // machine (the guard before the call covers only a few ms). A key's
-                    // expiry is compared within the call's window, as every time here:
-                    // Redis 7 dates a script's `PEXPIRE` by the time its event loop woke
-                    // (redis/redis#10300), which on a loaded machine is that much earlier.
-                    let mut expired = candidate.clone();
-                    expired.expire_keys(read + tol);
+                    // machine (the guard before the call covers only a few ms). Each key is
+                    // taken as expired on its own, when the server no longer has it and the
+                    // model has it expire by then: a key read early may still be there while
+                    // one read later is gone. By then is within the call's window, as every
+                    // time here: Redis 7 dates a script's `PEXPIRE` by the time its event
+                    // loop woke (redis/redis#10300), which on a loaded machine is earlier.
+                    let expired = Self::expired_while_read(&candidate, &keys, read + tol);
                     if Self::differences(&expired, &ours, &theirs, &keys, tol).is_empty() {
                         self.seen.expired_while_read += 1;
                         candidate = expired;
@@ -659,6 +821,29 @@ impl Run {
                         self.seen.straddled += 1;
                     }
                     Self::take_times(&mut candidate, &keys);
+                    // A grant without expiry from the line, with a live waiter behind it: no
+                    // head wake (its lease is not "short").
+                    let from_line = |w: &&Waiter| (w.id.client, w.id.epoch) == NO_EXPIRY;
+                    let heads = |m: &Server| {
+                        (m.inboxes.iter().flat_map(|i| &i.mail))
+                            .filter(|m| matches!(m, Mail::Head(_)))
+                            .count()
+                    };
+                    if let Some(w) = model.queue.iter().find(from_line)
+                        && model.beats_past(w.id.process(), now)
+                        && candidate.holder(w.id).is_some()
+                        && (candidate.queue.iter())
+                            .any(|b| candidate.beats_past(b.id.process(), now))
+                        && heads(&candidate) <= heads(&model)
+                    {
+                        self.seen.granted_without_expiry_before_a_waiter += 1;
+                    }
+                    if let (Op::Shrink(id, units), Reply::Held(true)) = (op, &theirs)
+                        && model.holder(id).is_some_and(|h| h.units > units)
+                        && candidate.fence > model.fence
+                    {
+                        self.seen.granted_by_shrink += 1;
+                    }
                     model = candidate;
                     first = None;
                     break;
@@ -672,7 +857,7 @@ impl Run {
                      {model:#?}"
                 );
             }
-            self.count(&theirs);
+            self.count(op, &theirs);
         }
     }
 }

@@ -1,19 +1,35 @@
 //! The queue engine's server side, in Rust: the rules of `scripts/queue_head.lua`,
 //! `queue_acquire_fast.lua`, `queue_engine.lua`, `queue_acquire.lua`, `queue_release_fast.lua`,
-//! `queue_release.lua`, `queue_extend.lua`, `queue_beat.lua` and `queue_reset.lua`, step for
-//! step where a step shows in the keys (which holder a purge removes, where the grant pass
-//! stops, what the kept count says), so that the differential test can hold each script's
-//! reply and writes against these.
+//! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua`,
+//! `queue_reset.lua` and `queue_reset_all.lua`, step for step where a step shows in the keys
+//! (which holder a purge removes, where the grant pass stops, what the kept count says), so
+//! that the differential test can hold each script's reply and writes against these.
 //!
+//! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
+//! modelled, for the differential test (the explored model's leases all expire).
 //! Left out, as the model's clients never send them: ids that are their own process (an older
-//! version's, without `@<process>`), leases without expiry (`lease ms` 0), corrupt keys,
-//! `queue_shrink`, `queue_reset_all`. Of the keys' own expiries, the inboxes' and the beats'
-//! are kept (a key is gone once the clock is past its expiry, as Redis has it).
+//! version's, without `@<process>`), corrupt keys. `queue_reset_all` is here for the
+//! differential test only (the explored model's operator resets with `queue_reset`). Of the
+//! keys' own expiries, the inboxes' and the beats' are kept (a key is gone once the clock is
+//! past its expiry, as Redis has it).
 
 use std::fmt;
 
 /// Server time, ms (the model checker's from 0; the differential test's the real server's).
 pub type Ms = u64;
+
+/// The expiry of a holder without one (`lease ms` 0: its score is `+inf`), and the lease
+/// left that `queue_acquire` answers it with (`-1`).
+pub const INF: Ms = Ms::MAX;
+
+/// A lease's expiry from `now`: none ([`INF`]) for a lease of 0, as the scripts have it.
+pub fn expiry_after(now: Ms, lease: Ms) -> Ms {
+    if lease == 0 {
+        INF
+    } else {
+        now + lease
+    }
+}
 
 /// An acquisition id: waiter `epoch` of process `client` (`w<client>.<epoch>@<process>` on a
 /// real server, which sorts as these do).
@@ -77,12 +93,29 @@ pub enum Mail {
     Head(Id),
 }
 
-/// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes;
-/// gone at `expiry` (when there is any mail).
+/// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes,
+/// then `reset_all`'s wake ("reset") when `wake` (the list's tail: `queue_reset_all` empties
+/// the list before it pushes the wake, and everything after it is pushed at the head); gone at
+/// `expiry` (when it holds anything).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Inbox {
     pub mail: Vec<Mail>,
+    pub wake: bool,
     pub expiry: Ms,
+}
+
+impl Inbox {
+    /// Whether the list exists.
+    pub fn exists(&self) -> bool {
+        self.wake || !self.mail.is_empty()
+    }
+}
+
+/// An element `LPOP` takes from an inbox: mail, or `reset_all`'s wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Element {
+    Mail(Mail),
+    Wake,
 }
 
 /// The kept count (KEYS[9]) "<units>:<fencing counter>:<holders>". Signed: a broken rule may
@@ -161,7 +194,7 @@ pub struct Call {
     pub id: Id,
     pub units: u64,
     pub capacity: u64,
-    /// Above 0: the model has no leases without expiry.
+    /// 0: no expiry.
     pub lease: Ms,
     pub lapse: Ms,
     pub mode: Mode,
@@ -170,7 +203,7 @@ pub struct Call {
 /// `queue_acquire`'s reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Acquired {
-    /// {1, token, lease ms left}
+    /// {1, token, lease ms left ([`INF`] for -1: no expiry)}
     Granted { token: u64, left: Ms },
     /// {0, position, next ms (-1: none), ticket}
     Waiting {
@@ -187,6 +220,9 @@ pub enum Acquired {
 impl fmt::Display for Acquired {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Acquired::Granted { token, left: INF } => {
+                write!(f, "Granted{{token {token}, no expiry}}")
+            }
             Acquired::Granted { token, left } => write!(f, "Granted{{token {token}, {left} ms}}"),
             Acquired::Waiting { position, next, .. } => match next {
                 Some(next) => write!(f, "Waiting{{position {position}, next {next} ms}}"),
@@ -493,21 +529,20 @@ impl Server {
         for g in grants.iter_mut() {
             if g.queued {
                 left_queue = true;
-                short = short || g.beat.is_some_and(|beat| now + g.lease < beat);
+                short = short || (g.lease > 0 && g.beat.is_some_and(|beat| now + g.lease < beat));
                 self.queue.retain(|w| w.id != g.id);
             }
             self.fence += 1;
             let token = self.fence;
             s.fence = token;
-            let mut expiry = now + g.lease;
+            let mut expiry = expiry_after(now, g.lease);
             let pushed = Some(g.id) != me;
             if pushed {
                 let beat = g.beat.expect("only the caller joins unqueued");
-                expiry = if bugs.claim_ignores_lapse {
-                    now + g.lease
-                } else {
-                    beat.min(now + g.lease)
-                };
+                // A grant without expiry is claimed until the grantee's lapse.
+                if !bugs.claim_ignores_lapse {
+                    expiry = beat.min(expiry);
+                }
             }
             self.set_holder(Holder {
                 id: g.id,
@@ -626,7 +661,7 @@ impl Server {
         self.fence = token;
         self.set_holder(Holder {
             id: c.id,
-            expiry: now + c.lease,
+            expiry: expiry_after(now, c.lease),
             units: c.units,
             token,
             how: How::Replied,
@@ -638,7 +673,7 @@ impl Server {
         });
         Some(Acquired::Granted {
             token,
-            left: c.lease,
+            left: if c.lease > 0 { c.lease } else { INF },
         })
     }
 
@@ -649,7 +684,7 @@ impl Server {
         bugs: &Bugs,
         notes: &mut Notes,
     ) -> (Acquired, Passed) {
-        assert!(c.units >= 1 && c.units <= c.capacity && c.lease > 0 && c.lapse >= 2);
+        assert!(c.units >= 1 && c.units <= c.capacity && c.lapse >= 2);
         if let Some(reply) = self.acquire_fast(c, now) {
             if let Acquired::Granted { token, .. } = reply {
                 notes.note(|| format!("grants {} token {token} (fast part)", c.id));
@@ -658,7 +693,10 @@ impl Server {
         }
         let mut s = self.load(now, bugs);
         if let Some(held) = self.holding(c.id, now) {
-            let left = (held.expiry - now).max(1);
+            let left = match held.expiry {
+                INF => INF,
+                expiry => (expiry - now).max(1),
+            };
             return (
                 Acquired::Granted {
                     token: held.token,
@@ -677,7 +715,7 @@ impl Server {
         let tail = (!queued).then_some((c.units, c.lease));
         let tokens = self.settle(&mut s, c.capacity, Some((c.id, tail)), now, bugs, notes);
         if let Some(&(_, token)) = tokens.iter().find(|(id, _)| *id == c.id) {
-            let left = c.lease.max(1);
+            let left = if c.lease > 0 { c.lease } else { INF };
             return (Acquired::Granted { token, left }, true);
         }
         if !queued {
@@ -704,13 +742,23 @@ impl Server {
             at.checked_sub(1)
                 .map(|a| (a, self.beats[self.queue[a].id.process()]))
         } else {
+            // A process's heartbeat is read once a script (`s.beats`): the caller's process's
+            // as `live_beat` read it for the caller, before the join moved it on. A waiter of
+            // its process left in line from before the process lapsed is passed over here,
+            // though the join made it live again for the scripts that come after.
             (0..at).rev().find_map(|a| {
-                self.live_beat(&s, self.queue[a].id, now)
-                    .map(|b| (a, Some(b)))
+                let w = self.queue[a].id;
+                let beat = if w.process() == p && !s.forgotten.contains(&w) {
+                    live
+                } else {
+                    self.live_beat(&s, w, now)
+                };
+                beat.map(|b| (a, Some(b)))
             })
         };
         let event = match ahead {
-            None => self.first_holder().map(|h| h.expiry),
+            // The first to expire, unless it has no expiry (then none has).
+            None => self.first_holder().map(|h| h.expiry).filter(|&e| e != INF),
             Some((a, beat)) if self.queue[a].id.process() != p => beat,
             Some(_) => None,
         };
@@ -790,7 +838,7 @@ impl Server {
     pub fn extend(&mut self, id: Id, lease: Ms, now: Ms) -> bool {
         match self.holders.iter_mut().find(|h| h.id == id) {
             Some(h) if h.expiry > now => {
-                h.expiry = now + lease;
+                h.expiry = expiry_after(now, lease);
                 if h.how == How::Pushed {
                     h.how = How::Claimed;
                 }
@@ -798,6 +846,39 @@ impl Server {
             }
             _ => false,
         }
+    }
+
+    // ---- queue_shrink.lua ----
+
+    /// Holder `id` keeps `units` of what it holds (same token, same lease) and the units it
+    /// let go are handed on: whether it held; `Err(held units)` when it would grow ("a holder
+    /// cannot grow"), and then nothing is written.
+    pub fn shrink(
+        &mut self,
+        id: Id,
+        units: u64,
+        capacity: u64,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> Result<bool, u64> {
+        assert!(units >= 1);
+        let mut s = self.load(now, bugs);
+        let held = self.holding(id, now).cloned();
+        if let Some(held) = &held {
+            if units > held.units {
+                return Err(held.units);
+            }
+            notes.note(|| format!("{id} keeps {units} of its {} units", held.units));
+            s.used -= (held.units - units) as i64;
+            s.changed = true;
+        }
+        self.settle(&mut s, capacity, None, now, bugs, notes);
+        let Some(held) = held else {
+            return Ok(false);
+        };
+        self.set_holder(Holder { units, ..held });
+        Ok(true)
     }
 
     // ---- queue_beat.lua ----
@@ -808,10 +889,36 @@ impl Server {
         self.beats[p] = Some(beat.max(now + lapse));
         self.outlive_beats(lapse, now);
         let inbox = &mut self.inboxes[p];
-        if !inbox.mail.is_empty() {
+        if inbox.exists() {
             inbox.expiry = now + lapse;
         }
         Some(now)
+    }
+
+    // ---- queue_reset_all.lua ----
+
+    /// The operator's reset of everything: every holder and waiter goes (the fencing counter
+    /// stays), and the inbox of each of their processes holds only a wake, for
+    /// `signal_expiry` ms. How many holders with a live lease it removed.
+    pub fn reset_all(&mut self, signal_expiry: Ms, now: Ms, notes: &mut Notes) -> u64 {
+        let live = self.holders.iter().filter(|h| h.expiry > now).count() as u64;
+        let ids = (self.holders.iter().map(|h| h.id)).chain(self.queue.iter().map(|w| w.id));
+        let processes: Vec<usize> = ids.map(Id::process).collect();
+        for p in processes {
+            self.inboxes[p] = Inbox {
+                mail: Vec::new(),
+                wake: true,
+                expiry: now + signal_expiry,
+            };
+        }
+        notes.note(|| format!("the reset of all removes {live} live holders"));
+        self.holders.clear();
+        self.queue.clear();
+        self.beats.iter_mut().for_each(|b| *b = None);
+        self.beats_expiry = 0;
+        self.tickets = 0;
+        self.count = None;
+        live
     }
 
     // ---- queue_reset.lua ----
@@ -844,7 +951,7 @@ impl Server {
     /// gone once its clock is past the expiry, not at it.
     pub fn expire_keys(&mut self, now: Ms) {
         for inbox in &mut self.inboxes {
-            if !inbox.mail.is_empty() && inbox.expiry < now {
+            if inbox.exists() && inbox.expiry < now {
                 *inbox = Inbox::default();
             }
         }
@@ -859,16 +966,29 @@ impl Server {
         self.beats_expiry = self.beats_expiry.max(now + lapse);
     }
 
-    /// `BLPOP` on process `p`'s inbox, when it has mail.
+    /// `BLPOP` on process `p`'s inbox, when it has mail (the explored model sends no
+    /// `reset_all`: a wake is left where it is).
     pub fn pop(&mut self, p: usize) -> Option<Mail> {
         let inbox = &mut self.inboxes[p];
         if inbox.mail.is_empty() {
             return None;
         }
         let mail = inbox.mail.remove(0);
-        if inbox.mail.is_empty() {
+        if !inbox.exists() {
             *inbox = Inbox::default();
         }
         Some(mail)
+    }
+
+    /// `LPOP` on process `p`'s inbox: its head, mail or the wake.
+    pub fn pop_element(&mut self, p: usize) -> Option<Element> {
+        if let Some(mail) = self.pop(p) {
+            return Some(Element::Mail(mail));
+        }
+        let inbox = &mut self.inboxes[p];
+        inbox.wake.then(|| {
+            *inbox = Inbox::default();
+            Element::Wake
+        })
     }
 }
