@@ -94,9 +94,11 @@ fn parse_id(text: &str) -> Id {
     let parsed = (|| {
         let (own, process) = text.strip_prefix('w')?.split_once('@')?;
         let (client, epoch) = own.split_once('.')?;
+        let client: u8 = client.parse().ok()?;
         let id = Id {
-            client: client.parse().ok()?,
+            client,
             epoch: epoch.parse().ok()?,
+            process: client,
         };
         (process == process_text(id.process())).then_some(id)
     })();
@@ -128,6 +130,7 @@ impl Rng {
         let id = Id {
             client,
             epoch: self.below(2) as u8,
+            process: client,
         };
         match self.below(100) {
             0..=34 => Op::Acquire(
