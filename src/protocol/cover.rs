@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 /// One process's waiters in one primitive's line.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Cover {
-    /// By ticket: the waiter, and when it asks again by itself (`None`: only when told).
-    line: BTreeMap<u64, (String, Option<Instant>)>,
+    /// By ticket, then id: when each waiter asks again by itself (`None`: only when told).
+    /// A ticket is not unique here: the line's counter starts again at 1 when the line
+    /// empties, while a waiter granted just then may not have left its seat yet.
+    line: BTreeMap<(u64, String), Option<Instant>>,
     /// Each waiter's ticket.
     tickets: BTreeMap<String, u64>,
 }
@@ -41,16 +43,16 @@ impl Cover {
         lapse: Duration,
     ) -> Option<Instant> {
         if let Some(old) = self.tickets.insert(id.to_owned(), ticket) {
-            self.line.remove(&old);
+            self.line.remove(&(old, id.to_owned()));
         }
-        let first = self.line.keys().next().is_none_or(|&t| ticket < t);
+        let first = self.line.keys().next().is_none_or(|(t, _)| ticket < *t);
         let until = if first {
             let cap = now + lapse;
             Some(until.map_or(cap, |until| until.min(cap)))
         } else {
             until
         };
-        self.line.insert(ticket, (id.to_owned(), until));
+        self.line.insert((ticket, id.to_owned()), until);
         until
     }
 
@@ -59,13 +61,13 @@ impl Cover {
     /// that left, if still ahead, else now (it asks at once).
     #[must_use]
     pub fn left(&mut self, id: &str, now: Instant, lapse: Duration) -> Option<(String, Instant)> {
-        let ticket = self.tickets.remove(id)?;
-        let was_first = self.line.keys().next() == Some(&ticket);
-        let (_, left_until) = self.line.remove(&ticket)?;
+        let key = (self.tickets.remove(id)?, id.to_owned());
+        let was_first = self.line.keys().next() == Some(&key);
+        let left_until = self.line.remove(&key)?;
         if !was_first {
             return None;
         }
-        let (next, until) = self.line.values_mut().next()?;
+        let ((_, next), until) = self.line.iter_mut().next()?;
         if until.is_some_and(|until| until <= now + lapse) {
             return None;
         }
@@ -136,6 +138,25 @@ mod tests {
         assert_eq!(
             cover.left("b", t0, LAPSE),
             Some(("c".to_owned(), t0 + secs(1)))
+        );
+    }
+
+    #[test]
+    fn a_ticket_given_again_after_the_line_emptied_keeps_both_waiters() {
+        let t0 = Instant::now();
+        let mut cover = Cover::default();
+        // a was granted, the line emptied, and b got ticket 1 again before a's seat went.
+        cover.waits("a", 1, None, t0, LAPSE);
+        cover.waits("c", 2, None, t0, LAPSE);
+        assert_eq!(cover.waits("b", 1, None, t0, LAPSE), None);
+        assert_eq!(
+            cover.left("a", t0, LAPSE),
+            Some(("b".to_owned(), t0 + LAPSE))
+        );
+        // b's going still hands the timer to c.
+        assert_eq!(
+            cover.left("b", t0, LAPSE),
+            Some(("c".to_owned(), t0 + LAPSE))
         );
     }
 

@@ -48,6 +48,21 @@ impl Name {
         self.seats.is_empty() && self.watch.is_empty()
     }
 
+    /// Waiter `waiter` left the line (its wait is over, or it leaves to join again): the
+    /// process's next waiter in line may have to take its timer over ([`Cover::left`]).
+    pub(super) fn left(&mut self, waiter: &str) {
+        let now = Instant::now();
+        let next = self.cover.left(waiter, now, self.lapse);
+        if let Some((mailbox, at)) = next.and_then(|(next, at)| Some((self.seats.get(&next)?, at)))
+        {
+            mailbox.tell(if at > now {
+                Told::AskBy(at)
+            } else {
+                Told::AskAgain
+            });
+        }
+    }
+
     /// The process lapsed here: a new epoch, whose waiters leave and join again.
     pub(super) fn lapsed(&mut self) {
         self.epoch += 1;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Hub, Mailbox, Told};
+use super::{Hub, Mailbox};
 use crate::protocol::keys::QueueKeys;
 use crate::protocol::queue::{Asked, Mode, Next};
 use crate::protocol::request::Request;
@@ -38,11 +38,13 @@ impl Seat {
             .is_some_and(|n| n.epoch != self.epoch)
     }
 
-    /// Joins the current epoch, once it has left the line.
+    /// Joins the current epoch, once it has left the line: as for a waiter that left, the
+    /// process's next waiter may take its timer over.
     pub(crate) fn rejoin(&mut self) {
-        let state = self.hub.state.lock();
-        if let Some(name) = state.names.get(&self.inbox) {
+        let mut state = self.hub.state.lock();
+        if let Some(name) = state.names.get_mut(&self.inbox) {
             self.epoch = name.epoch;
+            name.left(&self.waiter);
         }
     }
 
@@ -105,19 +107,8 @@ impl Drop for Seat {
     fn drop(&mut self) {
         self.hub.leave(&self.inbox, |name| {
             name.seats.remove(&self.waiter);
-            // Its wait is over (granted, left, stopped): the process's next waiter in line
-            // may have to take its timer over.
-            let now = Instant::now();
-            let next = name.cover.left(&self.waiter, now, name.lapse);
-            if let Some((mailbox, at)) =
-                next.and_then(|(next, at)| Some((name.seats.get(&next)?, at)))
-            {
-                mailbox.tell(if at > now {
-                    Told::AskBy(at)
-                } else {
-                    Told::AskAgain
-                });
-            }
+            // Its wait is over (granted, left, stopped).
+            name.left(&self.waiter);
         });
     }
 }

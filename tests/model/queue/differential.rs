@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::thread;
 use std::time::Duration;
 
-use redis::{Commands, Connection, Script};
+use redis::{Commands, Connection, FromRedisValue, Script, Value};
 
 use super::server::{
     Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, Waiter, INF,
@@ -125,9 +125,11 @@ fn parse_id(text: &str) -> Id {
     let parsed = (|| {
         let (own, process) = text.strip_prefix('w')?.split_once('@')?;
         let (client, epoch) = own.split_once('.')?;
+        let client: u8 = client.parse().ok()?;
         let id = Id {
-            client: client.parse().ok()?,
+            client,
             epoch: epoch.parse().ok()?,
+            process: client,
         };
         (process == process_text(id.process())).then_some(id)
     })();
@@ -164,6 +166,7 @@ impl Rng {
         let id = Id {
             client,
             epoch: self.below(2) as u8,
+            process: client,
         };
         match self.below(100) {
             0..=34 => Op::Acquire(
@@ -213,6 +216,8 @@ struct Keys {
     beats_expiry: Option<Ms>,
     /// Each inbox's mail, whether `reset_all`'s wake ends it, and its expiry.
     inboxes: Vec<(Vec<Mail>, bool, Option<Ms>)>,
+    /// The server's time when they were read (all in one transaction).
+    read: Ms,
 }
 
 fn parse_mail(text: &str) -> Mail {
@@ -481,43 +486,82 @@ impl Run {
         }
     }
 
-    /// When key `k` expires, in server ms; `None`: it has no expiry, or is gone.
-    fn expiry_of(&mut self, k: &str) -> Option<Ms> {
-        if self.expire_time {
-            let at: i64 = redis::cmd("PEXPIRETIME")
-                .arg(k)
-                .query(&mut self.conn)
-                .unwrap();
-            return u64::try_from(at).ok();
-        }
-        let now = self.server_ms();
-        let left: i64 = self.conn.pttl(k).unwrap();
-        u64::try_from(left).ok().map(|left| now + left)
-    }
-
+    /// Every key, read in one transaction with the server's time, so that all are read at
+    /// one moment (`Keys::read`): a key that expires while they are read cannot be read
+    /// alive in one read and gone in the next (its mail and then its expiry, or the
+    /// heartbeats and then an inbox with the same expiry), however slow the machine.
     fn read_keys(&mut self) -> Keys {
-        let number = |s: Option<String>| s.map_or(0, |s| s.parse().unwrap());
-        let holders: Vec<(String, String)> =
-            self.conn.zrange_withscores(key("holders"), 0, -1).unwrap();
-        let held: BTreeMap<String, String> = self.conn.hgetall(key("held")).unwrap();
-        let queue: Vec<(String, u64)> = self.conn.zrange_withscores(key("queue"), 0, -1).unwrap();
-        let wants: BTreeMap<String, String> = self.conn.hgetall(key("wants")).unwrap();
-        let beats: Vec<(String, Ms)> = self.conn.zrange_withscores(key("beats"), 0, -1).unwrap();
-        let beats_expiry = self.expiry_of(&key("beats"));
-        let tickets = number(self.conn.get(key("tickets")).unwrap());
-        let fence = number(self.conn.get(key("fence")).unwrap());
-        let count: Option<String> = self.conn.get(key("count")).unwrap();
-        let mut inboxes = Vec::new();
-        for p in 0..PROCESSES {
-            let inbox = key(&format!("signal:{}", process_text(p)));
-            let mut mail: Vec<String> = self.conn.lrange(&inbox, 0, -1).unwrap();
-            let expiry = self.expiry_of(&inbox);
-            let wake = mail.last().is_some_and(|m| m == "reset");
-            if wake {
-                mail.pop();
-            }
-            inboxes.push((mail.iter().map(|m| parse_mail(m)).collect(), wake, expiry));
+        let expiry_cmd = if self.expire_time {
+            "PEXPIRETIME"
+        } else {
+            "PTTL"
+        };
+        let inbox_keys: Vec<String> = (0..PROCESSES)
+            .map(|p| key(&format!("signal:{}", process_text(p))))
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .zrange_withscores(key("holders"), 0, -1)
+            .hgetall(key("held"))
+            .zrange_withscores(key("queue"), 0, -1)
+            .hgetall(key("wants"))
+            .zrange_withscores(key("beats"), 0, -1)
+            .cmd(expiry_cmd)
+            .arg(key("beats"))
+            .get(key("tickets"))
+            .get(key("fence"))
+            .get(key("count"));
+        for inbox in &inbox_keys {
+            pipe.lrange(inbox, 0, -1).cmd(expiry_cmd).arg(inbox);
         }
+        pipe.cmd("TIME");
+        let values: Vec<Value> = pipe.query(&mut self.conn).unwrap();
+        let mut values = values.into_iter();
+        let mut next = || values.next().expect("a reply for each read");
+        fn parse<T: FromRedisValue>(value: Value) -> T {
+            T::from_redis_value(value).expect("a reply of its type")
+        }
+        let number = |s: Option<String>| s.map_or(0, |s| s.parse().unwrap());
+        let holders: Vec<(String, String)> = parse(next());
+        let held: BTreeMap<String, String> = parse(next());
+        let queue: Vec<(String, u64)> = parse(next());
+        let wants: BTreeMap<String, String> = parse(next());
+        let beats: Vec<(String, Ms)> = parse(next());
+        let beats_expiry: i64 = parse(next());
+        let tickets = number(parse(next()));
+        let fence = number(parse(next()));
+        let count: Option<String> = parse(next());
+        let mut inboxes = Vec::new();
+        for _ in 0..PROCESSES {
+            let mail: Vec<String> = parse(next());
+            let expiry: i64 = parse(next());
+            inboxes.push((mail, expiry));
+        }
+        let (s, us): (u64, u64) = parse(next());
+        let read = s * 1000 + us / 1000;
+        // PEXPIRETIME says when; PTTL how long from now (then -2: gone, -1: no expiry).
+        let at = |expiry: i64| {
+            let expiry = u64::try_from(expiry).ok()?;
+            Some(if self.expire_time {
+                expiry
+            } else {
+                read + expiry
+            })
+        };
+        let beats_expiry = at(beats_expiry);
+        let inboxes = (inboxes.into_iter())
+            .map(|(mut mail, expiry): (Vec<String>, i64)| {
+                let wake = mail.last().is_some_and(|m| m == "reset");
+                if wake {
+                    mail.pop();
+                }
+                (
+                    mail.iter().map(|m| parse_mail(m)).collect(),
+                    wake,
+                    at(expiry),
+                )
+            })
+            .collect();
         Keys {
             holders: (holders.into_iter())
                 .map(|(id, score)| (parse_id(&id), parse_expiry(&score)))
@@ -544,6 +588,7 @@ impl Run {
             },
             beats_expiry,
             inboxes,
+            read,
         }
     }
 
@@ -786,7 +831,6 @@ impl Run {
             let theirs = self.on_server(op);
             let after = self.server_ms();
             let keys = self.read_keys();
-            let read = self.server_ms();
             let _ = writeln!(history, "{step}: t={before}..{after} {op:?} → {theirs:?}");
             // The script ran at `before`, or later: at a deadline it straddled, or `after`.
             let mut moments = vec![before];
@@ -801,15 +845,14 @@ impl Run {
                 let ours = Self::in_model(&mut candidate, op, now);
                 let mut differences = Self::differences(&candidate, &ours, &theirs, &keys, tol);
                 if !differences.is_empty() {
-                    // The keys are read after the call, each at its own moment up to `read`:
-                    // an inbox or the heartbeats may expire in between, however slow the
-                    // machine (the guard before the call covers only a few ms). Each key is
-                    // taken as expired on its own, when the server no longer has it and the
-                    // model has it expire by then: a key read early may still be there while
-                    // one read later is gone. By then is within the call's window, as every
-                    // time here: Redis 7 dates a script's `PEXPIRE` by the time its event
-                    // loop woke (redis/redis#10300), which on a loaded machine is earlier.
-                    let expired = Self::expired_while_read(&candidate, &keys, read + tol);
+                    // The keys are read after the call, all at one moment (`Keys::read`): an
+                    // inbox or the heartbeats may expire in between, however slow the machine
+                    // (the guard before the call covers only a few ms). Each key is taken as
+                    // expired on its own, when the server no longer has it and the model has it
+                    // expire by then, within the call's window as every time here: Redis 7
+                    // dates a script's `PEXPIRE` by the time its event loop woke
+                    // (redis/redis#10300), which on a loaded machine is earlier.
+                    let expired = Self::expired_while_read(&candidate, &keys, keys.read + tol);
                     if Self::differences(&expired, &ours, &theirs, &keys, tol).is_empty() {
                         self.seen.expired_while_read += 1;
                         candidate = expired;

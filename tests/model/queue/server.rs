@@ -31,24 +31,26 @@ pub fn expiry_after(now: Ms, lease: Ms) -> Ms {
     }
 }
 
-/// An acquisition id: waiter `epoch` of process `client` (`w<client>.<epoch>@<process>` on a
-/// real server, which sorts as these do).
+/// An acquisition id: acquisition `epoch` of client (handle) `client`, which waits in
+/// `process` (`w<client>.<epoch>@<process>` on a real server, which sorts as these do: a
+/// client is in one process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Id {
     pub client: u8,
     pub epoch: u8,
+    pub process: u8,
 }
 
 impl Id {
     /// The process whose heartbeat keeps it in line, and whose inbox gets its grants.
     pub fn process(self) -> usize {
-        usize::from(self.client)
+        usize::from(self.process)
     }
 }
 
 impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "w{}.{}", self.client, self.epoch)
+        write!(f, "w{}.{}@{}", self.client, self.epoch, self.process)
     }
 }
 
@@ -168,6 +170,11 @@ pub struct Bugs {
     /// live and of another process (the engine before issue 35: a waiter of the leaver's
     /// process had no timer, and one behind a lapsed entry slept until its own).
     pub wake_behind_a_leaver_only_next_of_another_process: bool,
+    /// Not the server's: the process's hub ignores its `Cover` (the hub before issue 35): the
+    /// first waiter of a process in line keeps the server's timer uncapped (none behind a
+    /// waiter of its own process), and when it leaves the line nobody of its process is told
+    /// to take its timer over.
+    pub no_cover: bool,
     /// Not the server's: a waiter takes a grant it reads from its mailbox as lasting its
     /// claim window from the last ask that found it waiting, or its date if later
     /// (`QueueWait::popped` before the model checker found it wrong).

@@ -1,32 +1,73 @@
 //! The queue engine's model: the server's rules (`server.rs`) and clients that drive the real
 //! client state machines (`redis_blpop_lock::model`: `QueueWait` through the line, a `Lease`
-//! while held), their process's hub (its heartbeats and its inbox), and faults, all as actions
-//! of one stateright `Model`.
+//! while held), grouped in processes whose hub (its heartbeats, its inbox, its waiters' seats
+//! and mailboxes, and the crate's own `Cover` of who times whom) is modelled as the driver's
+//! `driver/hub` has it, and faults, all as actions of one stateright `Model`.
 //!
 //! One clock: the server's ms are the clients' `Instant`s, as one base `Instant` plus the ms,
 //! so that states hash the same way in every run. Clock drift is out of scope.
 
 use std::fmt::Write as _;
-use std::sync::LazyLock;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::model::{Ask, Asked, Lease, QueueNext, QueueWait};
+use redis_blpop_lock::model::{Ask, Asked, Cover, Lease, QueueNext, QueueWait};
 use stateright::{Model, Property};
 
 use super::server::{Acquired, Bugs, Call, How, Id, Mail, Mode, Ms, Notes, Server};
 
 // The properties, by name: the checker reports its discoveries by these.
 pub const SAFE: &str = "units believed held fit the capacity";
+pub const LIVE_FIT: &str = "the server's live units fit the capacity";
+pub const BELIEVED_LIVE: &str = "every lease believed held is a live holder on the server";
+pub const FENCED: &str = "a token believed held is the latest granted (capacity 1): tokens grow";
 pub const COUNTED: &str = "the kept count equals a recount";
 pub const IN_ORDER: &str = "grants go in ticket order among live waiters";
 pub const NONE_LEFT_FITTING: &str = "a grant pass leaves no live waiter first in line that fits";
 pub const WOKEN: &str = "a first waiter that fits is woken by then";
+pub const NO_WAIT_WITHOUT_BOUND: &str =
+    "every sleeping waiter has a timer or a timed waiter of its process ahead";
 pub const UNCLAIMED_RETURN: &str = "a grant nobody claimed ends with its grantee's heartbeat";
+pub const EVERY_INVARIANT: &str = "every always-property (INVARIANTS)";
 pub const TWO_HOLD: &str = "two clients hold at once";
 pub const CLAIMED: &str = "a pushed grant is claimed";
 pub const PUSHED: &str = "a grant reaches a waiter through its inbox";
 pub const HEAD_WAKE: &str = "a head wake is pushed";
 pub const LAPSED: &str = "a process finds it lapsed";
+pub const HANDED_OVER: &str = "a process's first waiter leaves and the next takes its timer over";
+pub const SIBLINGS: &str = "two waiters of one process wait in line, the second untimed";
+
+/// Whether a state keeps an invariant.
+pub type Holds = fn(&QueueModel, &State) -> bool;
+
+/// Every `always` property (an invariant), by name: each is a property of its own, and all
+/// of them are also one property, `EVERY_INVARIANT`, which an exploration checks instead (the
+/// checker's cost at each state grows with the number of properties).
+pub static INVARIANTS: [(&str, Holds); 10] = [
+    (SAFE, |m, s| m.believed_units(s) <= m.cfg.capacity),
+    (LIVE_FIT, |m, s| {
+        s.server.live_units(s.now) <= m.cfg.capacity
+    }),
+    (BELIEVED_LIVE, |m, s| m.beliefs_are_held(s)),
+    (FENCED, |m, s| m.fenced(s)),
+    (COUNTED, |_, s| {
+        s.server.kept().is_none_or(|k| k == s.server.recount())
+    }),
+    (IN_ORDER, |_, s| !s.out_of_order),
+    (NONE_LEFT_FITTING, |_, s| !s.left_fitting),
+    (WOKEN, |m, s| {
+        (0..s.clients.len()).all(|c| !m.sleeps_past_its_turn(s, c))
+    }),
+    (NO_WAIT_WITHOUT_BOUND, |m, s| {
+        (0..s.clients.len()).all(|c| !m.sleeps_without_bound(s, c))
+    }),
+    (UNCLAIMED_RETURN, |_, s| {
+        (s.server.holders.iter())
+            .filter(|h| h.how == How::Pushed && h.expiry > s.now)
+            .all(|h| s.server.beats[h.id.process()].is_some_and(|b| h.expiry <= b))
+    }),
+];
 
 /// The model's `Instant` at server ms 0.
 static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -39,11 +80,13 @@ fn ms_of(instant: Instant) -> Ms {
     instant.saturating_duration_since(*BASE).as_millis() as Ms
 }
 
-/// One client: one process with one waiter at a time.
+/// One client: a handle making its acquisitions one at a time, one waiter at a time, in its
+/// process (several clients may share one: their waiters share its hub).
 #[derive(Clone, Copy, Debug)]
 pub struct ClientConfig {
     pub units: u64,
     pub lease: Ms,
+    pub process: usize,
 }
 
 /// Which faults the model may inject, and how many in one run.
@@ -52,9 +95,9 @@ pub struct Faults {
     pub budget: u8,
     /// A request runs on the server and its reply is lost; the client sends it again.
     pub lost_replies: bool,
-    /// A process stops (its heartbeats too) and resumes later.
+    /// A process stops (its heartbeats and all its waiters too) and resumes later.
     pub pauses: bool,
-    /// A process stops for good.
+    /// A process stops for good, with all its waiters.
     pub crashes: bool,
     /// A waiter leaves the line (its deadline, a cancel): `queue_release` on a waiter.
     pub cancels: bool,
@@ -73,7 +116,7 @@ pub struct Config {
     pub step: Ms,
     /// No tick past this.
     pub horizon: Ms,
-    /// Acquisitions per client (ids `w<client>.0`, `w<client>.1`, ...).
+    /// Acquisitions per client (ids `w<client>.0@<process>`, `w<client>.1@<process>`, ...).
     pub acquisitions: u8,
     /// Clients (and their hubs) take each step that is due before time passes: an ask, a
     /// wake at a timer or by mail, a pop of a process's inbox, a request sent again. Without
@@ -82,17 +125,33 @@ pub struct Config {
     pub timely: bool,
     pub faults: Faults,
     pub bugs: Bugs,
+    /// The properties checked, by name (`None`: all of them): each costs the checker time at
+    /// every state, so an exploration checks every `always` and only the `sometimes` it must
+    /// reach, and a `catches_*` test only the property it breaks.
+    pub properties: Option<Vec<&'static str>>,
     /// Steps taken before the exploration starts, from the empty state: the model is explored
     /// from where they lead (a line already formed), which spares it every order they could
     /// have come in.
     pub prefix: Vec<Action>,
 }
 
-/// What the hub told a waiter: the mailbox holds one, a grant over anything else.
+impl Config {
+    pub fn processes(&self) -> usize {
+        (self.clients.iter())
+            .map(|c| c.process + 1)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// What the hub told a waiter (`driver::hub::Told`): the mailbox holds one, a grant over
+/// anything else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Told {
     Granted(u64, Option<Instant>),
     AskAgain,
+    /// Ask again by then: the timer the process's first waiter left to it (`Cover::left`).
+    AskBy(Instant),
 }
 
 /// Where a client is.
@@ -110,24 +169,23 @@ pub enum Phase {
     Releasing,
     /// Its acquisitions are over.
     Done,
-    /// It never acts again.
+    /// Its process crashed: it never acts again.
     Crashed,
 }
 
+/// One client (a handle) and its waiter's seat at its process's hub (`driver::hub::Seat`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Client {
+    /// Which acquisition it is on.
     pub epoch: u8,
     pub phase: Phase,
-    pub paused: bool,
     /// When a request whose reply was lost was first sent: the next send is that request
     /// again, and its reply is taken as of then.
     pub resend: Option<Ms>,
-    /// The hub's word on this waiter's process: it joined in this epoch.
-    pub joined: bool,
-    /// Its process lapsed since it joined: it leaves and joins again before its next ask.
-    pub stale: bool,
-    /// The server's time of the hub's last live heartbeat, which dates grants.
-    pub clock: Option<Ms>,
+    /// Its seat at the hub while it waits (from its wait's start to its end: granted, left,
+    /// stopped): the hub's epoch it joined in (`Seat::epoch`). Its process lapsed since when
+    /// that is not the hub's epoch: it leaves and joins again before its next ask.
+    pub seat: Option<u8>,
     pub mailbox: Option<Told>,
     /// When the last ask that found it waiting was sent: kept only for the rule the model
     /// checker found wrong (`Bugs::grant_read_late_counts_from_the_last_ask`).
@@ -135,13 +193,6 @@ pub struct Client {
 }
 
 impl Client {
-    fn id(&self, client: usize) -> Id {
-        Id {
-            client: client as u8,
-            epoch: self.epoch,
-        }
-    }
-
     fn in_line(&self) -> bool {
         matches!(
             self.phase,
@@ -149,30 +200,82 @@ impl Client {
         )
     }
 
+    fn waiting(&self) -> bool {
+        matches!(self.phase, Phase::Asking(_) | Phase::Blocked(..))
+    }
+
     fn alive(&self) -> bool {
         !matches!(self.phase, Phase::Done | Phase::Crashed)
     }
 
-    /// Its seat at the hub is gone: it holds, or its wait is over.
-    fn unseat(&mut self) {
-        self.joined = false;
-        self.stale = false;
-        self.clock = None;
-        self.mailbox = None;
-        self.waiting_since = None;
-    }
-
+    /// As `Mailbox::tell`: a grant over anything, anything over a timer.
     fn tell(&mut self, told: Told) {
-        if !matches!(self.mailbox, Some(Told::Granted(..))) {
+        let keep = match self.mailbox {
+            Some(Told::Granted(..)) => true,
+            Some(Told::AskAgain) => matches!(told, Told::AskBy(_)),
+            Some(Told::AskBy(_)) | None => false,
+        };
+        if !keep {
             self.mailbox = Some(told);
         }
     }
+}
 
-    /// The hub found its process lapsed: a new epoch, whose waiters ask again.
-    fn lapsed(&mut self) {
-        self.joined = false;
-        self.stale = true;
-        self.tell(Told::AskAgain);
+/// A process's `Cover`, shared between the states that did not change it (a copy of its maps
+/// in each would cost the checker more than the rest of a state), and hashed by a digest taken
+/// when it changes (the checker hashes every state it reaches; the cover changes only when a
+/// waiter asks or leaves).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shared {
+    cover: Arc<Cover>,
+    digest: u64,
+}
+
+impl Shared {
+    fn change<T>(&mut self, change: impl FnOnce(&mut Cover) -> T) -> T {
+        let out = change(Arc::make_mut(&mut self.cover));
+        // Fixed keys: the same digest in every run; an empty cover's is a new one's.
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.cover.hash(&mut hasher);
+        let empty = *self.cover == Cover::default();
+        self.digest = if empty { 0 } else { hasher.finish() };
+        out
+    }
+}
+
+impl Hash for Shared {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.digest.hash(state);
+    }
+}
+
+/// A process: whether it runs, and its hub's entry for the one primitive
+/// (`driver::hub::Name`), while any of its waiters is seated there (the hub forgets it
+/// when the last one leaves).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Process {
+    /// Stopped (its heartbeats and its waiters), to resume later.
+    pub paused: bool,
+    pub crashed: bool,
+    /// Bumped when the hub finds the process lapsed: its waiters join again.
+    pub epoch: u8,
+    /// Whether it joined the queue in this epoch, so that a heartbeat found gone means it
+    /// lapsed.
+    pub joined: bool,
+    /// The server's time of the hub's last live heartbeat, which dates grants.
+    pub clock: Option<Ms>,
+    /// Which of its waiters in line times the others: the crate's own.
+    pub cover: Shared,
+}
+
+impl Process {
+    /// The hub's entry is forgotten: nobody of the process is seated.
+    fn forget(&mut self) {
+        *self = Process {
+            paused: self.paused,
+            crashed: self.crashed,
+            ..Process::default()
+        };
     }
 }
 
@@ -180,6 +283,7 @@ impl Client {
 pub struct State {
     pub now: Ms,
     pub server: Server,
+    pub processes: Vec<Process>,
     pub clients: Vec<Client>,
     pub faults_left: u8,
     /// The tokens an operator's reset took away: their holders' beliefs are void by design.
@@ -188,6 +292,9 @@ pub struct State {
     pub out_of_order: bool,
     /// A grant pass left a live waiter first in line that fits.
     pub left_fitting: bool,
+    /// In the step that led here, a process's first waiter left the line and the hub told
+    /// the next to ask again (kept only when `HANDED_OVER` is checked: it splits states).
+    pub handed_over: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,6 +303,7 @@ pub enum Action {
     Ask(u8),
     AskLost(u8),
     Wake(u8),
+    /// Process `p`'s hub pops its inbox.
     Deliver(u8),
     Renew(u8),
     RenewLost(u8),
@@ -204,7 +312,9 @@ pub enum Action {
     Cancel(u8),
     CancelLost(u8),
     Leave(u8),
+    /// Process `p` stops for good.
     Crash(u8),
+    /// Process `p` stops.
     Pause(u8),
     Resume(u8),
     Reset,
@@ -234,6 +344,35 @@ impl QueueModel {
         QueueModel { cfg, fresh }
     }
 
+    /// The first invariant that state `s` breaks, if any.
+    pub fn broken(&self, s: &State) -> Option<&'static str> {
+        (INVARIANTS.iter())
+            .find(|(_, holds)| !holds(self, s))
+            .map(|&(name, _)| name)
+    }
+
+    /// Whether property `name` is checked.
+    fn checks(&self, name: &str) -> bool {
+        (self.cfg.properties.as_ref()).is_none_or(|names| names.contains(&name))
+    }
+
+    fn process_of(&self, c: usize) -> usize {
+        self.cfg.clients[c].process
+    }
+
+    /// The clients of process `p`.
+    fn members(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.cfg.clients.len()).filter(move |&c| self.cfg.clients[c].process == p)
+    }
+
+    fn id(&self, s: &State, c: usize) -> Id {
+        Id {
+            client: c as u8,
+            epoch: s.clients[c].epoch,
+            process: self.process_of(c) as u8,
+        }
+    }
+
     fn call(&self, c: usize, id: Id, mode: Mode) -> Call {
         Call {
             id,
@@ -245,32 +384,129 @@ impl QueueModel {
         }
     }
 
+    /// Whether client `c`'s process lapsed since it joined (`Seat::stale`).
+    fn stale(&self, s: &State, c: usize) -> bool {
+        let epoch = s.processes[self.process_of(c)].epoch;
+        s.clients[c].seat.is_some_and(|e| e != epoch)
+    }
+
+    /// Client `c` takes a seat at its process's hub (`Hub::seat`), in its current epoch.
+    fn seat(&self, s: &mut State, c: usize) {
+        s.clients[c].seat = Some(s.processes[self.process_of(c)].epoch);
+    }
+
+    /// Client `c`'s wait is over (granted, left, stopped): its seat goes, as `Seat`'s drop
+    /// has it. The process's next waiter in line may have to take its timer over (the
+    /// crate's `Cover::left`): it is told to ask again. The hub forgets the primitive once
+    /// nobody of the process is seated.
+    fn unseat(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
+        if s.clients[c].seat.is_none() {
+            return;
+        }
+        let p = self.process_of(c);
+        let id = self.id(s, c);
+        let client = &mut s.clients[c];
+        client.seat = None;
+        client.mailbox = None;
+        client.waiting_since = None;
+        self.hand_over(s, p, id, now, notes);
+        if self.members(p).all(|d| s.clients[d].seat.is_none()) {
+            s.processes[p].forget();
+        }
+    }
+
+    /// Waiter `id` of process `p` left the line (its wait is over, or it leaves to join
+    /// again): the process's next waiter in line may have to take its timer over (the crate's
+    /// `Cover::left`, as `Seat`'s drop and `Seat::rejoin` call it).
+    fn hand_over(&self, s: &mut State, p: usize, id: Id, now: Ms, notes: &mut Notes) {
+        if self.cfg.bugs.no_cover {
+            return;
+        }
+        let lapse = Duration::from_millis(self.cfg.lapse);
+        let next = (s.processes[p].cover).change(|c| c.left(&id.to_string(), at(now), lapse));
+        let told = next.and_then(|(next, by)| {
+            let d = self
+                .members(p)
+                .find(|&d| s.clients[d].seat.is_some() && self.id(s, d).to_string() == next)?;
+            Some((d, by))
+        });
+        if let Some((d, by)) = told {
+            let by = ms_of(by);
+            s.clients[d].tell(if by > now {
+                Told::AskBy(at(by))
+            } else {
+                Told::AskAgain
+            });
+            s.handed_over = self.checks(HANDED_OVER);
+            let next = self.id(s, d);
+            notes
+                .note(|| format!("  process {p}'s hub hands {next} the timer (t={by}): {id} left"));
+        }
+    }
+
+    /// The hub found process `p` lapsed (`Name::lapsed`): a new epoch, whose waiters ask
+    /// again (and leave and join again first).
+    fn lapsed(&self, s: &mut State, p: usize) {
+        let process = &mut s.processes[p];
+        process.epoch += 1;
+        process.joined = false;
+        for d in self.members(p) {
+            if s.clients[d].seat.is_some() {
+                s.clients[d].tell(Told::AskAgain);
+            }
+        }
+    }
+
     /// Its next acquisition, if it has one left.
-    fn next_epoch(&self, client: &mut Client) {
+    fn next_epoch(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
+        self.unseat(s, c, now, notes);
+        let client = &mut s.clients[c];
         client.epoch += 1;
         client.resend = None;
-        client.unseat();
-        client.phase = if client.epoch < self.cfg.acquisitions {
-            Phase::Asking(self.fresh.clone())
+        if client.epoch < self.cfg.acquisitions {
+            client.phase = Phase::Asking(self.fresh.clone());
+            self.seat(s, c);
         } else {
-            Phase::Done
+            client.phase = Phase::Done;
+        }
+    }
+
+    /// The step after an ask at `now` answered `asked`, bounded as the process's `Cover`
+    /// says, as `Seat::timed` has it.
+    fn timed(&self, s: &mut State, c: usize, asked: Asked, next: QueueNext, now: Ms) -> QueueNext {
+        let (Asked::Waiting { ticket, .. }, QueueNext::Block { until }) = (asked, next) else {
+            return next;
         };
+        if self.cfg.bugs.no_cover {
+            return next;
+        }
+        let id = self.id(s, c).to_string();
+        let lapse = Duration::from_millis(self.cfg.lapse);
+        let cover = &mut s.processes[self.process_of(c)].cover;
+        let until = cover.change(|c| c.waits(&id, ticket, until, at(now), lapse));
+        QueueNext::Block { until }
     }
 
     /// Where the client goes after the line's state machine said `next`.
-    fn follow(&self, client: &mut Client, wait: QueueWait, next: QueueNext, now: Ms) {
-        client.phase = match next {
+    fn follow(
+        &self,
+        s: &mut State,
+        c: usize,
+        wait: QueueWait,
+        next: QueueNext,
+        now: Ms,
+        notes: &mut Notes,
+    ) {
+        s.clients[c].phase = match next {
             QueueNext::Ask => Phase::Asking(wait),
             QueueNext::Block { until } => Phase::Blocked(wait, until),
             QueueNext::Leave => Phase::Leaving,
             QueueNext::Granted { token, valid_until } => {
-                client.unseat();
-                Phase::Held(Lease::new(
-                    u64::from(client.epoch),
-                    at(now),
-                    valid_until,
-                    Some(token),
-                ))
+                let epoch = u64::from(s.clients[c].epoch);
+                let lease = Lease::new(epoch, at(now), valid_until, Some(token));
+                // Out of the line: its seat goes.
+                self.unseat(s, c, now, notes);
+                Phase::Held(lease)
             }
         };
     }
@@ -289,6 +525,54 @@ impl QueueModel {
             .sum()
     }
 
+    /// Whether every client that believes it holds (and was not reset) is a live holder on
+    /// the server with its token, whose expiry is not before the end of the belief.
+    pub fn beliefs_are_held(&self, s: &State) -> bool {
+        (0..s.clients.len()).all(|c| {
+            let Phase::Held(lease) = &s.clients[c].phase else {
+                return true;
+            };
+            if lease.is_lost(at(s.now)) || lease.token.is_some_and(|t| s.reset_tokens.contains(&t))
+            {
+                return true;
+            }
+            s.server.holder(self.id(s, c)).is_some_and(|h| {
+                h.expiry > s.now
+                    && lease.token == Some(h.token)
+                    && lease.valid_until.is_none_or(|v| v <= at(h.expiry))
+            })
+        })
+    }
+
+    /// Whether, with a capacity of 1, every token a client believes it holds (not lost, not
+    /// taken by a reset) is the server's fencing counter: the latest granted. No grant can
+    /// come while such a belief lasts, so each believed grant's token is above every earlier
+    /// one's.
+    pub fn fenced(&self, s: &State) -> bool {
+        self.cfg.capacity > 1
+            || s.clients.iter().all(|c| match &c.phase {
+                Phase::Held(lease) => {
+                    lease.is_lost(at(s.now))
+                        || lease
+                            .token
+                            .is_none_or(|t| s.reset_tokens.contains(&t) || t == s.server.fence)
+                }
+                _ => true,
+            })
+    }
+
+    /// Whether mail for client `c`'s waiter is in its process's inbox.
+    fn mailed(&self, s: &State, c: usize) -> bool {
+        let id = self.id(s, c);
+        s.server.inboxes[self.process_of(c)]
+            .mail
+            .iter()
+            .any(|m| match *m {
+                Mail::Granted { waiter, .. } => waiter == id,
+                Mail::Head(waiter) => waiter == id,
+            })
+    }
+
     /// The waiter of client `c` blocked while it is the first live one in line and fits,
     /// with nothing in its inbox or mailbox and no wake due by now: it sleeps past a moment
     /// it could be granted.
@@ -297,31 +581,71 @@ impl QueueModel {
         let Phase::Blocked(_, until) = &client.phase else {
             return false;
         };
-        if client.paused || client.mailbox.is_some() {
+        if s.processes[self.process_of(c)].paused || client.mailbox.is_some() {
             return false;
         }
-        let id = client.id(c);
+        let id = self.id(s, c);
         let first_live =
             (s.server.queue.iter()).find(|w| s.server.beats_past(w.id.process(), s.now));
         if first_live.is_none_or(|w| w.id != id) {
             return false;
         }
-        let mailed = s.server.inboxes[c].mail.iter().any(|m| match *m {
-            Mail::Granted { waiter, .. } => waiter == id,
-            Mail::Head(waiter) => waiter == id,
-        });
         let fits = s.server.live_units(s.now) + self.cfg.clients[c].units <= self.cfg.capacity;
-        !mailed && fits && until.is_none_or(|u| u > at(s.now))
+        !self.mailed(s, c) && fits && until.is_none_or(|u| u > at(s.now))
+    }
+
+    /// Whether client `c` will act by itself: it is about to ask or leave, has mail in its
+    /// mailbox or its inbox, or sleeps with a timer.
+    fn bounded(&self, s: &State, c: usize) -> bool {
+        let client = &s.clients[c];
+        match &client.phase {
+            Phase::Asking(_) | Phase::Leaving => true,
+            Phase::Blocked(_, until) => {
+                until.is_some() || client.mailbox.is_some() || self.mailed(s, c)
+            }
+            _ => false,
+        }
+    }
+
+    /// The waiter of client `c` sleeps in line (its process live, its entry in the queue)
+    /// with no timer and no mail, and no waiter of its process ahead of it in line will act
+    /// by itself (nor one granted or gone from the line whose seat is still there, which
+    /// is about to learn it): nothing bounds its sleep.
+    pub fn sleeps_without_bound(&self, s: &State, c: usize) -> bool {
+        let p = self.process_of(c);
+        if !matches!(s.clients[c].phase, Phase::Blocked(..))
+            || s.processes[p].paused
+            || self.bounded(s, c)
+            || !s.server.beats_past(p, s.now)
+        {
+            return false;
+        }
+        let ticket = |d: usize| {
+            let id = self.id(s, d);
+            (s.server.queue.iter())
+                .find(|w| w.id == id)
+                .map(|w| w.ticket)
+        };
+        let Some(mine) = ticket(c) else {
+            return false;
+        };
+        let covered = self.members(p).any(|d| {
+            d != c
+                && s.clients[d].seat.is_some()
+                && ticket(d).is_none_or(|t| t < mine)
+                && self.bounded(s, d)
+        });
+        !covered
     }
 
     /// Whether client `c` (or its hub) has a step due now, which a timely one takes before
     /// time passes.
     fn has_a_step_due(&self, s: &State, c: usize) -> bool {
         let client = &s.clients[c];
-        if client.paused || !client.alive() {
+        let p = self.process_of(c);
+        if s.processes[p].paused || !client.alive() {
             return false;
         }
-        let waiting = matches!(client.phase, Phase::Asking(_) | Phase::Blocked(..));
         let own = match &client.phase {
             Phase::Asking(_) | Phase::Leaving | Phase::Releasing => true,
             Phase::Blocked(_, until) => {
@@ -329,33 +653,35 @@ impl QueueModel {
             }
             _ => false,
         };
-        own || (waiting && !s.server.inboxes[c].mail.is_empty())
+        own || (client.waiting() && !s.server.inboxes[p].mail.is_empty())
     }
 
     /// Checks a script's grant pass against the state before it: grants in ticket order among
     /// live waiters (the caller, which may be leaving, aside), and no live waiter that fits
     /// left first in line.
-    fn check_pass(&self, pre: &Server, post: &Server, now: Ms, caller: Id, next: &mut State) {
+    fn check_pass(&self, pre: &Server, now: Ms, caller: Id, next: &mut State) {
+        let post = &next.server;
         let granted: Vec<Id> = (post.holders.iter())
             .filter(|h| h.token > pre.fence)
             .map(|h| h.id)
             .collect();
-        for g in &granted {
+        let out_of_order = granted.iter().any(|g| {
             let at = (pre.queue.iter().position(|w| w.id == *g)).unwrap_or(pre.queue.len());
-            let passed_over = pre.queue[..at].iter().any(|w| {
+            pre.queue[..at].iter().any(|w| {
                 w.id != caller && pre.beats_past(w.id.process(), now) && !granted.contains(&w.id)
-            });
-            next.out_of_order |= passed_over;
-        }
+            })
+        });
         let first_live = (post.queue.iter()).find(|w| post.beats_past(w.id.process(), now));
-        if let Some(w) = first_live {
-            next.left_fitting |= post.live_units(now) + w.units <= self.cfg.capacity;
-        }
+        let left_fitting =
+            first_live.is_some_and(|w| post.live_units(now) + w.units <= self.cfg.capacity);
+        next.out_of_order |= out_of_order;
+        next.left_fitting |= left_fitting;
     }
 
     /// The step `action` from `s`, with a line of what happened when `notes` are kept.
     pub fn step(&self, s: &State, action: Action, notes: &mut Notes) -> Option<State> {
         let mut n = s.clone();
+        n.handed_over = false;
         let now = s.now;
         let bugs = &self.cfg.bugs;
         let cap = self.cfg.capacity;
@@ -367,15 +693,17 @@ impl QueueModel {
                 let now = n.now;
                 notes.note(|| format!("t={now} time passes"));
                 n.server.expire_keys(now);
-                for (c, client) in n.clients.iter_mut().enumerate() {
-                    if !client.in_line() || client.paused {
+                for p in 0..n.processes.len() {
+                    let process = &n.processes[p];
+                    let seated = self.members(p).any(|c| n.clients[c].in_line());
+                    if !seated || process.paused || process.crashed {
                         continue;
                     }
-                    match n.server.beat(c, lapse, now) {
-                        Some(server_ms) => client.clock = Some(server_ms),
-                        None if client.joined => {
-                            notes.note(|| format!("  process {c}'s heartbeat finds it lapsed"));
-                            client.lapsed();
+                    match n.server.beat(p, lapse, now) {
+                        Some(server_ms) => n.processes[p].clock = Some(server_ms),
+                        None if process.joined => {
+                            notes.note(|| format!("  process {p}'s heartbeat finds it lapsed"));
+                            self.lapsed(&mut n, p);
                         }
                         None => {}
                     }
@@ -383,47 +711,47 @@ impl QueueModel {
             }
             Action::Ask(c) | Action::AskLost(c) => {
                 let lost = matches!(action, Action::AskLost(_));
-                let client = &mut n.clients[t(c)];
-                let Phase::Asking(mut wait) = client.phase.clone() else {
+                let c = t(c);
+                let p = self.process_of(c);
+                let Phase::Asking(mut wait) = n.clients[c].phase.clone() else {
                     return None;
                 };
-                let id = client.id(t(c));
-                if client.resend.is_none() && client.stale {
+                let id = self.id(&n, c);
+                if n.clients[c].resend.is_none() && self.stale(&n, c) {
                     // A waiter whose process lapsed leaves, and joins again at the back.
                     let pre = n.server.clone();
                     let (left, _) = n.server.release(id, cap, now, bugs, notes);
                     notes.note(|| format!("t={now} {id} leaves to join again → {left}"));
-                    self.check_pass(&pre, &n.server.clone(), now, id, &mut n);
-                    let client = &mut n.clients[t(c)];
-                    client.stale = false;
+                    self.check_pass(&pre, now, id, &mut n);
+                    self.hand_over(&mut n, p, id, now, notes);
+                    self.seat(&mut n, c);
                 }
-                let client = &mut n.clients[t(c)];
-                let sent = client.resend.take().unwrap_or(now);
-                let mode = Mode::Wait {
-                    known: client.joined,
-                };
+                let sent = n.clients[c].resend.take().unwrap_or(now);
+                let process = &n.processes[p];
+                let known = process.joined && n.clients[c].seat == Some(process.epoch);
+                let mode = Mode::Wait { known };
                 let pre = n.server.clone();
                 let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
                 let (reply, passed) =
                     n.server
-                        .acquire(&self.call(t(c), id, mode), now, bugs, &mut server_notes);
-                let known = if client.joined { "known" } else { "new" };
+                        .acquire(&self.call(c, id, mode), now, bugs, &mut server_notes);
                 notes.note(|| {
                     let how = if lost { ", its reply lost" } else { "" };
+                    let known = if known { "known" } else { "new" };
                     format!("t={now} client {c} asks ({id}, {known}){how} → {reply}")
                 });
                 for line in server_notes.0.into_iter().flatten() {
                     notes.note(|| format!("  {line}"));
                 }
                 if passed {
-                    let post = n.server.clone();
-                    self.check_pass(&pre, &post, now, id, &mut n);
+                    self.check_pass(&pre, now, id, &mut n);
                 }
-                let client = &mut n.clients[t(c)];
                 if lost {
-                    client.resend = Some(sent);
+                    n.clients[c].resend = Some(sent);
+                    n.faults_left = n.faults_left.saturating_sub(1);
                     return Some(n);
                 }
+                let in_epoch = n.clients[c].seat == Some(n.processes[p].epoch);
                 let asked = match reply {
                     Acquired::Granted { token, left } => Asked::Granted {
                         token,
@@ -434,9 +762,12 @@ impl QueueModel {
                         next,
                         ticket,
                     } => {
-                        client.joined = true;
+                        // `Seat::joined`.
+                        if in_epoch {
+                            n.processes[p].joined = true;
+                        }
                         if bugs.grant_read_late_counts_from_the_last_ask {
-                            client.waiting_since = Some(sent);
+                            n.clients[c].waiting_since = Some(sent);
                         }
                         Asked::Waiting {
                             position,
@@ -446,19 +777,29 @@ impl QueueModel {
                     }
                     Acquired::Refused => Asked::Refused,
                     Acquired::Lapsed => {
-                        client.lapsed();
+                        // `Seat::lapsed`.
+                        if in_epoch {
+                            self.lapsed(&mut n, p);
+                        }
                         Asked::Lapsed
                     }
                 };
                 let next = wait.asked(at(sent), asked, at(now));
-                self.follow(client, wait, next, now);
+                let next = self.timed(&mut n, c, asked, next, now);
+                if let QueueNext::Block { until } = next {
+                    notes.note(|| match until {
+                        Some(until) => format!("  client {c} sleeps until t={}", ms_of(until)),
+                        None => format!("  client {c} sleeps until told"),
+                    });
+                }
+                self.follow(&mut n, c, wait, next, now, notes);
             }
             Action::Wake(c) => {
-                let client = &mut n.clients[t(c)];
-                let Phase::Blocked(mut wait, _) = client.phase.clone() else {
+                let c = t(c);
+                let Phase::Blocked(mut wait, _) = n.clients[c].phase.clone() else {
                     return None;
                 };
-                let told = client.mailbox.take();
+                let told = n.clients[c].mailbox.take();
                 let next = match told {
                     Some(Told::Granted(token, dated))
                         if bugs.grant_read_late_counts_from_the_last_ask =>
@@ -466,58 +807,74 @@ impl QueueModel {
                         // The rule before the model checker's counterexample: the claim
                         // window from the last ask that found it waiting, or the date if
                         // later.
-                        let cfg = &self.cfg.clients[t(c)];
+                        let cfg = &self.cfg.clients[c];
                         let claim = Duration::from_millis(cfg.lease.min(lapse));
-                        let asked = at(client.waiting_since.unwrap_or(now)) + claim;
+                        let asked = at(n.clients[c].waiting_since.unwrap_or(now)) + claim;
                         QueueNext::Granted {
                             token,
                             valid_until: Some(dated.map_or(asked, |d| d.max(asked))),
                         }
                     }
                     Some(Told::Granted(token, dated)) => wait.popped(Some(token), dated, at(now)),
+                    Some(Told::AskBy(by)) => wait.retimed(by, at(now)),
                     _ => wait.popped(None, None, at(now)),
                 };
-                self.follow(client, wait, next, now);
+                let mut follow_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
+                self.follow(&mut n, c, wait, next, now, &mut follow_notes);
                 notes.note(|| {
                     let why = match told {
                         Some(Told::Granted(token, _)) => format!("by its grant (token {token})"),
                         Some(Told::AskAgain) => "to ask again".into(),
+                        Some(Told::AskBy(by)) => format!("with a timer (t={})", ms_of(by)),
                         None => "at its timer".into(),
                     };
-                    let what = match &client.phase {
+                    let what = match &n.clients[c].phase {
                         Phase::Held(lease) => match lease.valid_until {
                             Some(v) => format!("holds until t={}", ms_of(v)),
                             None => "holds".into(),
                         },
+                        Phase::Blocked(_, Some(until)) => {
+                            format!("sleeps until t={}", ms_of(*until))
+                        }
                         _ => "asks again".into(),
                     };
                     format!("t={now} client {c} wakes {why} → {what}")
                 });
+                for line in follow_notes.0.into_iter().flatten() {
+                    notes.note(|| line);
+                }
             }
-            Action::Deliver(c) => {
-                let id = n.clients[t(c)].id(t(c));
-                let mail = n.server.pop(t(c))?;
-                let client = &mut n.clients[t(c)];
-                match mail {
+            Action::Deliver(p) => {
+                let p = t(p);
+                let mail = n.server.pop(p)?;
+                let (waiter, told) = match mail {
                     Mail::Granted {
                         token,
                         expiry,
                         waiter,
-                    } if waiter == id => {
-                        let dated = client.clock.filter(|&c| expiry >= c).map(|_| at(expiry));
-                        client.tell(Told::Granted(token, dated));
+                    } => {
+                        let clock = n.processes[p].clock;
+                        let dated = clock.filter(|&c| expiry >= c).map(|_| at(expiry));
+                        (waiter, Told::Granted(token, dated))
                     }
-                    Mail::Head(waiter) if waiter == id => client.tell(Told::AskAgain),
-                    _ => {}
+                    Mail::Head(waiter) => (waiter, Told::AskAgain),
+                };
+                // A waiter no longer seated gave its grant back when it left.
+                let seated = self
+                    .members(p)
+                    .find(|&d| n.clients[d].seat.is_some() && self.id(&n, d) == waiter);
+                if let Some(d) = seated {
+                    n.clients[d].tell(told);
                 }
-                notes.note(|| format!("t={now} process {c}'s hub pops {mail:?}"));
+                notes.note(|| format!("t={now} process {p}'s hub pops {mail:?}"));
             }
             Action::Renew(c) | Action::RenewLost(c) => {
                 let lost = matches!(action, Action::RenewLost(_));
-                let id = n.clients[t(c)].id(t(c));
-                let lease_ms = self.cfg.clients[t(c)].lease;
+                let c = t(c);
+                let id = self.id(&n, c);
+                let lease_ms = self.cfg.clients[c].lease;
                 let extended = n.server.extend(id, lease_ms, now);
-                let client = &mut n.clients[t(c)];
+                let client = &mut n.clients[c];
                 let sent = client.resend.take().unwrap_or(now);
                 let Phase::Held(lease) = &mut client.phase else {
                     return None;
@@ -540,12 +897,12 @@ impl QueueModel {
             | Action::CancelLost(c)
             | Action::Leave(c) => {
                 let lost = matches!(action, Action::ReleaseLost(_) | Action::CancelLost(_));
-                let id = n.clients[t(c)].id(t(c));
+                let c = t(c);
+                let id = self.id(&n, c);
                 let pre = n.server.clone();
                 let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
                 let (held, _) = n.server.release(id, cap, now, bugs, &mut server_notes);
-                let post = n.server.clone();
-                self.check_pass(&pre, &post, now, id, &mut n);
+                self.check_pass(&pre, now, id, &mut n);
                 notes.note(|| {
                     let what = match action {
                         Action::Release(_) | Action::ReleaseLost(_) => "releases",
@@ -558,31 +915,42 @@ impl QueueModel {
                 for line in server_notes.0.into_iter().flatten() {
                     notes.note(|| format!("  {line}"));
                 }
-                let client = &mut n.clients[t(c)];
                 if lost {
+                    let client = &mut n.clients[c];
                     client.resend = Some(now);
                     client.phase = match action {
                         Action::ReleaseLost(_) => Phase::Releasing,
                         _ => Phase::Leaving,
                     };
                 } else {
-                    self.next_epoch(client);
+                    self.next_epoch(&mut n, c, now, notes);
                 }
             }
-            Action::Crash(c) => {
-                let client = &mut n.clients[t(c)];
-                client.phase = Phase::Crashed;
-                client.paused = false;
-                client.unseat();
-                notes.note(|| format!("t={now} client {c} crashes"));
+            Action::Crash(p) => {
+                let p = t(p);
+                notes.note(|| format!("t={now} process {p} crashes"));
+                for c in self.members(p) {
+                    let client = &mut n.clients[c];
+                    if client.alive() {
+                        client.phase = Phase::Crashed;
+                    }
+                    client.seat = None;
+                    client.mailbox = None;
+                    client.resend = None;
+                    client.waiting_since = None;
+                }
+                let process = &mut n.processes[p];
+                process.crashed = true;
+                process.paused = false;
+                process.forget();
             }
-            Action::Pause(c) => {
-                n.clients[t(c)].paused = true;
-                notes.note(|| format!("t={now} client {c} pauses (its heartbeats too)"));
+            Action::Pause(p) => {
+                n.processes[t(p)].paused = true;
+                notes.note(|| format!("t={now} process {p} pauses (its heartbeats too)"));
             }
-            Action::Resume(c) => {
-                n.clients[t(c)].paused = false;
-                notes.note(|| format!("t={now} client {c} resumes"));
+            Action::Resume(p) => {
+                n.processes[t(p)].paused = false;
+                notes.note(|| format!("t={now} process {p} resumes"));
             }
             Action::Reset => {
                 let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
@@ -605,29 +973,28 @@ impl QueueModel {
         Some(n)
     }
 
-    /// The state before anything happened.
+    /// The state before anything happened: every client seated for its first acquisition.
     fn empty(&self) -> State {
         let clients = (0..self.cfg.clients.len())
             .map(|_| Client {
                 epoch: 0,
                 phase: Phase::Asking(self.fresh.clone()),
-                paused: false,
                 resend: None,
-                joined: false,
-                stale: false,
-                clock: None,
+                seat: Some(0),
                 mailbox: None,
                 waiting_since: None,
             })
             .collect();
         State {
             now: 0,
-            server: Server::new(self.cfg.clients.len()),
+            server: Server::new(self.cfg.processes()),
+            processes: vec![Process::default(); self.cfg.processes()],
             clients,
             faults_left: self.cfg.faults.budget,
             reset_tokens: Vec::new(),
             out_of_order: false,
             left_fitting: false,
+            handed_over: false,
         }
     }
 
@@ -693,60 +1060,68 @@ impl Model for QueueModel {
         if fault && f.resets && !s.server.holders.is_empty() {
             actions.push(Action::Reset);
         }
-        for (i, client) in s.clients.iter().enumerate() {
-            let c = i as u8;
-            if !client.alive() {
+        for (p, process) in s.processes.iter().enumerate() {
+            let pp = p as u8;
+            let members: Vec<usize> = self.members(p).collect();
+            if process.crashed || members.iter().all(|&c| !s.clients[c].alive()) {
                 continue;
             }
-            if client.paused {
-                actions.push(Action::Resume(c));
+            if process.paused {
+                actions.push(Action::Resume(pp));
                 continue;
             }
-            let settled = client.resend.is_none();
-            match &client.phase {
-                Phase::Asking(_) => {
-                    actions.push(Action::Ask(c));
-                    if fault && f.lost_replies {
-                        actions.push(Action::AskLost(c));
-                    }
-                }
-                Phase::Blocked(_, until) => {
-                    if client.mailbox.is_some() || until.is_some_and(|u| u <= at(s.now)) {
-                        actions.push(Action::Wake(c));
-                    }
-                }
-                Phase::Held(lease) => {
-                    if !lease.is_lost(at(s.now)) {
-                        actions.push(Action::Renew(c));
+            for &i in &members {
+                let (c, client) = (i as u8, &s.clients[i]);
+                let settled = client.resend.is_none();
+                match &client.phase {
+                    Phase::Asking(_) => {
+                        actions.push(Action::Ask(c));
                         if fault && f.lost_replies {
-                            actions.push(Action::RenewLost(c));
+                            actions.push(Action::AskLost(c));
                         }
                     }
-                    actions.push(Action::Release(c));
-                    if fault && f.lost_replies && settled {
-                        actions.push(Action::ReleaseLost(c));
+                    Phase::Blocked(_, until) => {
+                        if client.mailbox.is_some() || until.is_some_and(|u| u <= at(s.now)) {
+                            actions.push(Action::Wake(c));
+                        }
+                    }
+                    Phase::Held(lease) => {
+                        if !lease.is_lost(at(s.now)) {
+                            actions.push(Action::Renew(c));
+                            if fault && f.lost_replies {
+                                actions.push(Action::RenewLost(c));
+                            }
+                        }
+                        actions.push(Action::Release(c));
+                        if fault && f.lost_replies && settled {
+                            actions.push(Action::ReleaseLost(c));
+                        }
+                    }
+                    Phase::Releasing => actions.push(Action::Release(c)),
+                    Phase::Leaving => actions.push(Action::Leave(c)),
+                    Phase::Done | Phase::Crashed => {}
+                }
+            }
+            let waiting = members.iter().any(|&c| s.clients[c].waiting());
+            if waiting && !s.server.inboxes[p].mail.is_empty() {
+                actions.push(Action::Deliver(pp));
+            }
+            for &i in &members {
+                let client = &s.clients[i];
+                if client.waiting() && client.resend.is_none() && fault && f.cancels {
+                    actions.push(Action::Cancel(i as u8));
+                    if f.lost_replies {
+                        actions.push(Action::CancelLost(i as u8));
                     }
                 }
-                Phase::Releasing => actions.push(Action::Release(c)),
-                Phase::Leaving => actions.push(Action::Leave(c)),
-                Phase::Done | Phase::Crashed => {}
             }
-            let waiting = matches!(client.phase, Phase::Asking(_) | Phase::Blocked(..));
-            if waiting && !s.server.inboxes[i].mail.is_empty() {
-                actions.push(Action::Deliver(c));
-            }
-            if waiting && settled && fault && f.cancels {
-                actions.push(Action::Cancel(c));
-                if f.lost_replies {
-                    actions.push(Action::CancelLost(c));
-                }
-            }
-            let busy = waiting || matches!(client.phase, Phase::Held(_));
+            let busy = (members.iter())
+                .any(|&c| s.clients[c].waiting() || matches!(s.clients[c].phase, Phase::Held(_)));
             if busy && fault && f.crashes {
-                actions.push(Action::Crash(c));
+                actions.push(Action::Crash(pp));
             }
             if busy && fault && f.pauses {
-                actions.push(Action::Pause(c));
+                actions.push(Action::Pause(pp));
             }
         }
     }
@@ -756,23 +1131,14 @@ impl Model for QueueModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always(SAFE, |m: &QueueModel, s: &State| {
-                m.believed_units(s) <= m.cfg.capacity
-            }),
-            Property::always(COUNTED, |_, s: &State| {
-                s.server.kept().is_none_or(|k| k == s.server.recount())
-            }),
-            Property::always(IN_ORDER, |_, s: &State| !s.out_of_order),
-            Property::always(NONE_LEFT_FITTING, |_, s: &State| !s.left_fitting),
-            Property::always(WOKEN, |m: &QueueModel, s: &State| {
-                (0..s.clients.len()).all(|c| !m.sleeps_past_its_turn(s, c))
-            }),
-            Property::always(UNCLAIMED_RETURN, |_, s: &State| {
-                (s.server.holders.iter())
-                    .filter(|h| h.how == How::Pushed && h.expiry > s.now)
-                    .all(|h| s.server.beats[h.id.process()].is_some_and(|b| h.expiry <= b))
-            }),
+        let mut properties: Vec<Property<Self>> = (INVARIANTS.iter())
+            .map(|&(name, holds)| Property::always(name, holds))
+            .collect();
+        properties.push(Property::always(
+            EVERY_INVARIANT,
+            |m: &QueueModel, s: &State| m.broken(s).is_none(),
+        ));
+        properties.extend([
             Property::sometimes(TWO_HOLD, |m: &QueueModel, s: &State| {
                 (s.clients.iter().enumerate())
                     .filter(|(_, c)| matches!(&c.phase, Phase::Held(l) if !l.is_lost(at(s.now))))
@@ -791,8 +1157,25 @@ impl Model for QueueModel {
             Property::sometimes(HEAD_WAKE, |_, s: &State| {
                 (s.server.inboxes.iter()).any(|i| i.mail.iter().any(|m| matches!(m, Mail::Head(_))))
             }),
-            Property::sometimes(LAPSED, |_, s: &State| s.clients.iter().any(|c| c.stale)),
-        ]
+            Property::sometimes(LAPSED, |m: &QueueModel, s: &State| {
+                (0..s.clients.len()).any(|c| m.stale(s, c))
+            }),
+            Property::sometimes(HANDED_OVER, |_, s: &State| s.handed_over),
+            Property::sometimes(SIBLINGS, |m: &QueueModel, s: &State| {
+                (0..s.clients.len()).any(|c| {
+                    matches!(s.clients[c].phase, Phase::Blocked(_, None))
+                        && (0..c).any(|d| {
+                            m.process_of(d) == m.process_of(c)
+                                && matches!(s.clients[d].phase, Phase::Blocked(_, Some(_)))
+                        })
+                })
+            }),
+        ]);
+        match &self.cfg.properties {
+            Some(names) => properties.retain(|p| names.contains(&p.name)),
+            None => properties.retain(|p| p.name != EVERY_INVARIANT),
+        }
+        properties
     }
 
     fn format_action(&self, action: &Action) -> String {
