@@ -8,8 +8,8 @@
 -- when to ask again: the earliest event that could let it in (-1: none but a grant, which
 -- comes to its process's inbox, or the waiter of its own process ahead of it, whose process
 -- then times it: see the hub), and for an id that is its own process at most half the lapse
--- window (its heartbeat). The ticket is its place in the line's order, which only grows:
--- its process tells by it which of its waiters is ahead. {-2} when its process is "known" but lapsed (it was stopped): nothing is
+-- window (its heartbeat). The ticket is its place in the line's order (from 1 again once the
+-- line has emptied): its process tells by it which of its waiters is ahead. {-2} when its process is "known" but lapsed (it was stopped): nothing is
 -- written, and the process makes its waiters join again. {-1, k, reason} when KEYS[k] is
 -- corrupt, and nothing was written.
 local id, units, lease, lapse, mode = ARGV[1], whole(2), whole(4), whole(5), ARGV[6]

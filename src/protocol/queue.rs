@@ -313,7 +313,8 @@ pub enum Asked {
         position: u64,
         /// When to ask again at the latest.
         next: Option<Duration>,
-        /// Its ticket: its place in the line's order, which only grows.
+        /// Its ticket: its place in the line's order (which starts again at 1 once the line
+        /// has emptied).
         ticket: u64,
     },
     /// A try that could not be granted at once, and was not queued.
