@@ -19,6 +19,19 @@ fn a_renewal_stuck_on_a_frozen_server_does_not_make_a_healthy_servers_lock_late(
 
 /// The checks of `a_renewal_stuck_on_a_frozen_server_does_not_make_a_healthy_servers_lock_late`,
 /// in a child process of its own, whose only renewals are these: the healthy server's lock is
+/// A lock named `name` taken with `expire`, renewed; its I/O timeout is longer than any test
+/// here, so that a renewal on a frozen server hangs until the server resumes.
+fn renewing(client: &redis::Client, name: &str, expire: Duration) -> Lock {
+    let lock = Lock::builder(client, name)
+        .expire(expire)
+        .auto_renewal(true)
+        .io_timeout(secs(30))
+        .build()
+        .unwrap();
+    lock.acquire().unwrap();
+    lock
+}
+
 /// taken while the frozen server's renewal is stuck, and nothing else is scheduled.
 pub fn frozen(healthy: &redis::Client, args: &[String]) {
     let [frozen_url, frozen_pid] = args else {
@@ -27,17 +40,7 @@ pub fn frozen(healthy: &redis::Client, args: &[String]) {
     let frozen = redis::Client::open(frozen_url.as_str()).unwrap();
     let pid: u32 = frozen_pid.parse().unwrap();
     let expire = Duration::from_millis(1500);
-    let renewing = |client: &redis::Client, name: &str| {
-        let lock = Lock::builder(client, name)
-            .expire(expire)
-            .auto_renewal(true)
-            // Longer than the test: a renewal on the frozen server hangs until it resumes.
-            .io_timeout(secs(30))
-            .build()
-            .unwrap();
-        lock.acquire().unwrap();
-        lock
-    };
+    let renewing = |client: &redis::Client, name: &str| renewing(client, name, expire);
     let on_frozen = renewing(&frozen, "renewals-frozen");
     let stopped = Frozen::new(pid);
     // Its first renewal, due at two thirds of the expiry, is stuck by now.
@@ -206,17 +209,7 @@ impl Drop for Frozen {
 /// same expiry. The server then freezes with every renewal of its locks about to hang.
 pub fn crowded(healthy: &redis::Client, args: &[String]) {
     let crowd = Crowd::new(args);
-    let renewing = |client: &redis::Client, name: &str| {
-        let lock = Lock::builder(client, name)
-            .expire(EXPIRE)
-            .auto_renewal(true)
-            // Longer than the test: a renewal on the frozen server hangs until it resumes.
-            .io_timeout(secs(30))
-            .build()
-            .unwrap();
-        lock.acquire().unwrap();
-        lock
-    };
+    let renewing = |client: &redis::Client, name: &str| renewing(client, name, EXPIRE);
     let on_frozen: Vec<Lock> = (0..crowd.holds)
         .map(|i| renewing(&crowd.frozen, &format!("{NAME}-{i}")))
         .collect();
