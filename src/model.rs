@@ -4,6 +4,7 @@
 //! stable API: it exists only with the `model` feature.
 
 pub use crate::protocol::cover::Cover;
+pub use crate::protocol::hub::{Event as HubEvent, Hub as HubMachine, Told};
 pub use crate::protocol::lease::{
     renewal_due, valid_from_read, Attempting, Lease, Next as LockNext, Wait, Waiting,
 };

@@ -117,6 +117,7 @@ impl<R: Runtime> Line<'_, R> {
                 }
                 Next::Granted { token, valid_until } => {
                     in_line.granted();
+                    seat.granted(valid_until);
                     return Ok(LineEnd::Granted { token, valid_until });
                 }
             };

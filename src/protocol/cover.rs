@@ -9,9 +9,10 @@
 //!   timer is capped at one lapse window: a wake that is lost costs it at most that;
 //! - a waiter behind it keeps the server's timer, or none: the first one covers it;
 //! - when the first one leaves the line (granted, timed out, cancelled, stopped), the new
-//!   first takes the timer over when its own is none or later than a lapse window: the one
-//!   that left, if that is still ahead (the event it was timed to may let the new first in
-//!   now), else an ask at once, which times it to what is ahead of it now.
+//!   first takes the timer over when its own is none or later: the one that left, or the
+//!   end of what that one was granted if sooner, while still ahead (the event it was timed
+//!   to may let the new first in now), else an ask at once, which times it to what is ahead
+//!   of it now.
 //!
 //! So 700 waiters of one process behind one holder ask about once a lapse window in all,
 //! not 700 times; a hand-off between two of them costs no ask; and none waits for ever.
@@ -30,10 +31,15 @@ pub struct Cover {
     tickets: BTreeMap<String, u64>,
 }
 
+/// A waiter that takes the first one's timer over, and when it must ask by.
+pub type HandedOver = Option<(String, Instant)>;
+
 impl Cover {
     /// Waiter `id` asked at `now` and waits with `ticket`, asking again at `until` by itself
     /// (`None`: only when told). Returns when it must ask again: `until`, capped at `lapse`
-    /// from now when it is its process's first waiter in line.
+    /// from now when it is its process's first waiter in line. And, if it was the first
+    /// and is no longer (it joined the line again, behind a sibling: its entry had gone, by
+    /// a reset or a lapse), the waiter that takes its timer over, as when one leaves.
     pub fn waits(
         &mut self,
         id: &str,
@@ -41,10 +47,10 @@ impl Cover {
         until: Option<Instant>,
         now: Instant,
         lapse: Duration,
-    ) -> Option<Instant> {
-        if let Some(old) = self.tickets.insert(id.to_owned(), ticket) {
-            self.line.remove(&(old, id.to_owned()));
-        }
+    ) -> (Option<Instant>, HandedOver) {
+        let old = (self.tickets.insert(id.to_owned(), ticket)).map(|old| (old, id.to_owned()));
+        let was_first = old.is_some() && self.line.keys().next() == old.as_ref();
+        let old_until = old.and_then(|old| self.line.remove(&old)).flatten();
         let first = self.line.keys().next().is_none_or(|(t, _)| ticket < *t);
         let until = if first {
             let cap = now + lapse;
@@ -53,25 +59,43 @@ impl Cover {
             until
         };
         self.line.insert((ticket, id.to_owned()), until);
-        until
+        let handed = (was_first && !first)
+            .then(|| self.hand_over(old_until, None, now))
+            .flatten();
+        (until, handed)
     }
 
-    /// Waiter `id` is out of the line at `now`: the waiter that takes the timer over, if any
-    /// (the new first, when its timer breaks the cap of `lapse`), and its new timer: the one
-    /// that left, if still ahead, else now (it asks at once).
+    /// Waiter `id` is out of the line at `now`, holding until `held_until` unless it renews
+    /// (`None`: it holds nothing, or with no expiry): the waiter that takes the timer over,
+    /// if any, and its new timer.
     #[must_use]
-    pub fn left(&mut self, id: &str, now: Instant, lapse: Duration) -> Option<(String, Instant)> {
+    pub fn left(&mut self, id: &str, held_until: Option<Instant>, now: Instant) -> HandedOver {
         let key = (self.tickets.remove(id)?, id.to_owned());
         let was_first = self.line.keys().next() == Some(&key);
         let left_until = self.line.remove(&key)?;
         if !was_first {
             return None;
         }
+        self.hand_over(left_until, held_until, now)
+    }
+
+    /// The first waiter left (or moved back) at `now`, timed until `left_until` and holding
+    /// until `held_until`: the new first must ask by whichever comes first (at once if that
+    /// has passed), unless its own timer comes sooner. The end of a hold may let the new
+    /// first in: a holder that stops (a crash, a pause) before it renews leaves the units
+    /// free then, and nobody else wakes a waiter behind one of its own process.
+    fn hand_over(
+        &mut self,
+        left_until: Option<Instant>,
+        held_until: Option<Instant>,
+        now: Instant,
+    ) -> HandedOver {
         let ((_, next), until) = self.line.iter_mut().next()?;
-        if until.is_some_and(|until| until <= now + lapse) {
+        let ends = left_until.into_iter().chain(held_until).min();
+        let taken = ends.filter(|&at| at > now).unwrap_or(now);
+        if until.is_some_and(|until| until <= taken) {
             return None;
         }
-        let taken = left_until.filter(|&at| at > now).unwrap_or(now);
         *until = Some(taken);
         Some((next.clone(), taken))
     }
@@ -91,14 +115,14 @@ mod tests {
     fn the_first_waiter_of_the_process_asks_within_a_lapse_window_and_those_behind_wait_for_it() {
         let t0 = Instant::now();
         let mut cover = Cover::default();
-        assert_eq!(cover.waits("a", 5, None, t0, LAPSE), Some(t0 + LAPSE));
+        assert_eq!(cover.waits("a", 5, None, t0, LAPSE).0, Some(t0 + LAPSE));
         assert_eq!(
-            cover.waits("a", 5, Some(t0 + secs(1)), t0, LAPSE),
+            cover.waits("a", 5, Some(t0 + secs(1)), t0, LAPSE).0,
             Some(t0 + secs(1))
         );
-        assert_eq!(cover.waits("b", 7, None, t0, LAPSE), None);
+        assert_eq!(cover.waits("b", 7, None, t0, LAPSE).0, None);
         assert_eq!(
-            cover.waits("c", 9, Some(t0 + secs(60)), t0, LAPSE),
+            cover.waits("c", 9, Some(t0 + secs(60)), t0, LAPSE).0,
             Some(t0 + secs(60))
         );
     }
@@ -107,22 +131,22 @@ mod tests {
     fn the_first_leaving_hands_the_timer_to_the_next_untimed_waiter() {
         let t0 = Instant::now();
         let mut cover = Cover::default();
-        cover.waits("a", 5, None, t0, LAPSE);
-        cover.waits("b", 7, None, t0, LAPSE);
-        cover.waits("c", 9, None, t0, LAPSE);
+        let _ = cover.waits("a", 5, None, t0, LAPSE);
+        let _ = cover.waits("b", 7, None, t0, LAPSE);
+        let _ = cover.waits("c", 9, None, t0, LAPSE);
         // Not the first: nobody's timer changes.
-        assert_eq!(cover.left("b", t0, LAPSE), None);
+        assert_eq!(cover.left("b", None, t0), None);
         // The first's timer is still ahead: c takes it over, without an ask.
         assert_eq!(
-            cover.left("a", t0, LAPSE),
+            cover.left("a", None, t0),
             Some(("c".to_owned(), t0 + LAPSE))
         );
         // Timed now, it is not told twice.
-        assert_eq!(cover.waits("d", 11, None, t0, LAPSE), None);
+        assert_eq!(cover.waits("d", 11, None, t0, LAPSE).0, None);
         // Past the one that left (its deadline came, say): d asks at once.
         let later = t0 + LAPSE;
-        assert_eq!(cover.left("c", later, LAPSE), Some(("d".to_owned(), later)));
-        assert_eq!(cover.left("d", later, LAPSE), None);
+        assert_eq!(cover.left("c", None, later), Some(("d".to_owned(), later)));
+        assert_eq!(cover.left("d", None, later), None);
         assert_eq!(cover, Cover::default());
     }
 
@@ -130,13 +154,32 @@ mod tests {
     fn a_next_waiter_timed_within_the_cap_keeps_its_own_timer() {
         let t0 = Instant::now();
         let mut cover = Cover::default();
-        cover.waits("a", 1, None, t0, LAPSE);
-        cover.waits("b", 2, Some(t0 + secs(1)), t0, LAPSE);
-        cover.waits("c", 3, Some(t0 + secs(30)), t0, LAPSE);
-        assert_eq!(cover.left("a", t0, LAPSE), None);
+        let _ = cover.waits("a", 1, None, t0, LAPSE);
+        let _ = cover.waits("b", 2, Some(t0 + secs(1)), t0, LAPSE);
+        let _ = cover.waits("c", 3, Some(t0 + secs(30)), t0, LAPSE);
+        assert_eq!(cover.left("a", None, t0), None);
         // Now b is first; when it leaves, c's timer is past the cap: it takes b's.
         assert_eq!(
-            cover.left("b", t0, LAPSE),
+            cover.left("b", None, t0),
+            Some(("c".to_owned(), t0 + secs(1)))
+        );
+    }
+
+    #[test]
+    fn a_first_waiter_granted_hands_over_the_end_of_its_grant_when_that_comes_first() {
+        let t0 = Instant::now();
+        let mut cover = Cover::default();
+        let _ = cover.waits("a", 1, None, t0, LAPSE);
+        let _ = cover.waits("b", 2, None, t0, LAPSE);
+        // a is granted until t0 + 1 s: should it stop before it renews, b may go in then.
+        assert_eq!(
+            cover.left("a", Some(t0 + secs(1)), t0),
+            Some(("b".to_owned(), t0 + secs(1)))
+        );
+        let _ = cover.waits("c", 3, None, t0, LAPSE);
+        // A grant that outlasts b's timer changes nothing of it.
+        assert_eq!(
+            cover.left("b", Some(t0 + secs(60)), t0),
             Some(("c".to_owned(), t0 + secs(1)))
         );
     }
@@ -146,16 +189,16 @@ mod tests {
         let t0 = Instant::now();
         let mut cover = Cover::default();
         // a was granted, the line emptied, and b got ticket 1 again before a's seat went.
-        cover.waits("a", 1, None, t0, LAPSE);
-        cover.waits("c", 2, None, t0, LAPSE);
-        assert_eq!(cover.waits("b", 1, None, t0, LAPSE), None);
+        let _ = cover.waits("a", 1, None, t0, LAPSE);
+        let _ = cover.waits("c", 2, None, t0, LAPSE);
+        assert_eq!(cover.waits("b", 1, None, t0, LAPSE).0, None);
         assert_eq!(
-            cover.left("a", t0, LAPSE),
+            cover.left("a", None, t0),
             Some(("b".to_owned(), t0 + LAPSE))
         );
         // b's going still hands the timer to c.
         assert_eq!(
-            cover.left("b", t0, LAPSE),
+            cover.left("b", None, t0),
             Some(("c".to_owned(), t0 + LAPSE))
         );
     }
@@ -164,11 +207,18 @@ mod tests {
     fn a_waiter_that_joins_again_moves_to_its_new_ticket() {
         let t0 = Instant::now();
         let mut cover = Cover::default();
-        cover.waits("a", 1, None, t0, LAPSE);
-        cover.waits("b", 2, None, t0, LAPSE);
-        // Its process lapsed: a joins again at the back, and b is first.
-        assert_eq!(cover.waits("a", 3, None, t0, LAPSE), None);
-        assert_eq!(cover.waits("b", 2, None, t0, LAPSE), Some(t0 + LAPSE));
-        assert_eq!(cover.left("x", t0, LAPSE), None);
+        let _ = cover.waits("a", 1, None, t0, LAPSE);
+        let _ = cover.waits("b", 2, None, t0, LAPSE);
+        // Its entry went (a reset, a lapse): a joins again at the back, and b, first now,
+        // takes its timer over.
+        assert_eq!(
+            cover.waits("a", 3, None, t0, LAPSE),
+            (None, Some(("b".to_owned(), t0 + LAPSE)))
+        );
+        assert_eq!(
+            cover.waits("b", 2, None, t0, LAPSE),
+            (Some(t0 + LAPSE), None)
+        );
+        assert_eq!(cover.left("x", None, t0), None);
     }
 }

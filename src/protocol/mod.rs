@@ -6,6 +6,7 @@ pub(crate) mod cache;
 pub(crate) mod cover;
 pub(crate) mod election;
 pub(crate) mod eviction;
+pub(crate) mod hub;
 pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod lock;

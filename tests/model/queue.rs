@@ -210,7 +210,7 @@ fn a_waiter_behind_a_lapsed_entry_is_woken_when_it_fits() {
         "4 clients in line, two pauses",
         four_in_line(400),
         &[LAPSED, PUSHED],
-        360_000,
+        240_000,
     );
 }
 
@@ -413,7 +413,7 @@ fn catches_the_missing_wake_behind_a_waiter_that_leaves() {
 
 #[test]
 fn catches_a_waiter_timed_to_a_lapsed_entry_ahead() {
-    let mut cfg = four_in_line(400);
+    let mut cfg = four_in_line(500);
     cfg.bugs.next_from_a_dead_waiter_ahead = true;
     let trace = catches("next from a dead waiter ahead", cfg, WOKEN);
     // Asked behind a lapsed entry, it was told no event at all.

@@ -27,9 +27,12 @@
 //! process lapsed (it was stopped past its lapse window) starts a new epoch of that
 //! primitive: its waiters leave and join again at the back, so that none keeps a place the
 //! process lost.
+//!
+//! What the queue primitives' waiters are told, and when, is decided by the hub's machine
+//! with no I/O ([`protocol::hub`](crate::protocol::hub)): the thread only pumps it, telling
+//! it what came back and carrying out what it says.
 
 mod listener;
-mod name;
 mod seat;
 mod watch;
 
@@ -43,18 +46,20 @@ use redis::Value;
 use crate::cancel::Interrupt;
 use crate::config::id::random_hex;
 use crate::protocol::election;
+use crate::protocol::hub::{self as machine, Event};
 use crate::protocol::keys::{self, QueueKeys};
 use crate::protocol::lock;
-use crate::protocol::queue::{self, Mail, PROCESS_ID_LEN};
+use crate::protocol::queue::{self, PROCESS_ID_LEN};
 use crate::protocol::redirect;
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, FIRST_PAUSE};
 use crate::transport::{ConnId, Fault, Transport, Waiter};
 
+pub(crate) use crate::protocol::hub::Told;
 pub(crate) use listener::{Carried, Heard, Listener};
 use listener::{Carry, Ear, Signal};
-use name::Name;
 pub(crate) use seat::Seat;
+use watch::Watch;
 pub(crate) use watch::Watching;
 
 /// The hubs alive, by transport and hash slot.
@@ -79,17 +84,16 @@ pub(crate) struct Hub {
     home: String,
     io_timeout: Duration,
     state: Mutex<State>,
-    /// The last heartbeat that found the process live: when it was sent, and the server's
-    /// time (ms) when it ran, which came after. A grant's claim expiry, in server ms, is then
-    /// no earlier than the send plus its distance from that server time. Forgotten with the
-    /// connection, which may come back to another server.
-    clock: Mutex<Option<(Instant, u64)>>,
 }
 
 #[derive(Default)]
 struct State {
-    /// The primitives waited on, by inbox key.
-    names: HashMap<String, Name>,
+    /// The queue primitives waited on or watched: who is told what, and when.
+    machine: machine::Hub<QueueKeys>,
+    /// The queue primitives' waiters' mailboxes, by waiter id.
+    mailboxes: HashMap<String, Arc<Mailbox>>,
+    /// The elections watched, by inbox key.
+    watches: HashMap<String, Watch>,
     /// The plain locks waited on, by signal key.
     signals: HashMap<String, Signal>,
     /// Signals popped that no waiter here took, to push back, with their hash slots.
@@ -123,20 +127,32 @@ enum Failed {
     Refused(redis::ServerError),
 }
 
-/// What a waiter is told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Told {
-    /// Granted, with this token, held at least until then unless claimed, where the hub
-    /// could date the grant's claim window.
-    Granted(u64, Option<Instant>),
-    /// Ask again: a wake (`reset_all`), the hub's connection failed (a grant may have been
-    /// lost with it), or its process lapsed (the ask then leaves and joins again).
-    AskAgain,
-    /// The server refused the `BLPOP` for this waiter's key (see [`Listener::refused`]).
-    Refused,
-    /// Ask again by then at the latest: the timer its process's first waiter in line left
-    /// to it ([`Cover`](crate::protocol::cover::Cover)).
-    AskBy(Instant),
+impl State {
+    /// Carries out what the machine decided: each waiter's mail, each watch's read or news.
+    fn pump(&mut self) {
+        while let Some(event) = self.machine.poll() {
+            match event {
+                Event::Tell { waiter, told, .. } => {
+                    if let Some(mailbox) = self.mailboxes.get(&waiter) {
+                        mailbox.tell(told);
+                    }
+                }
+                Event::Look { inbox } => {
+                    if let Some(watch) = self.watches.get_mut(&inbox) {
+                        watch.look_now();
+                    }
+                }
+                Event::News { inbox, news } => {
+                    if let Some(watch) = self.watches.get_mut(&inbox) {
+                        match election::parse_news(&news) {
+                            Some(seen) => watch.seen(seen, false),
+                            None => watch.look_now(),
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One waiter's mail: what it was told last, a grant over anything else.
@@ -234,7 +250,6 @@ impl Hub {
             process,
             io_timeout,
             state: Mutex::default(),
-            clock: Mutex::default(),
         });
         hubs.push(Arc::downgrade(&hub));
         hub
@@ -262,22 +277,14 @@ impl Hub {
         Ok(())
     }
 
-    /// Tells every waiter of the inboxes `which` (all, and every listener, with `None`)
-    /// `told`; their watchers read the leader again.
-    fn tell_all(state: &mut State, which: Option<&str>, told: Told) {
-        for (inbox, name) in &mut state.names {
-            if which.is_none_or(|w| w == inbox) {
-                for mailbox in name.seats.values() {
-                    mailbox.tell(told);
-                }
-                name.watch.look_now();
-            }
-        }
-        if which.is_none() {
-            for signal in state.signals.values() {
-                for ear in signal.seats.values() {
-                    ear.mailbox.tell(told);
-                }
+    /// The connection failed: a grant or a signal may have been lost with it, so every
+    /// waiter asks again, and every watch reads the leader.
+    fn ask_all_again(state: &mut State) {
+        state.machine.lost();
+        state.pump();
+        for signal in state.signals.values() {
+            for ear in signal.seats.values() {
+                ear.mailbox.tell(Told::AskAgain);
             }
         }
     }
@@ -308,7 +315,7 @@ impl Hub {
                     settled.tell(Told::AskAgain);
                 }
                 let pending = !state.owed.is_empty() || !state.give_backs.is_empty();
-                if state.names.is_empty() && state.signals.is_empty() && !pending {
+                if state.machine.is_empty() && state.signals.is_empty() && !pending {
                     state.running = false;
                     state.listening.clear();
                     drop(state);
@@ -317,13 +324,13 @@ impl Hub {
                     }
                     return;
                 }
-                let listening: Vec<String> = (state.names.keys())
-                    .chain(state.signals.keys())
+                let listening: Vec<String> = (state.machine.inboxes())
+                    .chain(state.signals.keys().map(String::as_str))
                     .filter(|key| !state.refused.get(*key).is_some_and(|(_, out)| *out))
-                    .cloned()
+                    .map(str::to_owned)
                     .collect();
                 state.listening.clone_from(&listening);
-                let beat_due = state.names.values().map(|n| n.beat_due).min();
+                let beat_due = state.machine.next_beat();
                 let listen_end = Instant::now() + LISTEN_MAX;
                 let due = (beat_due.into_iter())
                     .chain(Hub::watch_due(&state))
@@ -365,7 +372,7 @@ impl Hub {
                 Err(Failed::Io(e)) => {
                     log::debug!("the waiting connection failed ({e}); its waiters ask again");
                     self.lose(&mut conn);
-                    Hub::tell_all(&mut self.state.lock(), None, Told::AskAgain);
+                    Hub::ask_all_again(&mut self.state.lock());
                     // ok: a backoff before connecting again to a server that is away; the
                     // waiters keep their own deadlines meanwhile, asking on their own.
                     std::thread::sleep(pause);
@@ -417,7 +424,7 @@ impl Hub {
             conn.close();
         }
         // The next connection may reach another server (a failover), on another clock.
-        *self.clock.lock() = None;
+        self.state.lock().machine.closed();
     }
 
     /// The server refused a `BLPOP` of `keys` with `e`. A key of the wrong type is found and
@@ -451,12 +458,11 @@ impl Hub {
                     ear.mailbox.tell(Told::Refused);
                 }
             }
-            if let Some(name) = state.names.get(key) {
-                for mailbox in name.seats.values() {
-                    mailbox.tell(Told::AskAgain);
-                }
+            if state.machine.knows(key) {
+                state.machine.ask_again(Some(key));
             }
         }
+        state.pump();
     }
 
     /// One `BLPOP` over `keys` until `until`, with the try of `carried` behind it: the key
@@ -573,95 +579,32 @@ impl Hub {
             }
             return;
         }
-        let inbox = key;
-        if element == b"hub" {
-            return;
-        }
-        match queue::parse_mail(element) {
-            Mail::Granted {
-                token,
-                expiry,
-                waiter,
-            } => {
-                // A waiter no longer seated gave its grant back when it left.
-                let seat = state.names.get(inbox).and_then(|n| n.seats.get(&waiter));
-                if let Some(mailbox) = seat {
-                    mailbox.tell(Told::Granted(token, self.date(expiry)));
-                }
-            }
-            Mail::Wake => Hub::tell_all(&mut state, Some(inbox), Told::AskAgain),
-            Mail::Head(waiter) => {
-                let seat = state.names.get(inbox).and_then(|n| n.seats.get(&waiter));
-                if let Some(mailbox) = seat {
-                    mailbox.tell(Told::AskAgain);
-                }
-            }
-            Mail::Watch(news) => {
-                if let Some(name) = state.names.get_mut(inbox) {
-                    match election::parse_news(&news) {
-                        Some(seen) => name.watch.seen(seen, false),
-                        None => name.watch.look_now(),
-                    }
-                }
-            }
-        }
-    }
-
-    /// The earliest instant a claim expiry of `expiry` (server ms) can be, by the last live
-    /// heartbeat; `None` before the first.
-    fn date(&self, expiry: u64) -> Option<Instant> {
-        let (sent, server_ms) = (*self.clock.lock())?;
-        let ahead = Duration::from_millis(expiry.checked_sub(server_ms)?);
-        sent.checked_add(ahead)
+        state.machine.popped(key, element);
+        state.pump();
     }
 
     /// Sends the heartbeats due, on the thread's connection; a primitive where the process
     /// lapsed starts a new epoch.
     fn beat_all<'t>(&'t self, conn: &mut Option<Box<dyn Waiter + 't>>) {
-        let now = Instant::now();
-        let due: Vec<(String, QueueKeys, Duration)> = {
-            let state = self.state.lock();
-            state
-                .names
-                .iter()
-                .filter(|(_, n)| n.beat_due <= now)
-                .map(|(inbox, n)| (inbox.clone(), n.keys.clone(), n.lapse))
-                .collect()
-        };
-        for (inbox, keys, lapse) in due {
-            let request = queue::beat(&keys, &self.process, lapse);
+        let due = self.state.lock().machine.beats_due(Instant::now());
+        for beat in due {
+            let request = queue::beat(&beat.keys, &self.process, beat.lapse);
             let sent = Instant::now();
-            let deadline = sent + self.io_timeout.min(lapse / 2);
+            let deadline = sent + self.io_timeout.min(beat.lapse / 2);
             let live = self
                 .exchange(conn, &request, deadline, deadline)
-                .and_then(|reply| queue::parse_beat(&keys, &reply).map_err(|e| e.to_string()))
-                .map(|server_ms| {
-                    if let Some(server_ms) = server_ms {
-                        *self.clock.lock() = Some((sent, server_ms));
-                    }
-                    server_ms.is_some()
+                .and_then(|reply| queue::parse_beat(&beat.keys, &reply).map_err(|e| e.to_string()))
+                .map_err(|e| {
+                    log::debug!(
+                        "{}: a heartbeat failed ({e}); sent again shortly",
+                        beat.inbox
+                    )
                 });
             let mut state = self.state.lock();
-            let Some(name) = state.names.get_mut(&inbox) else {
-                continue;
-            };
-            match live {
-                Ok(true) => name.beat_due = now + name.lapse / 2,
-                // Never joined in this epoch: nothing to prove yet, but a watcher's read
-                // makes its heartbeat again.
-                Ok(false) if !name.joined => {
-                    name.beat_due = now + name.lapse / 2;
-                    name.watch.look_now();
-                }
-                Ok(false) => {
-                    name.beat_due = now + name.lapse / 2;
-                    name.lapsed();
-                }
-                Err(e) => {
-                    log::debug!("{inbox}: a heartbeat failed ({e}); sent again shortly");
-                    name.beat_due = now + FIRST_PAUSE.max(name.lapse / 20);
-                }
-            }
+            state
+                .machine
+                .beaten(&beat.inbox, sent, live, Instant::now());
+            state.pump();
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The queue engine's waiters at the hub: a waiter's seat, from before its first ask to the
-//! end of its wait, in its primitive's [`Name`].
+//! end of its wait. What each step means is the hub's machine's to say
+//! ([`protocol::hub`](crate::protocol::hub)).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,58 +19,43 @@ pub(crate) struct Seat {
     pub(crate) mailbox: Arc<Mailbox>,
     /// See [`Seat::wake`].
     wake: Option<Request>,
+    /// Granted, it holds until then at the earliest unless it renews: see [`Seat::granted`].
+    held_until: Option<Instant>,
 }
 
 impl Seat {
     /// How the next ask goes: whether the process has joined in this seat's epoch.
     pub(crate) fn mode(&self) -> Mode {
-        let state = self.hub.state.lock();
-        let name = state.names.get(&self.inbox);
-        let known = name.is_some_and(|n| n.joined && n.epoch == self.epoch);
+        let known = self.hub.state.lock().machine.known(&self.inbox, self.epoch);
         Mode::Wait { known }
     }
 
     /// Whether the process lapsed since this waiter joined: it must leave and join again.
     pub(crate) fn stale(&self) -> bool {
-        let state = self.hub.state.lock();
-        state
-            .names
-            .get(&self.inbox)
-            .is_some_and(|n| n.epoch != self.epoch)
+        self.hub.state.lock().machine.stale(&self.inbox, self.epoch)
     }
 
     /// Joins the current epoch, once it has left the line: as for a waiter that left, the
     /// process's next waiter may take its timer over.
     pub(crate) fn rejoin(&mut self) {
         let mut state = self.hub.state.lock();
-        if let Some(name) = state.names.get_mut(&self.inbox) {
-            self.epoch = name.epoch;
-            name.left(&self.waiter);
+        if let Some(epoch) = (state.machine).rejoin(&self.inbox, &self.waiter, Instant::now()) {
+            self.epoch = epoch;
         }
+        state.pump();
     }
 
     /// The ask found it waiting: the process has joined.
     pub(crate) fn joined(&self) {
         let mut state = self.hub.state.lock();
-        if let Some(name) = state
-            .names
-            .get_mut(&self.inbox)
-            .filter(|n| n.epoch == self.epoch)
-        {
-            name.joined = true;
-        }
+        state.machine.joined(&self.inbox, self.epoch);
     }
 
     /// The ask found its process lapsed.
     pub(crate) fn lapsed(&self) {
         let mut state = self.hub.state.lock();
-        if let Some(name) = state
-            .names
-            .get_mut(&self.inbox)
-            .filter(|n| n.epoch == self.epoch)
-        {
-            name.lapsed();
-        }
+        state.machine.found_lapsed(&self.inbox, self.epoch);
+        state.pump();
     }
 
     /// The step after an ask at `now` that was answered `asked`, as its [`QueueWait`] says
@@ -83,12 +69,14 @@ impl Seat {
             return next;
         };
         let mut state = self.hub.state.lock();
-        let Some(name) = state.names.get_mut(&self.inbox) else {
-            return next;
-        };
-        let lapse = name.lapse;
-        let until = name.cover.waits(&self.waiter, *ticket, until, now, lapse);
+        let until = (state.machine).timed(&self.inbox, &self.waiter, *ticket, until, now);
         Next::Block { until }
+    }
+
+    /// Its wait ends with a grant held until `valid_until` at the earliest unless renewed:
+    /// should the holder stop before then, that is when the process's next waiter may go in.
+    pub(crate) fn granted(mut self, valid_until: Option<Instant>) {
+        self.held_until = valid_until;
     }
 
     /// The wake its thread needs to listen on this seat's inbox too, once: for the waiter to
@@ -105,25 +93,32 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        self.hub.leave(&self.inbox, |name| {
-            name.seats.remove(&self.waiter);
-            // Its wait is over (granted, left, stopped).
-            name.left(&self.waiter);
-        });
+        // Its wait is over (granted, left, stopped).
+        let mut state = self.hub.state.lock();
+        state.mailboxes.remove(&self.waiter);
+        let now = Instant::now();
+        (state.machine).unseat(&self.inbox, &self.waiter, self.held_until, now);
+        if !state.machine.knows(&self.inbox) {
+            state.refused.remove(&self.inbox);
+        }
+        state.pump();
     }
 }
 
 impl Hub {
     /// A seat for waiter `waiter` (its id made with [`queue::waiter_id`]) in the queue of
     /// `keys`, whose entry lapses after `lapse` without a heartbeat.
+    ///
+    /// [`queue::waiter_id`]: crate::protocol::queue::waiter_id
     pub(crate) fn seat(self: &Arc<Hub>, keys: &QueueKeys, waiter: &str, lapse: Duration) -> Seat {
         let inbox = keys.signal(&self.process);
         let mailbox = Arc::new(Mailbox::default());
         let mut state = self.state.lock();
-        let new_name = !state.names.contains_key(&inbox);
-        let name = Hub::name_of(&mut state, &inbox, keys, lapse);
-        name.seats.insert(waiter.to_owned(), Arc::clone(&mailbox));
-        let epoch = name.epoch;
+        let new_name = !state.machine.knows(&inbox);
+        let epoch = (state.machine).seat(&inbox, keys, waiter, lapse, Instant::now());
+        state
+            .mailboxes
+            .insert(waiter.to_owned(), Arc::clone(&mailbox));
         let wake = self.wake(&state, new_name);
         Seat {
             hub: Arc::clone(self),
@@ -132,6 +127,7 @@ impl Hub {
             epoch,
             mailbox,
             wake,
+            held_until: None,
         }
     }
 }

@@ -276,9 +276,17 @@ impl Watching {
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        self.hub.leave(&self.inbox, |name| {
-            name.watch.boxes.remove(&self.key);
-        });
+        let mut state = self.hub.state.lock();
+        if let Some(watch) = state.watches.get_mut(&self.inbox) {
+            watch.boxes.remove(&self.key);
+            if watch.is_empty() {
+                state.watches.remove(&self.inbox);
+            }
+        }
+        state.machine.unwatch(&self.inbox);
+        if !state.machine.knows(&self.inbox) {
+            state.refused.remove(&self.inbox);
+        }
     }
 }
 
@@ -295,8 +303,8 @@ impl Hub {
         let watcher = Arc::new(WatchBox::default());
         let mut state = self.state.lock();
         let running = state.running;
-        let name = Hub::name_of(&mut state, &inbox, keys, lapse);
-        let watch = &mut name.watch;
+        (state.machine).watch(&inbox, keys, lapse, Instant::now());
+        let watch = state.watches.entry(inbox.clone()).or_default();
         let key = watch.next_key;
         watch.next_key += 1;
         watch.boxes.insert(key, Arc::clone(&watcher));
@@ -326,7 +334,7 @@ impl Hub {
 
     /// When the first read of a watched election is due.
     pub(super) fn watch_due(state: &State) -> Option<Instant> {
-        state.names.values().filter_map(|n| n.watch.due()).min()
+        state.watches.values().filter_map(Watch::due).min()
     }
 
     /// Reads the leader of each watched election whose read is due, on the thread's
@@ -335,9 +343,12 @@ impl Hub {
         let now = Instant::now();
         let due: Vec<(String, QueueKeys, Duration)> = {
             let state = self.state.lock();
-            (state.names.iter())
-                .filter(|(_, n)| n.watch.due().is_some_and(|due| due <= now))
-                .map(|(inbox, n)| (inbox.clone(), n.keys.clone(), n.lapse))
+            (state.watches.iter())
+                .filter(|(_, w)| w.due().is_some_and(|due| due <= now))
+                .filter_map(|(inbox, _)| {
+                    let (keys, lapse) = state.machine.name(inbox)?;
+                    Some((inbox.clone(), keys.clone(), lapse))
+                })
                 .collect()
         };
         for (inbox, keys, lapse) in due {
@@ -347,17 +358,16 @@ impl Hub {
                 .exchange(conn, &request, deadline, deadline)
                 .and_then(|reply| election::parse_read(&keys, &reply).map_err(|e| e.to_string()));
             let mut state = self.state.lock();
-            let Some(name) = state.names.get_mut(&inbox) else {
+            let Some(watch) = state.watches.get_mut(&inbox) else {
                 continue;
             };
             match seen {
-                Ok(seen) if seen.handing_over && !name.watch.deferred => name.watch.defer(),
-                Ok(seen) => name.watch.seen(seen, true),
+                Ok(seen) if seen.handing_over && !watch.deferred => watch.defer(),
+                Ok(seen) => watch.seen(seen, true),
                 Err(e) => {
                     log::debug!("{inbox}: a read of the leader failed ({e}); read again shortly");
-                    name.watch
-                        .unknown(format!("a read of the leader failed: {e}"));
-                    name.watch.due = Some(Instant::now() + FIRST_PAUSE.max(lapse / 20));
+                    watch.unknown(format!("a read of the leader failed: {e}"));
+                    watch.due = Some(Instant::now() + FIRST_PAUSE.max(lapse / 20));
                 }
             }
         }

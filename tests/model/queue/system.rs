@@ -1,8 +1,10 @@
 //! The queue engine's model: the server's rules (`server.rs`) and clients that drive the real
 //! client state machines (`redis_blpop_lock::model`: `QueueWait` through the line, a `Lease`
-//! while held), grouped in processes whose hub (its heartbeats, its inbox, its waiters' seats
-//! and mailboxes, and the crate's own `Cover` of who times whom) is modelled as the driver's
-//! `driver/hub` has it, and faults, all as actions of one stateright `Model`.
+//! while held), grouped in processes, each with the crate's own hub machine
+//! (`protocol::hub`: its waiters' seats and epochs, its heartbeats' schedule and what their
+//! replies mean, what a pop of the inbox means for whom, the grant's dating, and the `Cover`
+//! of who times whom), pumped as the driver's `driver/hub` pumps it, and faults, all as
+//! actions of one stateright `Model`.
 //!
 //! One clock: the server's ms are the clients' `Instant`s, as one base `Instant` plus the ms,
 //! so that states hash the same way in every run. Clock drift is out of scope.
@@ -12,7 +14,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis_blpop_lock::model::{Ask, Asked, Cover, Lease, QueueNext, QueueWait};
+use redis_blpop_lock::model::{
+    Ask, Asked, HubEvent, HubMachine, Lease, QueueNext, QueueWait, Told,
+};
 use stateright::{Model, Property};
 
 use super::server::{Acquired, Bugs, Call, How, Id, Mail, Mode, Ms, Notes, Server};
@@ -144,15 +148,8 @@ impl Config {
     }
 }
 
-/// What the hub told a waiter (`driver::hub::Told`): the mailbox holds one, a grant over
-/// anything else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Told {
-    Granted(u64, Option<Instant>),
-    AskAgain,
-    /// Ask again by then: the timer the process's first waiter left to it (`Cover::left`).
-    AskBy(Instant),
-}
+/// The one primitive's inbox, as each process's hub machine names it.
+const INBOX: &str = "inbox";
 
 /// Where a client is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -185,7 +182,7 @@ pub struct Client {
     /// Its seat at the hub while it waits (from its wait's start to its end: granted, left,
     /// stopped): the hub's epoch it joined in (`Seat::epoch`). Its process lapsed since when
     /// that is not the hub's epoch: it leaves and joins again before its next ask.
-    pub seat: Option<u8>,
+    pub seat: Option<u64>,
     pub mailbox: Option<Told>,
     /// When the last ask that found it waiting was sent: kept only for the rule the model
     /// checker found wrong (`Bugs::grant_read_late_counts_from_the_last_ask`).
@@ -193,13 +190,6 @@ pub struct Client {
 }
 
 impl Client {
-    fn in_line(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Asking(_) | Phase::Blocked(..) | Phase::Leaving
-        )
-    }
-
     fn waiting(&self) -> bool {
         matches!(self.phase, Phase::Asking(_) | Phase::Blocked(..))
     }
@@ -212,7 +202,7 @@ impl Client {
     fn tell(&mut self, told: Told) {
         let keep = match self.mailbox {
             Some(Told::Granted(..)) => true,
-            Some(Told::AskAgain) => matches!(told, Told::AskBy(_)),
+            Some(Told::AskAgain | Told::Refused) => matches!(told, Told::AskBy(_)),
             Some(Told::AskBy(_)) | None => false,
         };
         if !keep {
@@ -221,25 +211,28 @@ impl Client {
     }
 }
 
-/// A process's `Cover`, shared between the states that did not change it (a copy of its maps
-/// in each would cost the checker more than the rest of a state), and hashed by a digest taken
-/// when it changes (the checker hashes every state it reaches; the cover changes only when a
-/// waiter asks or leaves).
+/// A process's hub machine, shared between the states that did not change it (a copy of its
+/// maps in each would cost the checker more than the rest of a state), and hashed by a digest
+/// taken when it changes (the checker hashes every state it reaches; the machine changes only
+/// when a waiter asks, leaves or is told, or a heartbeat goes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Shared {
-    cover: Arc<Cover>,
+    hub: Arc<HubMachine<()>>,
     digest: u64,
 }
 
 impl Shared {
-    fn change<T>(&mut self, change: impl FnOnce(&mut Cover) -> T) -> T {
-        let out = change(Arc::make_mut(&mut self.cover));
-        // Fixed keys: the same digest in every run; an empty cover's is a new one's.
+    /// Runs `change` on the machine, and takes what it decided (`HubMachine::poll`).
+    fn change<T>(&mut self, change: impl FnOnce(&mut HubMachine<()>) -> T) -> (T, Vec<HubEvent>) {
+        let hub = Arc::make_mut(&mut self.hub);
+        let out = change(hub);
+        let events = std::iter::from_fn(|| hub.poll()).collect();
+        // Fixed keys: the same digest in every run; an empty machine's is a new one's.
         let mut hasher = std::hash::DefaultHasher::new();
-        self.cover.hash(&mut hasher);
-        let empty = *self.cover == Cover::default();
+        self.hub.hash(&mut hasher);
+        let empty = *self.hub == HubMachine::default();
         self.digest = if empty { 0 } else { hasher.finish() };
-        out
+        (out, events)
     }
 }
 
@@ -249,34 +242,15 @@ impl Hash for Shared {
     }
 }
 
-/// A process: whether it runs, and its hub's entry for the one primitive
-/// (`driver::hub::Name`), while any of its waiters is seated there (the hub forgets it
-/// when the last one leaves).
+/// A process: whether it runs, and its hub's machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Process {
     /// Stopped (its heartbeats and its waiters), to resume later.
     pub paused: bool,
     pub crashed: bool,
-    /// Bumped when the hub finds the process lapsed: its waiters join again.
-    pub epoch: u8,
-    /// Whether it joined the queue in this epoch, so that a heartbeat found gone means it
-    /// lapsed.
-    pub joined: bool,
-    /// The server's time of the hub's last live heartbeat, which dates grants.
-    pub clock: Option<Ms>,
-    /// Which of its waiters in line times the others: the crate's own.
-    pub cover: Shared,
-}
-
-impl Process {
-    /// The hub's entry is forgotten: nobody of the process is seated.
-    fn forget(&mut self) {
-        *self = Process {
-            paused: self.paused,
-            crashed: self.crashed,
-            ..Process::default()
-        };
-    }
+    /// The crate's own: who is seated in which epoch, who times whom, when its heartbeat is
+    /// due, the clock that dates grants.
+    pub hub: Shared,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -386,86 +360,99 @@ impl QueueModel {
 
     /// Whether client `c`'s process lapsed since it joined (`Seat::stale`).
     fn stale(&self, s: &State, c: usize) -> bool {
-        let epoch = s.processes[self.process_of(c)].epoch;
-        s.clients[c].seat.is_some_and(|e| e != epoch)
+        let hub = &s.processes[self.process_of(c)].hub.hub;
+        s.clients[c].seat.is_some_and(|e| hub.stale(INBOX, e))
+    }
+
+    /// Runs `change` on process `p`'s hub machine, and carries out what it decided, as
+    /// `driver/hub` pumps it: each waiter still seated is told its mail. Returns what
+    /// `change` returned, and how many were told.
+    fn hub<T>(
+        &self,
+        s: &mut State,
+        p: usize,
+        change: impl FnOnce(&mut HubMachine<()>) -> T,
+        notes: &mut Notes,
+    ) -> (T, usize) {
+        let (out, events) = s.processes[p].hub.change(change);
+        let mut told = 0;
+        for event in events {
+            let HubEvent::Tell {
+                waiter, told: what, ..
+            } = event
+            else {
+                continue;
+            };
+            let seated = self
+                .members(p)
+                .find(|&d| s.clients[d].seat.is_some() && self.id(s, d).to_string() == waiter);
+            if let Some(d) = seated {
+                s.clients[d].tell(what);
+                told += 1;
+                notes.note(|| format!("  process {p}'s hub tells {waiter} {what:?}"));
+            }
+        }
+        (out, told)
     }
 
     /// Client `c` takes a seat at its process's hub (`Hub::seat`), in its current epoch.
-    fn seat(&self, s: &mut State, c: usize) {
-        s.clients[c].seat = Some(s.processes[self.process_of(c)].epoch);
+    fn seat(&self, s: &mut State, c: usize, now: Ms) {
+        let id = self.id(s, c).to_string();
+        let lapse = Duration::from_millis(self.cfg.lapse);
+        let p = self.process_of(c);
+        let (epoch, _) = self.hub(
+            s,
+            p,
+            |h| h.seat(INBOX, &(), &id, lapse, at(now)),
+            &mut Notes(None),
+        );
+        s.clients[c].seat = Some(epoch);
     }
 
     /// Client `c`'s wait is over (granted, left, stopped): its seat goes, as `Seat`'s drop
-    /// has it. The process's next waiter in line may have to take its timer over (the
-    /// crate's `Cover::left`): it is told to ask again. The hub forgets the primitive once
-    /// nobody of the process is seated.
-    fn unseat(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
+    /// has it, holding until `held_until` if granted. The process's next waiter in line may
+    /// have to take its timer over (the crate's `Cover::left`).
+    fn unseat(
+        &self,
+        s: &mut State,
+        c: usize,
+        held_until: Option<Instant>,
+        now: Ms,
+        notes: &mut Notes,
+    ) {
         if s.clients[c].seat.is_none() {
             return;
         }
         let p = self.process_of(c);
-        let id = self.id(s, c);
+        let id = self.id(s, c).to_string();
         let client = &mut s.clients[c];
         client.seat = None;
         client.mailbox = None;
         client.waiting_since = None;
-        self.hand_over(s, p, id, now, notes);
-        if self.members(p).all(|d| s.clients[d].seat.is_none()) {
-            s.processes[p].forget();
-        }
+        let ((), told) = self.hub(s, p, |h| h.unseat(INBOX, &id, held_until, at(now)), notes);
+        s.handed_over |= told > 0 && self.checks(HANDED_OVER);
     }
 
-    /// Waiter `id` of process `p` left the line (its wait is over, or it leaves to join
-    /// again): the process's next waiter in line may have to take its timer over (the crate's
-    /// `Cover::left`, as `Seat`'s drop and `Seat::rejoin` call it).
-    fn hand_over(&self, s: &mut State, p: usize, id: Id, now: Ms, notes: &mut Notes) {
-        if self.cfg.bugs.no_cover {
-            return;
+    /// Client `c` left the line to join again in its hub's current epoch (`Seat::rejoin`).
+    fn rejoin(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
+        let p = self.process_of(c);
+        let id = self.id(s, c).to_string();
+        let (epoch, told) = self.hub(s, p, |h| h.rejoin(INBOX, &id, at(now)), notes);
+        if epoch.is_some() {
+            s.clients[c].seat = epoch;
         }
-        let lapse = Duration::from_millis(self.cfg.lapse);
-        let next = (s.processes[p].cover).change(|c| c.left(&id.to_string(), at(now), lapse));
-        let told = next.and_then(|(next, by)| {
-            let d = self
-                .members(p)
-                .find(|&d| s.clients[d].seat.is_some() && self.id(s, d).to_string() == next)?;
-            Some((d, by))
-        });
-        if let Some((d, by)) = told {
-            let by = ms_of(by);
-            s.clients[d].tell(if by > now {
-                Told::AskBy(at(by))
-            } else {
-                Told::AskAgain
-            });
-            s.handed_over = self.checks(HANDED_OVER);
-            let next = self.id(s, d);
-            notes
-                .note(|| format!("  process {p}'s hub hands {next} the timer (t={by}): {id} left"));
-        }
-    }
-
-    /// The hub found process `p` lapsed (`Name::lapsed`): a new epoch, whose waiters ask
-    /// again (and leave and join again first).
-    fn lapsed(&self, s: &mut State, p: usize) {
-        let process = &mut s.processes[p];
-        process.epoch += 1;
-        process.joined = false;
-        for d in self.members(p) {
-            if s.clients[d].seat.is_some() {
-                s.clients[d].tell(Told::AskAgain);
-            }
-        }
+        s.handed_over |= told > 0 && self.checks(HANDED_OVER);
     }
 
     /// Its next acquisition, if it has one left.
     fn next_epoch(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
-        self.unseat(s, c, now, notes);
+        self.unseat(s, c, None, now, notes);
         let client = &mut s.clients[c];
         client.epoch += 1;
         client.resend = None;
         if client.epoch < self.cfg.acquisitions {
             client.phase = Phase::Asking(self.fresh.clone());
-            self.seat(s, c);
+            self.seat(s, c, now);
         } else {
             client.phase = Phase::Done;
         }
@@ -477,13 +464,14 @@ impl QueueModel {
         let (Asked::Waiting { ticket, .. }, QueueNext::Block { until }) = (asked, next) else {
             return next;
         };
+        // The old hub, which ignored its cover: no cap, nobody to hand a timer over to.
         if self.cfg.bugs.no_cover {
             return next;
         }
         let id = self.id(s, c).to_string();
-        let lapse = Duration::from_millis(self.cfg.lapse);
-        let cover = &mut s.processes[self.process_of(c)].cover;
-        let until = cover.change(|c| c.waits(&id, ticket, until, at(now), lapse));
+        let p = self.process_of(c);
+        let timed = |h: &mut HubMachine<()>| h.timed(INBOX, &id, ticket, until, at(now));
+        let (until, _) = self.hub(s, p, timed, &mut Notes(None));
         QueueNext::Block { until }
     }
 
@@ -504,8 +492,8 @@ impl QueueModel {
             QueueNext::Granted { token, valid_until } => {
                 let epoch = u64::from(s.clients[c].epoch);
                 let lease = Lease::new(epoch, at(now), valid_until, Some(token));
-                // Out of the line: its seat goes.
-                self.unseat(s, c, now, notes);
+                // Out of the line: its seat goes (`Seat::granted`).
+                self.unseat(s, c, valid_until, now, notes);
                 Phase::Held(lease)
             }
         };
@@ -695,17 +683,19 @@ impl QueueModel {
                 n.server.expire_keys(now);
                 for p in 0..n.processes.len() {
                     let process = &n.processes[p];
-                    let seated = self.members(p).any(|c| n.clients[c].in_line());
-                    if !seated || process.paused || process.crashed {
+                    if process.paused || process.crashed {
                         continue;
                     }
-                    match n.server.beat(p, lapse, now) {
-                        Some(server_ms) => n.processes[p].clock = Some(server_ms),
-                        None if process.joined => {
-                            notes.note(|| format!("  process {p}'s heartbeat finds it lapsed"));
-                            self.lapsed(&mut n, p);
-                        }
-                        None => {}
+                    // The heartbeats its hub's machine says are due (`Hub::beat_all`).
+                    for _ in process.hub.hub.beats_due(at(now)) {
+                        let live = n.server.beat(p, lapse, now);
+                        notes.note(|| match live {
+                            Some(_) => format!("  process {p}'s heartbeat"),
+                            None => format!("  process {p}'s heartbeat finds it gone"),
+                        });
+                        let beaten =
+                            |h: &mut HubMachine<()>| h.beaten(INBOX, at(now), Ok(live), at(now));
+                        self.hub(&mut n, p, beaten, notes);
                     }
                 }
             }
@@ -723,12 +713,11 @@ impl QueueModel {
                     let (left, _) = n.server.release(id, cap, now, bugs, notes);
                     notes.note(|| format!("t={now} {id} leaves to join again → {left}"));
                     self.check_pass(&pre, now, id, &mut n);
-                    self.hand_over(&mut n, p, id, now, notes);
-                    self.seat(&mut n, c);
+                    self.rejoin(&mut n, c, now, notes);
                 }
                 let sent = n.clients[c].resend.take().unwrap_or(now);
-                let process = &n.processes[p];
-                let known = process.joined && n.clients[c].seat == Some(process.epoch);
+                let epoch = n.clients[c].seat.unwrap_or_default();
+                let known = n.processes[p].hub.hub.known(INBOX, epoch);
                 let mode = Mode::Wait { known };
                 let pre = n.server.clone();
                 let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
@@ -751,7 +740,6 @@ impl QueueModel {
                     n.faults_left = n.faults_left.saturating_sub(1);
                     return Some(n);
                 }
-                let in_epoch = n.clients[c].seat == Some(n.processes[p].epoch);
                 let asked = match reply {
                     Acquired::Granted { token, left } => Asked::Granted {
                         token,
@@ -762,10 +750,7 @@ impl QueueModel {
                         next,
                         ticket,
                     } => {
-                        // `Seat::joined`.
-                        if in_epoch {
-                            n.processes[p].joined = true;
-                        }
+                        self.hub(&mut n, p, |h| h.joined(INBOX, epoch), notes);
                         if bugs.grant_read_late_counts_from_the_last_ask {
                             n.clients[c].waiting_since = Some(sent);
                         }
@@ -777,10 +762,7 @@ impl QueueModel {
                     }
                     Acquired::Refused => Asked::Refused,
                     Acquired::Lapsed => {
-                        // `Seat::lapsed`.
-                        if in_epoch {
-                            self.lapsed(&mut n, p);
-                        }
+                        self.hub(&mut n, p, |h| h.found_lapsed(INBOX, epoch), notes);
                         Asked::Lapsed
                     }
                 };
@@ -824,7 +806,7 @@ impl QueueModel {
                 notes.note(|| {
                     let why = match told {
                         Some(Told::Granted(token, _)) => format!("by its grant (token {token})"),
-                        Some(Told::AskAgain) => "to ask again".into(),
+                        Some(Told::AskAgain | Told::Refused) => "to ask again".into(),
                         Some(Told::AskBy(by)) => format!("with a timer (t={})", ms_of(by)),
                         None => "at its timer".into(),
                     };
@@ -847,26 +829,17 @@ impl QueueModel {
             Action::Deliver(p) => {
                 let p = t(p);
                 let mail = n.server.pop(p)?;
-                let (waiter, told) = match mail {
+                notes.note(|| format!("t={now} process {p}'s hub pops {mail:?}"));
+                // As the script pushed it, for the crate's own parse.
+                let element = match mail {
                     Mail::Granted {
                         token,
                         expiry,
                         waiter,
-                    } => {
-                        let clock = n.processes[p].clock;
-                        let dated = clock.filter(|&c| expiry >= c).map(|_| at(expiry));
-                        (waiter, Told::Granted(token, dated))
-                    }
-                    Mail::Head(waiter) => (waiter, Told::AskAgain),
+                    } => format!("{token}:{expiry}:{waiter}"),
+                    Mail::Head(waiter) => format!("head:{waiter}"),
                 };
-                // A waiter no longer seated gave its grant back when it left.
-                let seated = self
-                    .members(p)
-                    .find(|&d| n.clients[d].seat.is_some() && self.id(&n, d) == waiter);
-                if let Some(d) = seated {
-                    n.clients[d].tell(told);
-                }
-                notes.note(|| format!("t={now} process {p}'s hub pops {mail:?}"));
+                self.hub(&mut n, p, |h| h.popped(INBOX, element.as_bytes()), notes);
             }
             Action::Renew(c) | Action::RenewLost(c) => {
                 let lost = matches!(action, Action::RenewLost(_));
@@ -939,10 +912,10 @@ impl QueueModel {
                     client.resend = None;
                     client.waiting_since = None;
                 }
-                let process = &mut n.processes[p];
-                process.crashed = true;
-                process.paused = false;
-                process.forget();
+                n.processes[p] = Process {
+                    crashed: true,
+                    ..Process::default()
+                };
             }
             Action::Pause(p) => {
                 n.processes[t(p)].paused = true;
@@ -980,12 +953,12 @@ impl QueueModel {
                 epoch: 0,
                 phase: Phase::Asking(self.fresh.clone()),
                 resend: None,
-                seat: Some(0),
+                seat: None,
                 mailbox: None,
                 waiting_since: None,
             })
             .collect();
-        State {
+        let mut state = State {
             now: 0,
             server: Server::new(self.cfg.processes()),
             processes: vec![Process::default(); self.cfg.processes()],
@@ -995,7 +968,11 @@ impl QueueModel {
             out_of_order: false,
             left_fitting: false,
             handed_over: false,
+        };
+        for c in 0..self.cfg.clients.len() {
+            self.seat(&mut state, c, 0);
         }
+        state
     }
 
     /// The path as lines, one a step, with the server's notes under each; the configuration's
