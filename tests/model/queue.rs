@@ -164,13 +164,13 @@ fn the_engine_keeps_its_properties_through_any_one_fault() {
 
 #[test]
 fn the_engine_keeps_its_properties_over_two_acquisitions_each() {
-    let mut cfg = three_clients(400);
+    let mut cfg = three_clients(300);
     cfg.acquisitions = 2;
     explore(
         "3 clients, 2 acquisitions each",
         cfg,
         &[TWO_HOLD, CLAIMED, PUSHED],
-        135_000,
+        105_000,
     );
 }
 
