@@ -95,7 +95,7 @@ impl<R: Runtime> Line<'_, R> {
                         .await
                         .map(|(sent, asked)| {
                             let now = Instant::now();
-                            seat.timed(&asked, wait.asked(sent, asked, now), now)
+                            seat.timed(&asked, wait.asked(sent, asked, now), sent, now)
                         })
                 }
                 Next::Block { until } => {

@@ -278,20 +278,24 @@ impl<K: Clone> Hub<K> {
         self.ask_again(Some(inbox));
     }
 
-    /// Waiter `waiter`, asked at `now`, waits with `ticket` until `until` by itself (`None`:
-    /// until told): when it must ask again, as the process's [`Cover`] bounds it.
+    /// Waiter `waiter`, whose ask sent at `sent` was answered at `now`, waits with `ticket`
+    /// until `until` by itself (`None`: until told): when it must ask again, as the
+    /// process's [`Cover`] bounds it.
     pub fn timed(
         &mut self,
         inbox: &str,
         waiter: &str,
         ticket: u64,
         until: Option<Instant>,
+        sent: Instant,
         now: Instant,
     ) -> Option<Instant> {
         let Some(name) = self.names.get_mut(inbox) else {
             return until;
         };
-        let (until, handed) = name.cover.waits(waiter, ticket, until, now, name.lapse);
+        let (until, handed) = name
+            .cover
+            .waits(waiter, ticket, until, sent, now, name.lapse);
         self.hand_over(inbox, handed, now);
         until
     }
@@ -506,8 +510,8 @@ mod tests {
         let mut hub = Hub::default();
         hub.seat("q", &(), "a", LAPSE, t0);
         hub.seat("q", &(), "b", LAPSE, t0);
-        assert_eq!(hub.timed("q", "a", 1, None, t0), Some(t0 + LAPSE));
-        assert_eq!(hub.timed("q", "b", 2, None, t0), None);
+        assert_eq!(hub.timed("q", "a", 1, None, t0, t0), Some(t0 + LAPSE));
+        assert_eq!(hub.timed("q", "b", 2, None, t0, t0), None);
         let held_until = t0 + Duration::from_millis(300);
         hub.unseat("q", "a", Some(held_until), t0);
         assert_eq!(told(&mut hub), [("b".to_owned(), Told::AskBy(held_until))]);

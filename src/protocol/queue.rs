@@ -500,7 +500,10 @@ impl QueueWait {
                 valid_until: lease_left.map(|left| sent + left),
             },
             Asked::Waiting { next, .. } => {
-                let event = next.map(|next| now + next);
+                // As the lease left: counted on the server after the send. From the reply it
+                // would be late by the reply's way back, which may be long (a slow network,
+                // a connection held up), past the moment the waiter could go in.
+                let event = next.map(|next| sent + next);
                 match self.deadline {
                     Some(deadline) if now >= deadline => Next::Leave,
                     Some(deadline) => Next::Block {
@@ -820,6 +823,13 @@ mod tests {
         let mut forever = QueueWait::new(None);
         assert_eq!(
             forever.asked(t0, waiting(1000), t0),
+            Next::Block {
+                until: Some(t0 + secs(1))
+            }
+        );
+        // A reply 600 ms on its way: the event is still 1 s from the send at the latest.
+        assert_eq!(
+            forever.asked(t0, waiting(1000), t0 + Duration::from_millis(600)),
             Next::Block {
                 until: Some(t0 + secs(1))
             }

@@ -73,6 +73,7 @@ fn config(clients: &[(u64, Ms)], capacity: u64, horizon: Ms) -> Config {
             budget: env_number("MODEL_FAULTS").map_or(0, |n| n as u8),
             ..NO_FAULTS
         },
+        in_flight: false,
         bugs: Bugs::default(),
         properties: None,
         prefix: Vec::new(),
@@ -234,6 +235,26 @@ fn two_by_two(horizon: Ms) -> Config {
         ..ALL_FAULTS
     };
     cfg
+}
+
+/// Two by two, each ask's send, run and reply three steps, each up to a tick late: grants
+/// pushed, popped and claimed between an ask's run and its reply, and asks run after time
+/// has passed since they were sent. No faults (`MODEL_FAULTS=1` adds a lost reply).
+#[test]
+fn two_waiters_of_a_process_keep_the_properties_with_asks_in_flight() {
+    let mut cfg = two_by_two(env_number("MODEL_HORIZON").unwrap_or(300));
+    cfg.in_flight = true;
+    cfg.faults = Faults {
+        budget: env_number("MODEL_FAULTS").map_or(0, |n| n as u8),
+        lost_replies: true,
+        ..NO_FAULTS
+    };
+    explore(
+        "2 processes x 2 waiters, asks in flight",
+        cfg,
+        &[SIBLINGS, PUSHED],
+        1,
+    );
 }
 
 #[test]

@@ -58,18 +58,19 @@ impl Seat {
         state.pump();
     }
 
-    /// The step after an ask at `now` that was answered `asked`, as its [`QueueWait`] says
-    /// (`next`), bounded as the process's [`Cover`] says: the process's first waiter in line
-    /// asks again within a lapse window, one behind it may wait until told.
+    /// The step after an ask sent at `sent` and answered `asked` at `now`, as its
+    /// [`QueueWait`] says (`next`), bounded as the process's [`Cover`] says: the process's
+    /// first waiter in line asks again within a lapse window, one behind it may wait until
+    /// told.
     ///
     /// [`QueueWait`]: crate::protocol::queue::QueueWait
     /// [`Cover`]: crate::protocol::cover::Cover
-    pub(crate) fn timed(&self, asked: &Asked, next: Next, now: Instant) -> Next {
+    pub(crate) fn timed(&self, asked: &Asked, next: Next, sent: Instant, now: Instant) -> Next {
         let (Asked::Waiting { ticket, .. }, Next::Block { until }) = (asked, next) else {
             return next;
         };
         let mut state = self.hub.state.lock();
-        let until = (state.machine).timed(&self.inbox, &self.waiter, *ticket, until, now);
+        let until = (state.machine).timed(&self.inbox, &self.waiter, *ticket, until, sent, now);
         Next::Block { until }
     }
 

@@ -128,6 +128,10 @@ pub struct Config {
     /// the states by the ticks.
     pub timely: bool,
     pub faults: Faults,
+    /// An ask's send, its run on the server and its reply are three steps, each of which may
+    /// come a tick after the one before (a slow network): others' steps run in between.
+    /// Without it, an ask runs and replies the moment it is sent.
+    pub in_flight: bool,
     pub bugs: Bugs,
     /// The properties checked, by name (`None`: all of them): each costs the checker time at
     /// every state, so an exploration checks every `always` and only the `sometimes` it must
@@ -170,6 +174,25 @@ pub enum Phase {
     Crashed,
 }
 
+/// An ask on its way (`Config::in_flight`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flight {
+    /// Sent at `sent`, in mode known or new; the server has not run it yet.
+    Sent { sent: Ms, known: bool },
+    /// The server ran it at `ran`; its reply is on its way.
+    Ran { sent: Ms, ran: Ms, reply: Acquired },
+}
+
+impl Flight {
+    /// Whether it is a tick late already: a slow request, not one that never comes.
+    fn overdue(&self, now: Ms) -> bool {
+        match *self {
+            Flight::Sent { sent, .. } => sent < now,
+            Flight::Ran { ran, .. } => ran < now,
+        }
+    }
+}
+
 /// One client (a handle) and its waiter's seat at its process's hub (`driver::hub::Seat`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Client {
@@ -179,6 +202,8 @@ pub struct Client {
     /// When a request whose reply was lost was first sent: the next send is that request
     /// again, and its reply is taken as of then.
     pub resend: Option<Ms>,
+    /// Its ask on its way, with `Config::in_flight`.
+    pub flight: Option<Flight>,
     /// Its seat at the hub while it waits (from its wait's start to its end: granted, left,
     /// stopped): the hub's epoch it joined in (`Seat::epoch`). Its process lapsed since when
     /// that is not the hub's epoch: it leaves and joins again before its next ask.
@@ -274,8 +299,14 @@ pub struct State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     Tick,
+    /// Client `c` asks (sends its ask, with `Config::in_flight`).
     Ask(u8),
+    /// Its ask runs and its reply is lost (with `Config::in_flight`: the reply on its way).
     AskLost(u8),
+    /// The server runs client `c`'s ask in flight.
+    Run(u8),
+    /// Client `c` takes the reply of its ask in flight.
+    Reply(u8),
     Wake(u8),
     /// Process `p`'s hub pops its inbox.
     Deliver(u8),
@@ -460,7 +491,15 @@ impl QueueModel {
 
     /// The step after an ask at `now` answered `asked`, bounded as the process's `Cover`
     /// says, as `Seat::timed` has it.
-    fn timed(&self, s: &mut State, c: usize, asked: Asked, next: QueueNext, now: Ms) -> QueueNext {
+    fn timed(
+        &self,
+        s: &mut State,
+        c: usize,
+        asked: Asked,
+        next: QueueNext,
+        sent: Ms,
+        now: Ms,
+    ) -> QueueNext {
         let (Asked::Waiting { ticket, .. }, QueueNext::Block { until }) = (asked, next) else {
             return next;
         };
@@ -470,9 +509,111 @@ impl QueueModel {
         }
         let id = self.id(s, c).to_string();
         let p = self.process_of(c);
-        let timed = |h: &mut HubMachine<()>| h.timed(INBOX, &id, ticket, until, at(now));
+        let timed = |h: &mut HubMachine<()>| h.timed(INBOX, &id, ticket, until, at(sent), at(now));
         let (until, _) = self.hub(s, p, timed, &mut Notes(None));
         QueueNext::Block { until }
+    }
+
+    /// Client `c` sends its ask at `now` (`Line::ask`): a waiter whose process lapsed leaves
+    /// the line first, to join again. When it was sent (the first send, when this is one
+    /// sent again), and whether in mode known.
+    fn send_ask(&self, n: &mut State, c: usize, now: Ms, notes: &mut Notes) -> (Ms, bool) {
+        let id = self.id(n, c);
+        if n.clients[c].resend.is_none() && self.stale(n, c) {
+            // A waiter whose process lapsed leaves, and joins again at the back.
+            let pre = n.server.clone();
+            let cap = self.cfg.capacity;
+            let (left, _) = n.server.release(id, cap, now, &self.cfg.bugs, notes);
+            notes.note(|| format!("t={now} {id} leaves to join again → {left}"));
+            self.check_pass(&pre, now, id, n);
+            self.rejoin(n, c, now, notes);
+        }
+        let sent = n.clients[c].resend.take().unwrap_or(now);
+        let epoch = n.clients[c].seat.unwrap_or_default();
+        let known = n.processes[self.process_of(c)].hub.hub.known(INBOX, epoch);
+        (sent, known)
+    }
+
+    /// The server runs client `c`'s ask at `now`: its reply.
+    fn run_ask(
+        &self,
+        n: &mut State,
+        c: usize,
+        known: bool,
+        now: Ms,
+        notes: &mut Notes,
+    ) -> Acquired {
+        let id = self.id(n, c);
+        let pre = n.server.clone();
+        let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
+        let call = self.call(c, id, Mode::Wait { known });
+        let (reply, passed) = n
+            .server
+            .acquire(&call, now, &self.cfg.bugs, &mut server_notes);
+        notes.note(|| {
+            let known = if known { "known" } else { "new" };
+            format!("t={now} client {c} asks ({id}, {known}) → {reply}")
+        });
+        for line in server_notes.0.into_iter().flatten() {
+            notes.note(|| format!("  {line}"));
+        }
+        if passed {
+            self.check_pass(&pre, now, id, n);
+        }
+        reply
+    }
+
+    /// Client `c` takes the reply of its ask sent at `sent`, at `now`: what the hub's machine
+    /// learns of it, and the line's next step, bounded as the machine says.
+    fn take_reply(
+        &self,
+        n: &mut State,
+        c: usize,
+        sent: Ms,
+        reply: Acquired,
+        now: Ms,
+        notes: &mut Notes,
+    ) {
+        let Phase::Asking(mut wait) = n.clients[c].phase.clone() else {
+            return;
+        };
+        let p = self.process_of(c);
+        let epoch = n.clients[c].seat.unwrap_or_default();
+        let asked = match reply {
+            Acquired::Granted { token, left } => Asked::Granted {
+                token,
+                lease_left: Some(Duration::from_millis(left)),
+            },
+            Acquired::Waiting {
+                position,
+                next,
+                ticket,
+            } => {
+                self.hub(n, p, |h| h.joined(INBOX, epoch), notes);
+                if self.cfg.bugs.grant_read_late_counts_from_the_last_ask {
+                    n.clients[c].waiting_since = Some(sent);
+                }
+                Asked::Waiting {
+                    position,
+                    next: next.map(Duration::from_millis),
+                    ticket,
+                }
+            }
+            Acquired::Refused => Asked::Refused,
+            Acquired::Lapsed => {
+                self.hub(n, p, |h| h.found_lapsed(INBOX, epoch), notes);
+                Asked::Lapsed
+            }
+        };
+        let next = wait.asked(at(sent), asked, at(now));
+        let next = self.timed(n, c, asked, next, sent, now);
+        if let QueueNext::Block { until } = next {
+            notes.note(|| match until {
+                Some(until) => format!("  client {c} sleeps until t={}", ms_of(until)),
+                None => format!("  client {c} sleeps until told"),
+            });
+        }
+        self.follow(n, c, wait, next, now, notes);
     }
 
     /// Where the client goes after the line's state machine said `next`.
@@ -563,13 +704,23 @@ impl QueueModel {
 
     /// The waiter of client `c` blocked while it is the first live one in line and fits,
     /// with nothing in its inbox or mailbox and no wake due by now: it sleeps past a moment
-    /// it could be granted.
+    /// it could be granted. Unless a sibling's ask is in flight (`Config::in_flight`), or
+    /// its reply was lost and it is about to send it again: what the reply says (a grant,
+    /// one already over) the hub learns, and hands the timer over, only when it lands, a
+    /// reply's way late, or the sibling's I/O timeout after a lost one.
     pub fn sleeps_past_its_turn(&self, s: &State, c: usize) -> bool {
         let client = &s.clients[c];
         let Phase::Blocked(_, until) = &client.phase else {
             return false;
         };
-        if s.processes[self.process_of(c)].paused || client.mailbox.is_some() {
+        let p = self.process_of(c);
+        let sibling_in_flight = (self.members(p)).any(|d| {
+            let sibling = &s.clients[d];
+            d != c
+                && sibling.seat.is_some()
+                && (sibling.flight.is_some() || sibling.resend.is_some())
+        });
+        if s.processes[p].paused || client.mailbox.is_some() || sibling_in_flight {
             return false;
         }
         let id = self.id(s, c);
@@ -635,7 +786,8 @@ impl QueueModel {
             return false;
         }
         let own = match &client.phase {
-            Phase::Asking(_) | Phase::Leaving | Phase::Releasing => true,
+            Phase::Asking(_) => client.flight.is_none_or(|f| f.overdue(s.now)),
+            Phase::Leaving | Phase::Releasing => true,
             Phase::Blocked(_, until) => {
                 client.mailbox.is_some() || until.is_some_and(|u| u <= at(s.now))
             }
@@ -699,82 +851,53 @@ impl QueueModel {
                     }
                 }
             }
-            Action::Ask(c) | Action::AskLost(c) => {
+            Action::Ask(c) | Action::AskLost(c) if n.clients[t(c)].flight.is_none() => {
                 let lost = matches!(action, Action::AskLost(_));
                 let c = t(c);
-                let p = self.process_of(c);
-                let Phase::Asking(mut wait) = n.clients[c].phase.clone() else {
+                if !matches!(n.clients[c].phase, Phase::Asking(_)) {
                     return None;
-                };
-                let id = self.id(&n, c);
-                if n.clients[c].resend.is_none() && self.stale(&n, c) {
-                    // A waiter whose process lapsed leaves, and joins again at the back.
-                    let pre = n.server.clone();
-                    let (left, _) = n.server.release(id, cap, now, bugs, notes);
-                    notes.note(|| format!("t={now} {id} leaves to join again → {left}"));
-                    self.check_pass(&pre, now, id, &mut n);
-                    self.rejoin(&mut n, c, now, notes);
                 }
-                let sent = n.clients[c].resend.take().unwrap_or(now);
-                let epoch = n.clients[c].seat.unwrap_or_default();
-                let known = n.processes[p].hub.hub.known(INBOX, epoch);
-                let mode = Mode::Wait { known };
-                let pre = n.server.clone();
-                let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
-                let (reply, passed) =
-                    n.server
-                        .acquire(&self.call(c, id, mode), now, bugs, &mut server_notes);
-                notes.note(|| {
-                    let how = if lost { ", its reply lost" } else { "" };
-                    let known = if known { "known" } else { "new" };
-                    format!("t={now} client {c} asks ({id}, {known}){how} → {reply}")
-                });
-                for line in server_notes.0.into_iter().flatten() {
-                    notes.note(|| format!("  {line}"));
+                let (sent, known) = self.send_ask(&mut n, c, now, notes);
+                if self.cfg.in_flight {
+                    n.clients[c].flight = Some(Flight::Sent { sent, known });
+                    notes.note(|| format!("t={now} client {c} sends its ask"));
+                    return Some(n);
                 }
-                if passed {
-                    self.check_pass(&pre, now, id, &mut n);
-                }
+                let reply = self.run_ask(&mut n, c, known, now, notes);
                 if lost {
+                    notes.note(|| "  its reply is lost".to_owned());
                     n.clients[c].resend = Some(sent);
                     n.faults_left = n.faults_left.saturating_sub(1);
                     return Some(n);
                 }
-                let asked = match reply {
-                    Acquired::Granted { token, left } => Asked::Granted {
-                        token,
-                        lease_left: Some(Duration::from_millis(left)),
-                    },
-                    Acquired::Waiting {
-                        position,
-                        next,
-                        ticket,
-                    } => {
-                        self.hub(&mut n, p, |h| h.joined(INBOX, epoch), notes);
-                        if bugs.grant_read_late_counts_from_the_last_ask {
-                            n.clients[c].waiting_since = Some(sent);
-                        }
-                        Asked::Waiting {
-                            position,
-                            next: next.map(Duration::from_millis),
-                            ticket,
-                        }
-                    }
-                    Acquired::Refused => Asked::Refused,
-                    Acquired::Lapsed => {
-                        self.hub(&mut n, p, |h| h.found_lapsed(INBOX, epoch), notes);
-                        Asked::Lapsed
-                    }
+                self.take_reply(&mut n, c, sent, reply, now, notes);
+            }
+            // An ask in flight already.
+            Action::Ask(_) => return None,
+            Action::Run(c) => {
+                let c = t(c);
+                let Some(Flight::Sent { sent, known }) = n.clients[c].flight else {
+                    return None;
                 };
-                let next = wait.asked(at(sent), asked, at(now));
-                let next = self.timed(&mut n, c, asked, next, now);
-                if let QueueNext::Block { until } = next {
-                    notes.note(|| match until {
-                        Some(until) => format!("  client {c} sleeps until t={}", ms_of(until)),
-                        None => format!("  client {c} sleeps until told"),
-                    });
+                let reply = self.run_ask(&mut n, c, known, now, notes);
+                n.clients[c].flight = Some(Flight::Ran {
+                    sent,
+                    ran: now,
+                    reply,
+                });
+            }
+            Action::Reply(c) | Action::AskLost(c) => {
+                let c = t(c);
+                let Some(Flight::Ran { sent, reply, .. }) = n.clients[c].flight.take() else {
+                    return None;
+                };
+                if matches!(action, Action::AskLost(_)) {
+                    notes.note(|| format!("t={now} client {c}'s reply is lost"));
+                    n.clients[c].resend = Some(sent);
+                } else {
+                    notes.note(|| format!("t={now} client {c} takes its reply"));
+                    self.take_reply(&mut n, c, sent, reply, now, notes);
                 }
-                self.follow(&mut n, c, wait, next, now, notes);
             }
             Action::Wake(c) => {
                 let c = t(c);
@@ -910,6 +1033,7 @@ impl QueueModel {
                     client.seat = None;
                     client.mailbox = None;
                     client.resend = None;
+                    client.flight = None;
                     client.waiting_since = None;
                 }
                 n.processes[p] = Process {
@@ -953,6 +1077,7 @@ impl QueueModel {
                 epoch: 0,
                 phase: Phase::Asking(self.fresh.clone()),
                 resend: None,
+                flight: None,
                 seat: None,
                 mailbox: None,
                 waiting_since: None,
@@ -1051,12 +1176,21 @@ impl Model for QueueModel {
                 let (c, client) = (i as u8, &s.clients[i]);
                 let settled = client.resend.is_none();
                 match &client.phase {
-                    Phase::Asking(_) => {
-                        actions.push(Action::Ask(c));
-                        if fault && f.lost_replies {
-                            actions.push(Action::AskLost(c));
+                    Phase::Asking(_) => match client.flight {
+                        None => {
+                            actions.push(Action::Ask(c));
+                            if fault && f.lost_replies && !self.cfg.in_flight {
+                                actions.push(Action::AskLost(c));
+                            }
                         }
-                    }
+                        Some(Flight::Sent { .. }) => actions.push(Action::Run(c)),
+                        Some(Flight::Ran { .. }) => {
+                            actions.push(Action::Reply(c));
+                            if fault && f.lost_replies {
+                                actions.push(Action::AskLost(c));
+                            }
+                        }
+                    },
                     Phase::Blocked(_, until) => {
                         if client.mailbox.is_some() || until.is_some_and(|u| u <= at(s.now)) {
                             actions.push(Action::Wake(c));
@@ -1085,7 +1219,8 @@ impl Model for QueueModel {
             }
             for &i in &members {
                 let client = &s.clients[i];
-                if client.waiting() && client.resend.is_none() && fault && f.cancels {
+                let settled = client.resend.is_none() && client.flight.is_none();
+                if client.waiting() && settled && fault && f.cancels {
                     actions.push(Action::Cancel(i as u8));
                     if f.lost_replies {
                         actions.push(Action::CancelLost(i as u8));
