@@ -570,6 +570,7 @@ impl QueueModel {
             .any(|m| match *m {
                 Mail::Granted { waiter, .. } => waiter == id,
                 Mail::Head(waiter) => waiter == id,
+                Mail::Watch(_) => false,
             })
     }
 
@@ -858,6 +859,7 @@ impl QueueModel {
                         (waiter, Told::Granted(token, dated))
                     }
                     Mail::Head(waiter) => (waiter, Told::AskAgain),
+                    Mail::Watch(_) => unreachable!("the explored model sends no election script"),
                 };
                 // A waiter no longer seated gave its grant back when it left.
                 let seated = self
