@@ -1,6 +1,8 @@
 //! The model's server rules against the real ones: seeded random operation sequences, run on
 //! a `redis-server` (the scripts' own texts, and the crate's public API) and on `Server`, must
-//! answer alike and leave the same owner, fencing counter and signal list.
+//! answer alike and leave the same owner, fencing counter and signal list. The scripts' run
+//! covers `give_back.lua` too (Redlock's, which the public API's single-server lock never
+//! sends), with and without its signal.
 //!
 //! Time: a tick is a real sleep longer than the short expiry, so after a tick every short key is
 //! gone on both sides and every long one is there; between ticks nothing is compared to the
@@ -237,13 +239,18 @@ enum Op {
         owner: u8,
         signal: Span,
     },
+    /// `give_back.lua`, with a signal of that expiry or none (`ARGV[2]` "0").
+    GiveBack {
+        who: u8,
+        signal: Option<Span>,
+    },
     Pop,
     Tick,
 }
 
 fn random_op(rng: &mut Rng) -> Op {
     let who = rng.below(3) as u8;
-    match rng.below(20) {
+    match rng.below(23) {
         0..=6 => Op::Try {
             who,
             expire: Span::random(rng, true),
@@ -262,6 +269,10 @@ fn random_op(rng: &mut Rng) -> Op {
             signal: Span::random(rng, false),
         },
         17 => Op::Pop,
+        18..=20 => Op::GiveBack {
+            who,
+            signal: (rng.below(2) == 0).then(|| Span::random(rng, false)),
+        },
         _ => Op::Tick,
     }
 }
@@ -271,6 +282,7 @@ struct Scripts {
     unlock: Script,
     extend: Script,
     reset: Script,
+    give_back: Script,
 }
 
 impl Scripts {
@@ -280,12 +292,41 @@ impl Scripts {
             unlock: Script::new(include_str!("../../../scripts/unlock.lua")),
             extend: Script::new(include_str!("../../../scripts/extend.lua")),
             reset: Script::new(include_str!("../../../scripts/reset.lua")),
+            give_back: Script::new(include_str!("../../../scripts/give_back.lua")),
+        }
+    }
+}
+
+/// How many give-backs the scripts' runs compared: of the owner with a signal and without,
+/// and of another (0): a run that saw none of one proves nothing of it.
+#[derive(Debug, Default)]
+struct GaveBack {
+    signalled: u64,
+    quiet: u64,
+    not_ours: u64,
+}
+
+impl GaveBack {
+    fn all_reached(&self) -> bool {
+        self.signalled > 0 && self.quiet > 0 && self.not_ours > 0
+    }
+
+    fn count(&mut self, signal: Option<Span>, given: bool) {
+        match (given, signal) {
+            (false, _) => self.not_ours += 1,
+            (true, Some(_)) => self.signalled += 1,
+            (true, None) => self.quiet += 1,
         }
     }
 }
 
 /// One seed's operations on the scripts and on the model's server, compared after each.
-fn scripts_run(conn: &mut redis::Connection, scripts: &Scripts, seed: u64) -> Result<(), TooSlow> {
+fn scripts_run(
+    conn: &mut redis::Connection,
+    scripts: &Scripts,
+    seed: u64,
+    gave_back: &mut GaveBack,
+) -> Result<(), TooSlow> {
     let name = format!("s{seed}");
     let (lock, signal, fence) = (
         format!("lock:{name}"),
@@ -387,6 +428,24 @@ fn scripts_run(conn: &mut redis::Connection, scripts: &Scripts, seed: u64) -> Re
                 let deleted = model.reset(owner, span.ticks().unwrap());
                 (real.to_string(), if deleted { "0" } else { "1" }.into())
             }
+            Op::GiveBack { who, signal: span } => {
+                if let Some(span) = span {
+                    clock.short_set(span);
+                }
+                // The crate's arguments (`protocol::lock::give_back`), with the run's spans
+                // for the signal's expiry.
+                let real: i64 = scripts
+                    .give_back
+                    .key(&lock)
+                    .key(&signal)
+                    .arg(id(who))
+                    .arg(if span.is_some() { "1" } else { "0" })
+                    .arg(span.unwrap_or(Span::Short).ms())
+                    .invoke(conn)
+                    .unwrap();
+                let given = model.give_back(who, span.and_then(Span::ticks));
+                (real.to_string(), u8::from(given).to_string())
+            }
             Op::Pop => {
                 // What a `BLPOP` that finds a signal does to the list.
                 let real: Option<String> = redis::cmd("LPOP").arg(&signal).query(conn).unwrap();
@@ -408,6 +467,9 @@ fn scripts_run(conn: &mut redis::Connection, scripts: &Scripts, seed: u64) -> Re
             model_keys(&model),
             "seed {seed}, step {step}: after {op:?} the keys differ (real, model)"
         );
+        if let Op::GiveBack { signal, .. } = op {
+            gave_back.count(signal, real == "1");
+        }
     }
     Ok(())
 }
@@ -418,12 +480,15 @@ fn differential_the_scripts_answer_and_change_the_keys_as_the_model_server_does(
     let mut conn = server.conn();
     let scripts = Scripts::load();
     let mut compared = 0;
+    let mut gave_back = GaveBack::default();
     each_seed("scripts", |seed| {
-        scripts_run(&mut conn, &scripts, seed)?;
+        scripts_run(&mut conn, &scripts, seed, &mut gave_back)?;
         compared += 1;
         Ok(())
     });
     assert!(compared >= SEEDS.len());
+    println!("plain lock, differential: give-backs compared {gave_back:?}");
+    assert!(gave_back.all_reached(), "{gave_back:?}");
 }
 
 /// What a handle of the crate believes, as the model has it: its token and the tick its lease

@@ -1,5 +1,5 @@
 //! The plain lock's keys as the scripts change them (scripts/acquire.lua, unlock.lua,
-//! extend.lua, reset.lua, and the crate's read of owner, TTL and counter): the checker's server,
+//! extend.lua, reset.lua, give_back.lua, and the crate's read of owner, TTL and counter): the checker's server,
 //! and what the differential test expects of the real one. Time is in ticks: the checker's
 //! steps, or, in the differential test, real sleeps longer than a short expiry.
 
@@ -145,6 +145,21 @@ impl Server {
         }
         self.signal = Some(self.now + signal_expire);
         self.lock = None;
+        true
+    }
+
+    /// `give_back.lua` (Redlock's give-back of a lost vote): deletes `id`'s lock, and with a
+    /// `signal` expiry leaves one wake-up signal as an unlock does; without, the signal list
+    /// is left as it was (freeing a minority's key lets nobody in). False (0) when the lock is
+    /// not `id`'s.
+    pub fn give_back(&mut self, id: u8, signal: Option<Tick>) -> bool {
+        if self.lock.is_none_or(|k| k.owner != id) {
+            return false;
+        }
+        self.lock = None;
+        if let Some(expire) = signal {
+            self.signal = Some(self.now + expire);
+        }
         true
     }
 

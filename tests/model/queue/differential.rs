@@ -1,7 +1,10 @@
 //! The model's server rules (`server.rs`) against the real scripts on a `redis-server`: random
 //! operations (seeded), each sent as the crate sends it (the texts joined as
 //! `src/protocol/scripts.rs` joins them, the keys and arguments in `src/protocol/queue.rs`'s
-//! layout) and applied to the model; the replies and then every key must agree.
+//! layout, and `src/protocol/election.rs`'s for the election's scripts) and applied to the
+//! model; the replies and then every key must agree. An election's run ([`ELECTION`]) is the
+//! engine's with capacity 1, a unit each, and the election's announcements, reads and
+//! vacatings among the operations.
 //!
 //! Time is the server's. The model takes the script's `NOW` from the server's `TIME` read just
 //! before the call; a script's `NOW` lies between that and a `TIME` read just after, so the
@@ -16,10 +19,11 @@ use std::fmt::Write as _;
 use std::thread;
 use std::time::Duration;
 
-use redis::{Commands, Connection, FromRedisValue, Script, Value};
+use redis::{Commands, Connection, FromRedisValue, Script, ScriptInvocation, Value};
 
 use super::server::{
-    Acquired, Bugs, Call, Count, Element, Id, Inbox, Mail, Mode, Ms, Notes, Server, Waiter, INF,
+    Acquired, Bugs, Call, Count, Element, Id, Inbox, Lead, Mail, Mode, Ms, News, Notes, Record,
+    Server, Waiter, INF,
 };
 use crate::support::{server_version, RedisServer};
 use crate::Rng;
@@ -31,6 +35,9 @@ const PARTS: [&str; 9] = [
 fn key(part: &str) -> String {
     format!("model:{{q}}:{part}")
 }
+
+/// An election's KEYS[10], the leader's record, after the engine's.
+const LEADER: &str = "leader";
 
 /// A queue engine script as the client sends it: the head, then `parts`.
 fn engine(parts: &[&str]) -> Script {
@@ -46,6 +53,9 @@ struct Scripts {
     shrink: Script,
     reset_all: Script,
     beat: Script,
+    announce: Script,
+    read: Script,
+    vacate: Script,
 }
 
 impl Scripts {
@@ -78,20 +88,53 @@ impl Scripts {
             reset_all: engine(&[include_str!("../../../scripts/queue_reset_all.lua")]),
             // queue_beat runs alone, as the hub sends it.
             beat: Script::new(include_str!("../../../scripts/queue_beat.lua")),
+            announce: engine(&[
+                include_str!("../../../scripts/election_watchers.lua"),
+                include_str!("../../../scripts/election_announce.lua"),
+            ]),
+            vacate: engine(&[
+                include_str!("../../../scripts/election_watchers.lua"),
+                include_str!("../../../scripts/election_vacate.lua"),
+            ]),
+            read: engine(&[include_str!("../../../scripts/election_read.lua")]),
         }
     }
 }
 
 const PROCESSES: usize = 3;
-/// Per process (client): units asked and lease ms. Leases short enough to run out within a
-/// run, one shorter than the lapse window (its grants are "short": the head wake).
-const UNITS: [u64; PROCESSES] = [1, 2, 1];
+
+/// What a run's primitive is: its capacity, each process's (client's) units, and whether the
+/// election's scripts are among the operations.
+pub struct Setup {
+    capacity: u64,
+    units: [u64; PROCESSES],
+    election: bool,
+}
+
+/// A semaphore of 2: units of 1 and 2, so that one waiter fits where another does not.
+pub const ENGINE: Setup = Setup {
+    capacity: 2,
+    units: [1, 2, 1],
+    election: false,
+};
+
+/// An election: the one unit of capacity 1, and the election's scripts.
+pub const ELECTION: Setup = Setup {
+    capacity: 1,
+    units: [1, 1, 1],
+    election: true,
+};
+
+/// Per process (client): lease ms. Leases short enough to run out within a run, one shorter
+/// than the lapse window (its grants are "short": the head wake).
 const LEASES: [Ms; PROCESSES] = [120, 400, 250];
+/// Per client: the info it announces as a leader, with colons and empty, as the news and
+/// the record must carry them.
+const INFO: [&str; PROCESSES] = ["10.0.0.1:80", "", "h:1:w0.0@"];
 /// The acquisition whose lease has no expiry (`lease ms` 0: its score is `+inf`): w2.1.
 const NO_EXPIRY: (u8, u8) = (2, 1);
 /// `queue_reset_all`'s signal expiry (ARGV[1]), ms.
 const SIGNAL_EXPIRY: Ms = 300;
-const CAPACITY: u64 = 2;
 const LAPSE: Ms = 250;
 /// How near an expiry a call is not sent.
 const GUARD: Ms = 8;
@@ -136,6 +179,16 @@ fn parse_id(text: &str) -> Id {
     parsed.unwrap_or_else(|| panic!("not a model id: {text:?}"))
 }
 
+fn parse_info(text: &str) -> &'static str {
+    (INFO.iter().find(|&&info| info == text))
+        .unwrap_or_else(|| panic!("not a model info: {text:?}"))
+}
+
+fn parse_number<T: std::str::FromStr>(text: &str) -> T {
+    text.parse()
+        .unwrap_or_else(|_| panic!("not a number: {text:?}"))
+}
+
 fn parse_process(text: &str) -> usize {
     (0..PROCESSES)
         .find(|&p| process_text(p) == text)
@@ -157,11 +210,23 @@ enum Op {
     /// The hub's `BLPOP`, as an `LPOP`.
     Pop(usize),
     Sleep(Ms),
+    /// `election_announce`: an id with a term (the one it holds, or not).
+    Announce(Id, u64),
+    /// `election_read`, by a watching process (its heartbeat) or by none.
+    ReadLeader(Option<usize>),
+    /// `election_vacate` of a term (`None`: whichever).
+    Vacate(Option<u64>),
 }
 
 /// A random operation, for the differential runs.
 impl Rng {
-    fn op(&mut self) -> Op {
+    /// An operation of `setup`'s run: the election's a quarter of the time in an election's
+    /// (the engine's run draws as it did before they were added, so its seeds keep their
+    /// sequences).
+    fn op(&mut self, setup: &Setup, model: &Server) -> Op {
+        if setup.election && self.below(4) == 0 {
+            return self.election_op(model);
+        }
         let client = self.below(PROCESSES as u64) as u8;
         let id = Id {
             client,
@@ -187,6 +252,45 @@ impl Rng {
             _ => Op::Sleep(20 + self.below(130)),
         }
     }
+
+    /// An election's operation, or a watching process's pop (of news on top of its inbox
+    /// when a process has some: the news lasts only as long as a watcher's heartbeat, and
+    /// later mail covers it); the terms it sends are read from
+    /// `model`: mostly the one an id holds (or the record's), else one nobody held. Half the
+    /// announcements are a holder's, as the crate sends them (once granted).
+    fn election_op(&mut self, model: &Server) -> Op {
+        let client = self.below(PROCESSES as u64) as u8;
+        let id = Id {
+            client,
+            epoch: self.below(2) as u8,
+            process: client,
+        };
+        let unheld = model.fence + 1;
+        match self.below(4) {
+            0 => {
+                let id = match model.holders.first() {
+                    Some(h) if self.below(2) == 0 => h.id,
+                    _ => id,
+                };
+                let term = match model.holder(id) {
+                    Some(h) if self.below(4) != 0 => h.token,
+                    _ => unheld,
+                };
+                Op::Announce(id, term)
+            }
+            1 => Op::ReadLeader((self.below(2) == 0).then_some(id.process())),
+            2 => Op::Pop(
+                (0..PROCESSES)
+                    .find(|&p| matches!(model.inboxes[p].mail.first(), Some(Mail::Watch(_))))
+                    .unwrap_or(id.process()),
+            ),
+            _ => Op::Vacate(match self.below(3) {
+                0 => None,
+                1 => Some(model.record.map_or(unheld, |r| r.term)),
+                _ => Some(unheld),
+            }),
+        }
+    }
 }
 
 /// A reply, as the model gives it and as the server's is read.
@@ -200,6 +304,7 @@ enum Reply {
     Beat(Option<Ms>),
     Reset(u64),
     Popped(Option<Element>),
+    Lead(Lead),
 }
 
 /// Every key, read back from the server.
@@ -216,13 +321,39 @@ struct Keys {
     beats_expiry: Option<Ms>,
     /// Each inbox's mail, whether `reset_all`'s wake ends it, and its expiry.
     inboxes: Vec<(Vec<Mail>, bool, Option<Ms>)>,
+    /// The leader's record (an election's KEYS[10]).
+    record: Option<Record>,
     /// The server's time when they were read (all in one transaction).
     read: Ms,
+}
+
+/// "watch:<fencing counter>", or "watch:<term>:<since>:<left>:<id's length>:<id><info>".
+fn parse_news(text: &str) -> News {
+    let mut fields = text.splitn(5, ':');
+    let first = parse_number(fields.next().expect("a term"));
+    let Some(since) = fields.next() else {
+        return News::Nobody(first);
+    };
+    let left: i64 = parse_number(fields.next().expect("a lease left"));
+    let length = parse_number(fields.next().expect("an id's length"));
+    let (id, info) = fields.next().expect("an id").split_at(length);
+    News::Leader {
+        record: Record {
+            term: first,
+            id: parse_id(id),
+            since: parse_number(since),
+            info: parse_info(info),
+        },
+        left: u64::try_from(left).unwrap_or(INF),
+    }
 }
 
 fn parse_mail(text: &str) -> Mail {
     if let Some(waiter) = text.strip_prefix("head:") {
         return Mail::Head(parse_id(waiter));
+    }
+    if let Some(news) = text.strip_prefix("watch:") {
+        return Mail::Watch(parse_news(news));
     }
     let mut fields = text.splitn(3, ':');
     let mut number = || fields.next().and_then(|f| f.parse().ok());
@@ -236,9 +367,91 @@ fn parse_mail(text: &str) -> Mail {
     }
 }
 
+/// A call of `script` with the engine's keys (and the leader's record after them for the
+/// `election`'s scripts) and `args`.
+fn invocation<'a>(script: &'a Script, args: &[String], election: bool) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for part in PARTS {
+        invocation.key(key(part));
+    }
+    if election {
+        invocation.key(key(LEADER));
+    }
+    for arg in args {
+        invocation.arg(arg);
+    }
+    invocation
+}
+
+/// Whether two records agree, their `since` within `tol` ms.
+fn records_agree(a: &Record, b: &Record, tol: Ms) -> bool {
+    a.since.abs_diff(b.since) <= tol
+        && Record {
+            since: b.since,
+            ..*a
+        } == *b
+}
+
+/// Whether two elements of an inbox agree, their times (claim expiry; since, lease left)
+/// within `tol` ms.
+fn mail_agrees(a: &Mail, b: &Mail, tol: Ms) -> bool {
+    match (a, b) {
+        (
+            Mail::Granted {
+                token: a,
+                expiry: x,
+                waiter: v,
+            },
+            Mail::Granted {
+                token: b,
+                expiry: y,
+                waiter: w,
+            },
+        ) => a == b && v == w && x.abs_diff(*y) <= tol,
+        (
+            Mail::Watch(News::Leader { record: a, left: x }),
+            Mail::Watch(News::Leader { record: b, left: y }),
+        ) => records_agree(a, b, tol) && x.abs_diff(*y) <= tol,
+        (a, b) => a == b,
+    }
+}
+
+/// `election_read`'s reply: {1, id, term, since, info, left} or {0, left, waiting, fence}.
+fn parse_lead(reply: &Value) -> Lead {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).expect("a text"),
+        _ => panic!("election_read answered {reply:?}"),
+    };
+    let left = |ms: i64| u64::try_from(ms).unwrap_or(INF);
+    let Value::Array(items) = reply else {
+        panic!("election_read answered {reply:?}");
+    };
+    match &items[..] {
+        [Value::Int(1), id, term, since, info, Value::Int(ms)] => Lead::Leader {
+            record: Record {
+                term: parse_number(&text(term)),
+                id: parse_id(&text(id)),
+                since: parse_number(&text(since)),
+                info: parse_info(&text(info)),
+            },
+            left: left(*ms),
+        },
+        [Value::Int(0), Value::Int(ms), Value::Int(waiting), over] => Lead::Nobody {
+            left: left(*ms),
+            waiting: *waiting == 1,
+            over: parse_number(&text(over)),
+        },
+        _ => panic!("election_read answered {reply:?}"),
+    }
+}
+
 /// The seeds the default run sends, which reach every outcome [`Seen::assert_all_reached`]
 /// asks for (`MODEL_SEED=<n>` runs seed n instead).
 pub const SEEDS: [u64; 8] = [1, 2, 7, 10, 15, 23, 29, 36];
+
+/// The seeds an election's default run sends, which reach every outcome
+/// [`Seen::election_reached`] asks for.
+pub const ELECTION_SEEDS: [u64; 2] = [1, 9];
 
 /// How many of each outcome the runs saw: a run that saw none of one proves nothing of it.
 #[derive(Debug, Default)]
@@ -268,6 +481,20 @@ pub struct Seen {
     pub straddled: u64,
     /// Steps after which a key expired while the keys were read.
     pub expired_while_read: u64,
+    /// An election's announcements that held their term (1) and that did not (0).
+    pub announced: u64,
+    pub not_announced: u64,
+    /// Reads of an announced leader; of nobody, with nobody about to lead (`waiting` 0);
+    /// of nobody while a holder is about to announce or candidates wait (`waiting` 1).
+    pub read_leader: u64,
+    pub read_nobody: u64,
+    pub read_handing_over: u64,
+    /// Vacatings that left the election empty (1), and that did not (0).
+    pub vacated: u64,
+    pub not_vacated: u64,
+    /// Watch news popped: of a new leader, and that nobody leads.
+    pub leader_news_popped: u64,
+    pub nobody_news_popped: u64,
 }
 
 impl Seen {
@@ -294,27 +521,60 @@ impl Seen {
         .iter()
         .all(|&n| n > 0)
     }
+
+    /// Whether an election's runs reached each of its scripts' outcomes, the news popped,
+    /// and the engine's under them.
+    pub fn election_reached(&self) -> bool {
+        [
+            self.granted,
+            self.waiting,
+            self.lapsed,
+            self.grants_popped,
+            self.announced,
+            self.not_announced,
+            self.read_leader,
+            self.read_nobody,
+            self.read_handing_over,
+            self.vacated,
+            self.not_vacated,
+            self.leader_news_popped,
+            self.nobody_news_popped,
+        ]
+        .iter()
+        .all(|&n| n > 0)
+    }
 }
 
 pub struct Run {
     _server: RedisServer,
     conn: Connection,
     scripts: Scripts,
+    setup: &'static Setup,
     /// Whether the server has `PEXPIRETIME` (Redis >= 7); else a TTL is read.
     expire_time: bool,
     pub seen: Seen,
 }
 
 impl Run {
-    pub fn new() -> Run {
+    pub fn new(setup: &'static Setup) -> Run {
         let server = RedisServer::start();
         let conn = server.conn();
         Run {
             _server: server,
             conn,
             scripts: Scripts::new(),
+            setup,
             expire_time: server_version() >= (7, 0),
             seen: Seen::default(),
+        }
+    }
+
+    /// Whether the runs so far reached every outcome of the setup's scripts.
+    pub fn reached(&self) -> bool {
+        if self.setup.election {
+            self.seen.election_reached()
+        } else {
+            self.seen.all_reached()
         }
     }
 
@@ -356,16 +616,11 @@ impl Run {
     }
 
     fn on_server(&mut self, op: Op) -> Reply {
-        let (scripts, conn) = (&self.scripts, &mut self.conn);
+        let (scripts, conn, setup) = (&self.scripts, &mut self.conn, self.setup);
+        let capacity = setup.capacity.to_string();
+        let election = matches!(op, Op::Announce(..) | Op::ReadLeader(_) | Op::Vacate(_));
         let mut invoke = |script: &Script, args: &[String]| -> i64 {
-            let mut invocation = script.prepare_invoke();
-            for part in PARTS {
-                invocation.key(key(part));
-            }
-            for arg in args {
-                invocation.arg(arg);
-            }
-            invocation.invoke(conn).unwrap()
+            invocation(script, args, election).invoke(conn).unwrap()
         };
         match op {
             Op::Acquire(id, mode) => {
@@ -377,8 +632,8 @@ impl Run {
                 };
                 let args = [
                     id_text(id),
-                    UNITS[c].to_string(),
-                    CAPACITY.to_string(),
+                    setup.units[c].to_string(),
+                    capacity.clone(),
                     lease(id).to_string(),
                     LAPSE.to_string(),
                     how.into(),
@@ -405,7 +660,7 @@ impl Run {
                 })
             }
             Op::Release(id) => {
-                let n = invoke(&scripts.release, &[id_text(id), CAPACITY.to_string()]);
+                let n = invoke(&scripts.release, &[id_text(id), capacity]);
                 Reply::Held(n == 1)
             }
             Op::Extend(id) => {
@@ -417,7 +672,7 @@ impl Run {
                 for part in PARTS {
                     invocation.key(key(part));
                 }
-                let args = [id_text(id), units.to_string(), CAPACITY.to_string()];
+                let args = [id_text(id), units.to_string(), capacity];
                 let reply: redis::RedisResult<i64> = invocation.arg(&args[..]).invoke(conn);
                 match reply {
                     Ok(n) => Reply::Held(n == 1),
@@ -436,7 +691,7 @@ impl Run {
             }
             Op::Reset(id) => {
                 let id = id.map(id_text).unwrap_or_default();
-                Reply::Reset(invoke(&scripts.reset, &[id, CAPACITY.to_string()]) as u64)
+                Reply::Reset(invoke(&scripts.reset, &[id, capacity]) as u64)
             }
             Op::ResetAll => {
                 Reply::Reset(invoke(&scripts.reset_all, &[SIGNAL_EXPIRY.to_string()]) as u64)
@@ -449,11 +704,29 @@ impl Run {
                     mail => Element::Mail(parse_mail(mail)),
                 }))
             }
+            Op::Announce(id, term) => {
+                let info = INFO[usize::from(id.client)].to_owned();
+                let n = invoke(&scripts.announce, &[id_text(id), term.to_string(), info]);
+                Reply::Held(n == 1)
+            }
+            Op::Vacate(term) => {
+                let term = term.map(|t| t.to_string()).unwrap_or_default();
+                Reply::Held(invoke(&scripts.vacate, &[term]) == 1)
+            }
+            Op::ReadLeader(watcher) => {
+                let args = match watcher {
+                    Some(p) => [process_text(p), LAPSE.to_string()],
+                    None => [String::new(), "0".into()],
+                };
+                let reply: Value = (invocation(&scripts.read, &args, true).invoke(conn)).unwrap();
+                Reply::Lead(parse_lead(&reply))
+            }
             Op::Sleep(_) => unreachable!(),
         }
     }
 
-    fn in_model(model: &mut Server, op: Op, now: Ms) -> Reply {
+    fn in_model(model: &mut Server, op: Op, now: Ms, setup: &Setup) -> Reply {
+        let capacity = setup.capacity;
         let bugs = Bugs::default();
         let notes = &mut Notes(None);
         model.expire_keys(now);
@@ -462,26 +735,31 @@ impl Run {
                 let c = usize::from(id.client);
                 let call = Call {
                     id,
-                    units: UNITS[c],
-                    capacity: CAPACITY,
+                    units: setup.units[c],
+                    capacity,
                     lease: lease(id),
                     lapse: LAPSE,
                     mode,
                 };
                 Reply::Acquired(model.acquire(&call, now, &bugs, notes).0)
             }
-            Op::Release(id) => Reply::Held(model.release(id, CAPACITY, now, &bugs, notes).0),
+            Op::Release(id) => Reply::Held(model.release(id, capacity, now, &bugs, notes).0),
             Op::Extend(id) => Reply::Held(model.extend(id, lease(id), now)),
-            Op::Shrink(id, units) => match model.shrink(id, units, CAPACITY, now, &bugs, notes) {
+            Op::Shrink(id, units) => match model.shrink(id, units, capacity, now, &bugs, notes) {
                 Ok(held) => Reply::Held(held),
                 Err(units) => Reply::CannotGrow(units),
             },
             Op::Beat(p) => Reply::Beat(model.beat(p, LAPSE, now)),
             Op::Reset(id) => {
-                Reply::Reset(model.reset(id, CAPACITY, now, &bugs, notes).0.len() as u64)
+                Reply::Reset(model.reset(id, capacity, now, &bugs, notes).0.len() as u64)
             }
             Op::ResetAll => Reply::Reset(model.reset_all(SIGNAL_EXPIRY, now, notes)),
             Op::Pop(p) => Reply::Popped(model.pop_element(p)),
+            Op::Announce(id, term) => {
+                Reply::Held(model.announce(id, term, INFO[usize::from(id.client)], now))
+            }
+            Op::ReadLeader(watcher) => Reply::Lead(model.read_leader(watcher, LAPSE, now)),
+            Op::Vacate(term) => Reply::Held(model.vacate(term, now)),
             Op::Sleep(_) => unreachable!(),
         }
     }
@@ -510,7 +788,8 @@ impl Run {
             .arg(key("beats"))
             .get(key("tickets"))
             .get(key("fence"))
-            .get(key("count"));
+            .get(key("count"))
+            .hgetall(key(LEADER));
         for inbox in &inbox_keys {
             pipe.lrange(inbox, 0, -1).cmd(expiry_cmd).arg(inbox);
         }
@@ -531,6 +810,15 @@ impl Run {
         let tickets = number(parse(next()));
         let fence = number(parse(next()));
         let count: Option<String> = parse(next());
+        let mut record: BTreeMap<String, String> = parse(next());
+        let recorded = !record.is_empty();
+        let mut field = |name: &str| record.remove(name).expect("a record's field");
+        let record = recorded.then(|| Record {
+            term: parse_number(&field("term")),
+            id: parse_id(&field("id")),
+            since: parse_number(&field("since")),
+            info: parse_info(&field("info")),
+        });
         let mut inboxes = Vec::new();
         for _ in 0..PROCESSES {
             let mail: Vec<String> = parse(next());
@@ -588,6 +876,7 @@ impl Run {
             },
             beats_expiry,
             inboxes,
+            record,
             read,
         }
     }
@@ -621,17 +910,24 @@ impl Run {
                     }
             }
             (Reply::Beat(Some(x)), Reply::Beat(Some(y))) => near(*x, *y),
+            (Reply::Popped(Some(Element::Mail(a))), Reply::Popped(Some(Element::Mail(b)))) => {
+                mail_agrees(a, b, tol)
+            }
             (
-                Reply::Popped(Some(Element::Mail(Mail::Granted {
-                    token: a,
-                    expiry: x,
-                    waiter: v,
-                }))),
-                Reply::Popped(Some(Element::Mail(Mail::Granted {
-                    token: b,
-                    expiry: y,
-                    waiter: w,
-                }))),
+                Reply::Lead(Lead::Leader { record: a, left: x }),
+                Reply::Lead(Lead::Leader { record: b, left: y }),
+            ) => records_agree(a, b, tol) && near(*x, *y),
+            (
+                Reply::Lead(Lead::Nobody {
+                    left: x,
+                    waiting: a,
+                    over: v,
+                }),
+                Reply::Lead(Lead::Nobody {
+                    left: y,
+                    waiting: b,
+                    over: w,
+                }),
             ) => a == b && v == w && near(*x, *y),
             (ours, theirs) => ours == theirs,
         };
@@ -708,21 +1004,7 @@ impl Run {
             (model.inboxes.iter().zip(&keys.inboxes)).enumerate()
         {
             let mail_agrees = inbox.mail.len() == mail.len()
-                && (inbox.mail.iter().zip(mail)).all(|pair| match pair {
-                    (
-                        Mail::Granted {
-                            token: a,
-                            expiry: x,
-                            waiter: v,
-                        },
-                        Mail::Granted {
-                            token: b,
-                            expiry: y,
-                            waiter: w,
-                        },
-                    ) => a == b && v == w && near(*x, *y),
-                    (a, b) => a == b,
-                });
+                && (inbox.mail.iter().zip(mail)).all(|(a, b)| mail_agrees(a, b, tol));
             let expiry_agrees = match (mail.is_empty() && !wake, expiry) {
                 (true, _) => true,
                 (false, Some(at)) => near(inbox.expiry, *at),
@@ -736,6 +1018,17 @@ impl Run {
                     inbox.mail, inbox.wake, inbox.expiry
                 );
             }
+        }
+        let record_agrees = match (&model.record, &keys.record) {
+            (Some(a), Some(b)) => records_agree(a, b, tol),
+            (a, b) => a == b,
+        };
+        if !record_agrees {
+            let _ = writeln!(
+                out,
+                "  record: model {:?}, server {:?}",
+                model.record, keys.record
+            );
         }
         out
     }
@@ -772,6 +1065,7 @@ impl Run {
         if let Some(at) = keys.beats_expiry {
             model.beats_expiry = at;
         }
+        model.record = keys.record;
         for (inbox, (mail, wake, expiry)) in model.inboxes.iter_mut().zip(&keys.inboxes) {
             *inbox = match expiry {
                 Some(at) if !mail.is_empty() || *wake => Inbox {
@@ -792,6 +1086,13 @@ impl Run {
             self.seen.resets_of_all += 1;
             self.seen.removed_by_resets_of_all += n;
         }
+        match (op, reply) {
+            (Op::Announce(..), Reply::Held(true)) => self.seen.announced += 1,
+            (Op::Announce(..), Reply::Held(false)) => self.seen.not_announced += 1,
+            (Op::Vacate(_), Reply::Held(true)) => self.seen.vacated += 1,
+            (Op::Vacate(_), Reply::Held(false)) => self.seen.not_vacated += 1,
+            _ => {}
+        }
         match reply {
             Reply::Acquired(Acquired::Granted { left, .. }) => {
                 self.seen.granted += 1;
@@ -807,6 +1108,15 @@ impl Run {
             }
             Reply::Popped(Some(Element::Mail(Mail::Head(_)))) => self.seen.head_wakes_popped += 1,
             Reply::Popped(Some(Element::Wake)) => self.seen.reset_wakes_popped += 1,
+            Reply::Popped(Some(Element::Mail(Mail::Watch(News::Leader { .. })))) => {
+                self.seen.leader_news_popped += 1
+            }
+            Reply::Popped(Some(Element::Mail(Mail::Watch(News::Nobody(_))))) => {
+                self.seen.nobody_news_popped += 1
+            }
+            Reply::Lead(Lead::Leader { .. }) => self.seen.read_leader += 1,
+            Reply::Lead(Lead::Nobody { waiting: false, .. }) => self.seen.read_nobody += 1,
+            Reply::Lead(Lead::Nobody { waiting: true, .. }) => self.seen.read_handing_over += 1,
             Reply::CannotGrow(_) => self.seen.cannot_grow += 1,
             _ => {}
         }
@@ -820,7 +1130,7 @@ impl Run {
         let mut model = Server::new(PROCESSES);
         let mut history = String::new();
         for step in 0..steps {
-            let op = rng.op();
+            let op = rng.op(self.setup, &model);
             if let Op::Sleep(ms) = op {
                 let _ = writeln!(history, "{step}: sleep {ms} ms");
                 thread::sleep(Duration::from_millis(ms));
@@ -842,7 +1152,7 @@ impl Run {
             let mut first = None;
             for (i, &now) in moments.iter().enumerate() {
                 let mut candidate = model.clone();
-                let ours = Self::in_model(&mut candidate, op, now);
+                let ours = Self::in_model(&mut candidate, op, now, self.setup);
                 let mut differences = Self::differences(&candidate, &ours, &theirs, &keys, tol);
                 if !differences.is_empty() {
                     // The keys are read after the call, all at one moment (`Keys::read`): an

@@ -3,7 +3,10 @@
 //! `queue_release.lua`, `queue_extend.lua`, `queue_shrink.lua`, `queue_beat.lua`,
 //! `queue_reset.lua` and `queue_reset_all.lua`, step for step where a step shows in the keys
 //! (which holder a purge removes, where the grant pass stops, what the kept count says), so
-//! that the differential test can hold each script's reply and writes against these.
+//! that the differential test can hold each script's reply and writes against these. And the
+//! leader election's, for the differential test only: `election_announce.lua`,
+//! `election_read.lua` and `election_vacate.lua` with their `election_watchers.lua` (the
+//! leader's record, KEYS[10], a watching process's heartbeat, the watch news in the inboxes).
 //!
 //! Leases without expiry (`lease ms` 0: the holder's score is `+inf`, [`INF`] here) are
 //! modelled, for the differential test (the explored model's leases all expire).
@@ -28,6 +31,14 @@ pub fn expiry_after(now: Ms, lease: Ms) -> Ms {
         INF
     } else {
         now + lease
+    }
+}
+
+/// What a script answers as a lease's ms left at `now`: at least 1, [`INF`] (-1) for none.
+fn lease_left(expiry: Ms, now: Ms) -> Ms {
+    match expiry {
+        INF => INF,
+        expiry => (expiry - now).max(1),
     }
 }
 
@@ -93,6 +104,40 @@ pub enum Mail {
     Granted { token: u64, expiry: Ms, waiter: Id },
     /// "head:<waiter>"
     Head(Id),
+    /// "watch:...": an election's news to a watching process (the explored model sends no
+    /// election script, so its hubs never pop one).
+    Watch(News),
+}
+
+/// The leader's record (an election's KEYS[10], a HASH), written by its announcement. Its
+/// `info` is one of the differential test's texts (`&'static`: mail stays `Copy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    pub term: u64,
+    pub id: Id,
+    pub since: Ms,
+    pub info: &'static str,
+}
+
+/// What `election_watchers.lua` tells a watching process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum News {
+    /// "watch:<term>:<since>:<lease ms left, -1: none ([`INF`])>:<id's length>:<id><info>"
+    Leader { record: Record, left: Ms },
+    /// "watch:<fencing counter>": nobody leads.
+    Nobody(u64),
+}
+
+/// `election_read.lua`'s reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lead {
+    /// {1, id, term, since, info, lease ms left (-1: none, [`INF`])}: an announced leader
+    /// whose lease lasts.
+    Leader { record: Record, left: Ms },
+    /// {0, ms, waiting, fence}: nobody leads; `left` is an unannounced holder's lease left
+    /// ([`INF`] for -1: nobody holds, or without expiry), `waiting` that a holder is about to
+    /// announce or candidates wait in line, `over` the last term that is over.
+    Nobody { left: Ms, waiting: bool, over: u64 },
 }
 
 /// A process's inbox: `mail[0]` is the list's head, where `LPUSH` puts and `BLPOP` takes,
@@ -149,6 +194,9 @@ pub struct Server {
     pub fence: u64,
     /// KEYS[9].
     pub count: Option<Count>,
+    /// An election's KEYS[10]: no engine script reads or writes it (`queue_reset_all` leaves
+    /// it too).
+    pub record: Option<Record>,
 }
 
 /// Rules broken on purpose, one at a time, for the `catches_*` tests: each must be found by
@@ -305,6 +353,7 @@ impl Server {
             tickets: 0,
             fence: 0,
             count: None,
+            record: None,
         }
     }
 
@@ -700,10 +749,7 @@ impl Server {
         }
         let mut s = self.load(now, bugs);
         if let Some(held) = self.holding(c.id, now) {
-            let left = match held.expiry {
-                INF => INF,
-                expiry => (expiry - now).max(1),
-            };
+            let left = lease_left(held.expiry, now);
             return (
                 Acquired::Granted {
                     token: held.token,
@@ -952,6 +998,91 @@ impl Server {
         }
         self.settle(&mut s, capacity, None, now, bugs, notes);
         (removed.iter().map(|r| r.2).collect(), true)
+    }
+
+    // ---- election_watchers.lua, election_announce.lua, election_read.lua, election_vacate.lua ----
+    // Sent after queue_head.lua alone: no purge, so an expired holder or a lapsed heartbeat
+    // stays, and is only read past.
+
+    /// `tell_watchers`: `news` pushed to the inbox of every process whose heartbeat is live,
+    /// which then lasts as long as that heartbeat.
+    fn tell_watchers(&mut self, news: News, now: Ms) {
+        for p in 0..self.beats.len() {
+            if let Some(beat) = self.beats[p].filter(|&b| b > now) {
+                self.push_mail(p, Mail::Watch(news), beat - now, now);
+            }
+        }
+    }
+
+    /// Leader `id`'s announcement of `term` with `info`: whether it holds that term (then
+    /// the record is its own). A record of that term already there is kept as it is (its
+    /// `since` too), and nobody is told again.
+    pub fn announce(&mut self, id: Id, term: u64, info: &'static str, now: Ms) -> bool {
+        let Some(held) = self.holding(id, now).filter(|h| h.token == term) else {
+            return false;
+        };
+        let left = lease_left(held.expiry, now);
+        if self.record.is_some_and(|r| r.term == term) {
+            return true;
+        }
+        let record = Record {
+            term,
+            id,
+            since: now,
+            info,
+        };
+        self.record = Some(record);
+        self.tell_watchers(News::Leader { record, left }, now);
+        true
+    }
+
+    /// A read of the leader; by watching process `watcher`, its heartbeat for `lapse` more
+    /// first (`ZADD GT`, which also brings a lapsed or purged process back).
+    pub fn read_leader(&mut self, watcher: Option<usize>, lapse: Ms, now: Ms) -> Lead {
+        if let Some(p) = watcher {
+            let beat = now + lapse;
+            self.beats[p] = Some(self.beats[p].map_or(beat, |b| b.max(beat)));
+            self.outlive_beats(lapse, now);
+        }
+        // The first live holder by score, then id (`ZRANGEBYSCORE (now +inf LIMIT 0 1`).
+        let first = (self.holders.iter())
+            .filter(|h| h.expiry > now)
+            .min_by_key(|h| (h.expiry, h.id));
+        let Some(first) = first else {
+            return Lead::Nobody {
+                left: INF,
+                waiting: !self.queue.is_empty(),
+                over: self.fence,
+            };
+        };
+        let left = lease_left(first.expiry, now);
+        match self.record {
+            Some(record) if record.id == first.id && record.term == first.token => {
+                Lead::Leader { record, left }
+            }
+            _ => Lead::Nobody {
+                left,
+                waiting: true,
+                over: first.token - 1,
+            },
+        }
+    }
+
+    /// Leaves the election without a leader after `term` ended (`None`: whichever), unless
+    /// another record was written meanwhile or someone holds: whether it did. The watchers are
+    /// told even when there was no record to delete.
+    pub fn vacate(&mut self, term: Option<u64>, now: Ms) -> bool {
+        if let Some(term) = term
+            && self.record.is_none_or(|r| r.term != term)
+        {
+            return false;
+        }
+        if self.holders.iter().any(|h| h.expiry > now) {
+            return false;
+        }
+        self.record = None;
+        self.tell_watchers(News::Nobody(self.fence), now);
+        true
     }
 
     /// The keys that expire as time passes: the inboxes, and the beats key. Redis has a key

@@ -19,7 +19,7 @@ use redis_blpop_lock::model::{
 };
 use stateright::{Model, Property};
 
-use super::server::{Acquired, Bugs, Call, How, Id, Mail, Mode, Ms, Notes, Server};
+use super::server::{Acquired, Bugs, Call, How, Id, Mail, Mode, Ms, News, Notes, Server, INF};
 
 // The properties, by name: the checker reports its discoveries by these.
 pub const SAFE: &str = "units believed held fit the capacity";
@@ -699,6 +699,7 @@ impl QueueModel {
             .any(|m| match *m {
                 Mail::Granted { waiter, .. } => waiter == id,
                 Mail::Head(waiter) => waiter == id,
+                Mail::Watch(_) => false,
             })
     }
 
@@ -961,6 +962,17 @@ impl QueueModel {
                         waiter,
                     } => format!("{token}:{expiry}:{waiter}"),
                     Mail::Head(waiter) => format!("head:{waiter}"),
+                    Mail::Watch(News::Nobody(fence)) => format!("watch:{fence}"),
+                    Mail::Watch(News::Leader { record, left }) => {
+                        let id = record.id.to_string();
+                        let left = if left == INF {
+                            "-1".into()
+                        } else {
+                            left.to_string()
+                        };
+                        let (term, since, info) = (record.term, record.since, record.info);
+                        format!("watch:{term}:{since}:{left}:{}:{id}{info}", id.len())
+                    }
                 };
                 self.hub(&mut n, p, |h| h.popped(INBOX, element.as_bytes()), notes);
             }
