@@ -504,3 +504,39 @@ fn a_waiter_behind_a_lapsed_entry_is_woken_when_the_one_ahead_leaves() {
         stopped.signal("KILL");
     }
 }
+
+/// The server's timer counts from the ask's send, not its reply: a reply held up on its way
+/// (a slow network) must not make the waiter late past the holder's expiry by the delay.
+#[test]
+fn a_waiter_whose_reply_came_late_is_served_at_the_holders_expiry() {
+    let server = RedisServer::start();
+    let proxy = crate::support::Proxy::start(server.port);
+    let name = "late-reply";
+    let mut conn = server.client().get_connection().unwrap();
+    let holder = Semaphore::builder(&server.client(), name, 1)
+        .expire(HOLDER_LEASE)
+        .auto_renewal(false)
+        .build()
+        .unwrap();
+    let expiry = server_ms(&mut conn) + HOLDER_LEASE.as_millis() as u64;
+    // Held past its lease: it expires, nobody releases it.
+    let _held = holder.acquire().unwrap();
+    let waiter = Semaphore::builder(&proxy.client(), name, 1)
+        .build()
+        .unwrap();
+    // Its connection opens now, so that its ask's reply is held up.
+    assert!(waiter.try_acquire().unwrap().is_none());
+    proxy.hold_replies(true);
+    let served = spawn(move || {
+        let _permit = waiter.acquire().unwrap();
+        server_ms(&mut conn)
+    });
+    thread::sleep(ms(500));
+    proxy.hold_replies(false);
+    let served = served.recv_timeout(NEVER).expect("the waiter is served");
+    let late = served.saturating_sub(expiry);
+    assert!(
+        late <= ON_TIME.as_millis() as u64,
+        "served {late} ms after the holder's expiry, its ask's reply 500 ms late"
+    );
+}
