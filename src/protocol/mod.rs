@@ -16,6 +16,7 @@ pub(crate) mod quorum;
 pub(crate) mod redirect;
 pub(crate) mod request;
 pub(crate) mod scripts;
+pub(crate) mod watch;
 
 /// Values the protocol's unit tests build replies from.
 #[cfg(test)]

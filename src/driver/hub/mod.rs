@@ -145,7 +145,7 @@ impl State {
                 Event::News { inbox, news } => {
                     if let Some(watch) = self.watches.get_mut(&inbox) {
                         match election::parse_news(&news) {
-                            Some(seen) => watch.seen(seen, false),
+                            Some(seen) => watch.news(seen),
                             None => watch.look_now(),
                         }
                     }
