@@ -4,9 +4,19 @@
 //! stable API: it exists only with the `model` feature.
 
 pub use crate::protocol::cover::Cover;
+pub use crate::protocol::election::{parse_news, Seen};
 pub use crate::protocol::hub::{Event as HubEvent, Hub as HubMachine, Told};
 pub use crate::protocol::lease::{
     renewal_due, valid_from_read, Attempting, Lease, Next as LockNext, Wait, Waiting,
 };
 pub use crate::protocol::lock::Pttl;
 pub use crate::protocol::queue::{Ask, Asked, Next as QueueNext, QueueWait};
+pub use crate::protocol::watch::{Heard, Watch, Word};
+
+/// `election_read.lua`'s reply, parsed as the hub parses it (`None`: not well formed).
+pub fn parse_read(reply: &redis::Value) -> Option<Seen> {
+    use crate::protocol::keys::QueueKeys;
+    use crate::protocol::primitive::Primitive;
+    let keys = QueueKeys::new(Primitive::Election, "model");
+    crate::protocol::election::parse_read(&keys, reply).ok()
+}

@@ -25,7 +25,7 @@ use crate::Error;
 /// println!("{} leads (term {}): {}", leader.id, leader.term, leader.info);
 /// # }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Leader {
     /// Its leadership's id (the campaigning handle's id, a count and its process).
@@ -55,7 +55,7 @@ pub struct Leader {
 /// }
 /// assert_eq!(show(&Watched::Nobody), "nobody leads");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Watched {
     /// This leader leads, from its announcement until it resigns or its lease ends.
@@ -120,8 +120,8 @@ impl From<Option<Leader>> for Watched {
 }
 
 /// What a read of the election found: the leader, and when to look again by itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Seen {
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Seen {
     pub(crate) leader: Option<Leader>,
     /// When the lease of whoever holds ends, from the read (`None`: never, or nobody holds):
     /// a leader that crashed with no successor waiting is gone then, and nobody says so.
@@ -220,7 +220,7 @@ pub(crate) fn parse_read(keys: &QueueKeys, reply: &Value) -> Result<Seen, Error>
 
 /// The news an announcement or a vacating pushed to a watching process's inbox (see
 /// `election_watchers.lua`), or `None` when it is not well formed (then the process reads).
-pub(crate) fn parse_news(element: &[u8]) -> Option<Seen> {
+pub fn parse_news(element: &[u8]) -> Option<Seen> {
     let rest = element.strip_prefix(b"watch:")?;
     let mut fields = rest.splitn(5, |&b| b == b':');
     let number = |field: Option<&[u8]>| std::str::from_utf8(field?).ok()?.parse::<u64>().ok();

@@ -26,11 +26,11 @@ const READ_AGAIN_MIN: Duration = Duration::from_millis(10);
 
 /// When the hub last heard from the server for a watch, and until when that vouches for what
 /// it reported.
-pub(crate) type Vouched = (Instant, Instant);
+pub type Vouched = (Instant, Instant);
 
 /// What every watcher of the election is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Word {
+pub enum Word {
     /// The state now, vouched for until then (`None`: not at all).
     Tell(Watched, Option<Vouched>),
     /// Nothing changed, and what they know holds until then.
@@ -38,8 +38,8 @@ pub(crate) enum Word {
 }
 
 /// One election's watch by this process.
-#[derive(Debug, Default)]
-pub(crate) struct Watch {
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Watch {
     /// When to read the leader (`None`: only when told).
     due: Option<Instant>,
     /// What the watchers were last told, once there was a read.
@@ -63,7 +63,7 @@ impl Watch {
     /// A watcher joins at `now`, its handle's lease `lease`, through a hub whose reads answer
     /// within `slack` once due: what it starts from, what the others last heard, or `None`: a
     /// read is due now.
-    pub(crate) fn joined(
+    pub fn joined(
         &mut self,
         lease: Option<Duration>,
         slack: Duration,
@@ -81,18 +81,18 @@ impl Watch {
     }
 
     /// Reads the leader again at the hub's next turn.
-    pub(crate) fn look_now(&mut self, now: Instant) {
+    pub fn look_now(&mut self, now: Instant) {
         self.due = Some(now);
     }
 
     /// When the next read is due.
-    pub(crate) fn due(&self) -> Option<Instant> {
+    pub fn due(&self) -> Option<Instant> {
         self.due
     }
 
     /// A read at `now` found `read` (or failed, why), in an election whose lapse window is
     /// `lapse`: what the watchers are told, if anything.
-    pub(crate) fn read(
+    pub fn read(
         &mut self,
         read: Result<Seen, String>,
         lapse: Duration,
@@ -111,7 +111,7 @@ impl Watch {
     /// News popped at `now`, unless it is older than what was seen (or came before the first
     /// read: pushed while this process listened for another reason, it may be older than
     /// anything the read will find).
-    pub(crate) fn news(&mut self, seen: Seen, now: Instant) -> Option<Word> {
+    pub fn news(&mut self, seen: Seen, now: Instant) -> Option<Word> {
         if self.order.is_none_or(|order| seen.order < order) {
             return None;
         }
@@ -168,8 +168,8 @@ impl Watch {
 }
 
 /// What one watcher has been told and not taken yet.
-#[derive(Debug, Default)]
-pub(crate) struct Heard {
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Heard {
     changes: VecDeque<Watched>,
     /// The last change queued, or the watcher's own "unknown": only a change from it is
     /// queued.
@@ -190,7 +190,7 @@ fn same(a: &Watched, b: &Watched) -> bool {
 impl Heard {
     /// The hub's word: `change` is the state now, vouched for by `vouched`; queued unless it
     /// is the one told last. Whether it was queued.
-    pub(crate) fn tell(&mut self, change: &Watched, vouched: Option<Vouched>) -> bool {
+    pub fn tell(&mut self, change: &Watched, vouched: Option<Vouched>) -> bool {
         self.vouched = vouched.filter(|_| change.is_known());
         if self.last.as_ref().is_some_and(|last| same(last, change)) {
             return false;
@@ -202,15 +202,21 @@ impl Heard {
 
     /// The hub heard from the server, and nothing changed: what the watcher knows, if it
     /// knows it, holds until `vouched`.
-    pub(crate) fn vouch(&mut self, vouched: Vouched) {
+    pub fn vouch(&mut self, vouched: Vouched) {
         if self.last.as_ref().is_some_and(Watched::is_known) {
             self.vouched = Some(vouched);
         }
     }
 
+    /// What the watcher has reported last, once it took every change queued: the last
+    /// change queued, or its own "unknown".
+    pub fn last(&self) -> Option<&Watched> {
+        self.last.as_ref()
+    }
+
     /// The next change at `now`, or when the watcher stops knowing by itself (`None`: never
     /// before the hub tells it something).
-    pub(crate) fn next(&mut self, now: Instant) -> Result<Watched, Option<Instant>> {
+    pub fn next(&mut self, now: Instant) -> Result<Watched, Option<Instant>> {
         if let Some(change) = self.changes.pop_front() {
             return Ok(change);
         }

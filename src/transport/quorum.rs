@@ -311,7 +311,7 @@ fn said(answers: &Answers) -> Vec<Option<Vec<Value>>> {
 
 /// The waiting connection of a quorum's hub: blocks on one server, as python-redis-lock's
 /// waiters of a lock on several servers would (a release signals on every server). A server
-/// that cannot be reached hands the wait to the next.
+/// that cannot be reached hands the wait to the one before it in the servers' order.
 struct QuorumWaiter<'a> {
     quorum: &'a Quorum,
     /// The server it blocks on.
@@ -320,11 +320,16 @@ struct QuorumWaiter<'a> {
 }
 
 impl QuorumWaiter<'_> {
-    /// The connection failed: the next wait starts at the next server.
+    /// The connection failed: the next wait starts at the server before it in the order a
+    /// release sends its unlocks (see `Quorum::waiter`): the last one that may be live, so
+    /// that a signal there still comes after the unlocks to the others are on their way.
+    /// Moved to the first server, a woken waiter's try could overtake the rest of the
+    /// release, find the holder on a majority, and sleep until its next try.
     fn failed(&mut self, fault: Fault) -> Fault {
         self.conn = None;
         let node = self.node;
-        self.node = (node + 1) % self.quorum.servers.len().max(1);
+        let n = self.quorum.servers.len().max(1);
+        self.node = (node + n - 1) % n;
         match fault {
             Fault::Lost { conn, error } => Fault::Lost {
                 conn: conn.map(|c| ConnId { node, ..c }),
@@ -351,7 +356,8 @@ impl Waiter for QuorumWaiter<'_> {
             if self.conn.is_some() {
                 return Ok(());
             }
-            let node = (self.node + step) % n;
+            // Backwards from the last server, as `failed` moves.
+            let node = (self.node + n - step) % n;
             // A server that is down or frozen costs its own timeout, then the next is asked.
             let own = deadline.min(Instant::now() + self.quorum.server_timeout);
             match self.quorum.servers[node].waiter(0, own) {

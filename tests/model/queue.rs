@@ -23,7 +23,7 @@ use server::{Bugs, Ms};
 use system::{
     Action, ClientConfig, Config, Faults, QueueModel, CLAIMED, COUNTED, EVERY_INVARIANT,
     HANDED_OVER, HEAD_WAKE, IN_ORDER, LAPSED, NO_WAIT_WITHOUT_BOUND, PUSHED, SAFE, SIBLINGS,
-    TWO_HOLD, UNCLAIMED_RETURN, WOKEN,
+    TWO_HOLD, UNCLAIMED_RETURN, WATCHED_CHANGE, WATCHED_LEADER, WOKEN,
 };
 
 fn env_number(name: &str) -> Option<u64> {
@@ -74,6 +74,8 @@ fn config(clients: &[(u64, Ms)], capacity: u64, horizon: Ms) -> Config {
             ..NO_FAULTS
         },
         in_flight: false,
+        election: false,
+        watchers: Vec::new(),
         bugs: Bugs::default(),
         properties: None,
         prefix: Vec::new(),
@@ -236,12 +238,23 @@ fn two_by_two(horizon: Ms) -> Config {
     cfg
 }
 
-/// Two by two, each ask's send, run and reply three steps, each up to a tick late: grants
-/// pushed, popped and claimed between an ask's run and its reply, and asks run after time
-/// has passed since they were sent. No faults (`MODEL_FAULTS=1` adds a lost reply).
+/// Two waiters of process 0 behind the holder of process 1, each ask's send, run and reply
+/// three steps, each up to a tick late: grants pushed, popped and claimed between an ask's
+/// run and its reply, and asks run after time has passed since they were sent. No faults
+/// (`MODEL_FAULTS=1` adds a lost reply); `MODEL_IN_FLIGHT=4` runs the two by two, to 300 ms.
 #[test]
 fn two_waiters_of_a_process_keep_the_properties_with_asks_in_flight() {
-    let mut cfg = two_by_two(200);
+    let mut cfg = match env_number("MODEL_IN_FLIGHT") {
+        Some(4) => two_by_two(300),
+        _ => {
+            let mut cfg = config(&[(1, 400), (1, 400), (1, 400)], 1, 400);
+            for (c, process) in [0, 0, 1].into_iter().enumerate() {
+                cfg.clients[c].process = process;
+            }
+            cfg.prefix = vec![Action::Ask(2), Action::Ask(0), Action::Ask(1)];
+            cfg
+        }
+    };
     cfg.in_flight = true;
     cfg.faults = Faults {
         budget: env_number("MODEL_FAULTS").map_or(0, |n| n as u8),
@@ -249,10 +262,34 @@ fn two_waiters_of_a_process_keep_the_properties_with_asks_in_flight() {
         ..NO_FAULTS
     };
     explore(
-        "2 processes x 2 waiters, asks in flight",
+        "siblings behind a holder, asks in flight",
         cfg,
         &[SIBLINGS, PUSHED],
-        220_000,
+        54_000,
+    );
+}
+
+/// A leader election: two candidates (a process each; `MODEL_CANDIDATES` for more) on a
+/// capacity of 1, each announcing itself once it holds and leaving the election empty when
+/// it resigns, and a watcher in a process of its own that reads through its hub
+/// (`protocol::watch`), with one crash (a leader gone unannounced: the watch learns of it by
+/// its read at the lease's end). `MODEL_HORIZON=500` and pauses widen it.
+#[test]
+fn an_election_watch_reports_the_leader_or_learns_of_a_change_within_a_lease() {
+    let candidates = env_number("MODEL_CANDIDATES").map_or(2, |n| n as usize);
+    let mut cfg = config(&vec![(1, 400); candidates], 1, 400);
+    cfg.election = true;
+    cfg.watchers = vec![candidates];
+    cfg.faults = Faults {
+        budget: env_number("MODEL_FAULTS").map_or(1, |n| n as u8),
+        crashes: true,
+        ..NO_FAULTS
+    };
+    explore(
+        "an election, candidates and a watcher, one crash",
+        cfg,
+        &[WATCHED_LEADER, WATCHED_CHANGE],
+        70_000,
     );
 }
 

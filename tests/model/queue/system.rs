@@ -14,12 +14,17 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use redis::Value;
 use redis_blpop_lock::model::{
-    Ask, Asked, HubEvent, HubMachine, Lease, QueueNext, QueueWait, Told,
+    parse_news, parse_read, Ask, Asked, Heard, HubEvent, HubMachine, Lease, QueueNext, QueueWait,
+    Told, Watch, Word,
 };
+use redis_blpop_lock::Watched;
 use stateright::{Model, Property};
 
-use super::server::{Acquired, Bugs, Call, How, Id, Mail, Mode, Ms, News, Notes, Server, INF};
+use super::server::{
+    Acquired, Bugs, Call, How, Id, Lead, Mail, Mode, Ms, News, Notes, Server, INF,
+};
 
 // The properties, by name: the checker reports its discoveries by these.
 pub const SAFE: &str = "units believed held fit the capacity";
@@ -41,6 +46,10 @@ pub const HEAD_WAKE: &str = "a head wake is pushed";
 pub const LAPSED: &str = "a process finds it lapsed";
 pub const HANDED_OVER: &str = "a process's first waiter leaves and the next takes its timer over";
 pub const SIBLINGS: &str = "two waiters of one process wait in line, the second untimed";
+pub const WATCH_FRESH: &str =
+    "a watcher reports the leader the server has, or learns of a change within a lease";
+pub const WATCHED_LEADER: &str = "a watcher reports a leader";
+pub const WATCHED_CHANGE: &str = "a watcher reports a leader after another";
 
 /// Whether a state keeps an invariant.
 pub type Holds = fn(&QueueModel, &State) -> bool;
@@ -48,7 +57,7 @@ pub type Holds = fn(&QueueModel, &State) -> bool;
 /// Every `always` property (an invariant), by name: each is a property of its own, and all
 /// of them are also one property, `EVERY_INVARIANT`, which an exploration checks instead (the
 /// checker's cost at each state grows with the number of properties).
-pub static INVARIANTS: [(&str, Holds); 10] = [
+pub static INVARIANTS: [(&str, Holds); 11] = [
     (SAFE, |m, s| m.believed_units(s) <= m.cfg.capacity),
     (LIVE_FIT, |m, s| {
         s.server.live_units(s.now) <= m.cfg.capacity
@@ -66,6 +75,7 @@ pub static INVARIANTS: [(&str, Holds); 10] = [
     (NO_WAIT_WITHOUT_BOUND, |m, s| {
         (0..s.clients.len()).all(|c| !m.sleeps_without_bound(s, c))
     }),
+    (WATCH_FRESH, |m, s| m.watches_are_fresh(s)),
     (UNCLAIMED_RETURN, |_, s| {
         (s.server.holders.iter())
             .filter(|h| h.how == How::Pushed && h.expiry > s.now)
@@ -132,6 +142,12 @@ pub struct Config {
     /// come a tick after the one before (a slow network): others' steps run in between.
     /// Without it, an ask runs and replies the moment it is sent.
     pub in_flight: bool,
+    /// A leader election (capacity 1): a client that holds announces itself
+    /// (`election_announce`), and one that releases leaves the election empty if nobody was
+    /// granted in its place (`election_vacate`).
+    pub election: bool,
+    /// The processes with a watcher of the election, through their hub (`protocol::watch`).
+    pub watchers: Vec<usize>,
     pub bugs: Bugs,
     /// The properties checked, by name (`None`: all of them): each costs the checker time at
     /// every state, so an exploration checks every `always` and only the `sometimes` it must
@@ -145,8 +161,8 @@ pub struct Config {
 
 impl Config {
     pub fn processes(&self) -> usize {
-        (self.clients.iter())
-            .map(|c| c.process + 1)
+        (self.clients.iter().map(|c| c.process + 1))
+            .chain(self.watchers.iter().map(|&p| p + 1))
             .max()
             .unwrap_or(0)
     }
@@ -204,6 +220,8 @@ pub struct Client {
     pub resend: Option<Ms>,
     /// Its ask on its way, with `Config::in_flight`.
     pub flight: Option<Flight>,
+    /// With `Config::election`, whether it announced the term it holds.
+    pub announced: bool,
     /// Its seat at the hub while it waits (from its wait's start to its end: granted, left,
     /// stopped): the hub's epoch it joined in (`Seat::epoch`). Its process lapsed since when
     /// that is not the hub's epoch: it leaves and joins again before its next ask.
@@ -276,6 +294,9 @@ pub struct Process {
     /// The crate's own: who is seated in which epoch, who times whom, when its heartbeat is
     /// due, the clock that dates grants.
     pub hub: Shared,
+    /// Its election watch, with `Config::watchers`: the crate's own decisions (when to read,
+    /// what a read or news means) and its watcher's queue of changes.
+    pub watch: Option<(Watch, Heard)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -294,6 +315,8 @@ pub struct State {
     /// In the step that led here, a process's first waiter left the line and the hub told
     /// the next to ask again (kept only when `HANDED_OVER` is checked: it splits states).
     pub handed_over: bool,
+    /// When the election's state on the server (who leads, by term) last changed.
+    pub changed_at: Ms,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -307,6 +330,10 @@ pub enum Action {
     Run(u8),
     /// Client `c` takes the reply of its ask in flight.
     Reply(u8),
+    /// Client `c`, holding, announces itself the leader (`Config::election`).
+    Announce(u8),
+    /// Process `p`'s hub reads the leader for its watch.
+    Read(u8),
     Wake(u8),
     /// Process `p`'s hub pops its inbox.
     Deliver(u8),
@@ -408,11 +435,18 @@ impl QueueModel {
         let (out, events) = s.processes[p].hub.change(change);
         let mut told = 0;
         for event in events {
-            let HubEvent::Tell {
-                waiter, told: what, ..
-            } = event
-            else {
-                continue;
+            let (waiter, what) = match event {
+                HubEvent::Tell { waiter, told, .. } => (waiter, told),
+                HubEvent::Look { .. } => {
+                    if let Some((watch, _)) = &mut s.processes[p].watch {
+                        watch.look_now(at(s.now));
+                    }
+                    continue;
+                }
+                HubEvent::News { news, .. } => {
+                    self.news(s, p, &news, notes);
+                    continue;
+                }
             };
             let seated = self
                 .members(p)
@@ -424,6 +458,47 @@ impl QueueModel {
             }
         }
         (out, told)
+    }
+
+    /// Process `p`'s watch hears the news popped from its inbox (`Watch::news`), as the
+    /// hub hands it on; news not well formed makes it read.
+    fn news(&self, s: &mut State, p: usize, news: &[u8], notes: &mut Notes) {
+        let now = at(s.now);
+        let Some((watch, heard)) = &mut s.processes[p].watch else {
+            return;
+        };
+        match parse_news(news) {
+            Some(seen) => {
+                let word = watch.news(seen, now);
+                notes.note(|| format!("  process {p}'s watch hears the news → {word:?}"));
+                say(heard, word);
+            }
+            None => watch.look_now(now),
+        }
+    }
+
+    /// Whether every watcher that says who leads (not "unknown") says what the server has,
+    /// or the server's state changed less than a lease and a tick ago: by then a read, if
+    /// not the news, has told it.
+    pub fn watches_are_fresh(&self, s: &State) -> bool {
+        let leads = leads(&s.server, s.now);
+        let bound = self.cfg.clients.iter().map(|c| c.lease).min().unwrap_or(0) + self.cfg.step;
+        (s.processes.iter()).all(|process| {
+            let Some((_, heard)) = &process.watch else {
+                return true;
+            };
+            if process.paused || process.crashed {
+                return true;
+            }
+            let mut heard = heard.clone();
+            while heard.next(at(s.now)).is_ok() {}
+            let says = match heard.last() {
+                Some(Watched::Leader(leader)) => Some(leader.term),
+                Some(Watched::Nobody) => None,
+                _ => return true,
+            };
+            says == leads || s.now <= s.changed_at + bound
+        })
     }
 
     /// Client `c` takes a seat at its process's hub (`Hub::seat`), in its current epoch.
@@ -481,6 +556,7 @@ impl QueueModel {
         let client = &mut s.clients[c];
         client.epoch += 1;
         client.resend = None;
+        client.announced = false;
         if client.epoch < self.cfg.acquisitions {
             client.phase = Phase::Asking(self.fresh.clone());
             self.seat(s, c, now);
@@ -789,12 +865,17 @@ impl QueueModel {
         let own = match &client.phase {
             Phase::Asking(_) => client.flight.is_none_or(|f| f.overdue(s.now)),
             Phase::Leaving | Phase::Releasing => true,
+            Phase::Held(lease) => {
+                self.cfg.election && !client.announced && !lease.is_lost(at(s.now))
+            }
             Phase::Blocked(_, until) => {
                 client.mailbox.is_some() || until.is_some_and(|u| u <= at(s.now))
             }
             _ => false,
         };
-        own || (client.waiting() && !s.server.inboxes[p].mail.is_empty())
+        let watching = s.processes[p].watch.is_some();
+        let mail = !s.server.inboxes[p].mail.is_empty();
+        own || ((client.waiting() || watching) && mail) || read_due(&s.processes[p], s.now)
     }
 
     /// Checks a script's grant pass against the state before it: grants in ticket order among
@@ -899,6 +980,30 @@ impl QueueModel {
                     notes.note(|| format!("t={now} client {c} takes its reply"));
                     self.take_reply(&mut n, c, sent, reply, now, notes);
                 }
+            }
+            Action::Announce(c) => {
+                let c = t(c);
+                let id = self.id(&n, c);
+                let client = &mut n.clients[c];
+                let Phase::Held(lease) = &client.phase else {
+                    return None;
+                };
+                let term = lease.token.unwrap_or_default();
+                client.announced = true;
+                let done = n.server.announce(id, term, "", now);
+                notes.note(|| format!("t={now} client {c} announces term {term} → {done}"));
+            }
+            Action::Read(p) => {
+                let p = t(p);
+                let lead = n.server.read_leader(Some(p), lapse, now);
+                let seen = parse_read(&read_reply(lead));
+                let Some((watch, heard)) = &mut n.processes[p].watch else {
+                    return None;
+                };
+                let read = seen.ok_or_else(|| "not well formed".to_owned());
+                let word = watch.read(read, Duration::from_millis(lapse), at(now));
+                notes.note(|| format!("t={now} process {p}'s hub reads the leader → {word:?}"));
+                say(heard, word);
             }
             Action::Wake(c) => {
                 let c = t(c);
@@ -1011,6 +1116,14 @@ impl QueueModel {
                 let mut server_notes = Notes(notes.0.as_ref().map(|_| Vec::new()));
                 let (held, _) = n.server.release(id, cap, now, bugs, &mut server_notes);
                 self.check_pass(&pre, now, id, &mut n);
+                let term = match &n.clients[c].phase {
+                    Phase::Held(lease) if self.cfg.election => lease.token,
+                    _ => None,
+                };
+                if let Some(term) = term {
+                    // `Election`'s resign: the election left empty if nobody took over.
+                    n.server.vacate(Some(term), now);
+                }
                 notes.note(|| {
                     let what = match action {
                         Action::Release(_) | Action::ReleaseLost(_) => "releases",
@@ -1079,6 +1192,9 @@ impl QueueModel {
         if action_is_fault(action) {
             n.faults_left = n.faults_left.saturating_sub(1);
         }
+        if self.cfg.election && leads(&s.server, s.now) != leads(&n.server, n.now) {
+            n.changed_at = n.now;
+        }
         Some(n)
     }
 
@@ -1090,6 +1206,7 @@ impl QueueModel {
                 phase: Phase::Asking(self.fresh.clone()),
                 resend: None,
                 flight: None,
+                announced: false,
                 seat: None,
                 mailbox: None,
                 waiting_since: None,
@@ -1105,9 +1222,20 @@ impl QueueModel {
             out_of_order: false,
             left_fitting: false,
             handed_over: false,
+            changed_at: 0,
         };
         for c in 0..self.cfg.clients.len() {
             self.seat(&mut state, c, 0);
+        }
+        let lapse = Duration::from_millis(self.cfg.lapse);
+        let lease = self.cfg.clients.iter().map(|c| c.lease).min();
+        let slack = Duration::from_millis(self.cfg.step);
+        for &p in &self.cfg.watchers {
+            let watching = |h: &mut HubMachine<()>| h.watch(INBOX, &(), lapse, at(0));
+            self.hub(&mut state, p, watching, &mut Notes(None));
+            let mut watch = Watch::default();
+            let _ = watch.joined(lease.map(Duration::from_millis), slack, at(0));
+            state.processes[p].watch = Some((watch, Heard::default()));
         }
         state
     }
@@ -1133,6 +1261,55 @@ impl QueueModel {
             }
         }
         out
+    }
+}
+
+/// Whether process `p`'s watch has a read due at `now`.
+fn read_due(process: &Process, now: Ms) -> bool {
+    (process.watch.as_ref()).is_some_and(|(watch, _)| watch.due().is_some_and(|d| d <= at(now)))
+}
+
+/// The term of the leader the server has: an announced record whose holder lasts.
+fn leads(server: &Server, now: Ms) -> Option<u64> {
+    let record = server.record?;
+    let holder = server.holder(record.id)?;
+    (holder.token == record.term && holder.expiry > now).then_some(record.term)
+}
+
+/// Tells a watcher the hub's word, as `driver/hub/watch.rs` does.
+fn say(heard: &mut Heard, word: Option<Word>) {
+    match word {
+        Some(Word::Tell(change, vouched)) => {
+            heard.tell(&change, vouched);
+        }
+        Some(Word::Vouch(vouched)) => heard.vouch(vouched),
+        _ => {}
+    }
+}
+
+/// `election_read.lua`'s reply, as the server sends it, for the crate's own parse.
+fn read_reply(lead: Lead) -> Value {
+    let bulk = |text: String| Value::BulkString(text.into_bytes());
+    let ms = |left: Ms| Value::Int(if left == INF { -1 } else { left as i64 });
+    match lead {
+        Lead::Leader { record, left } => Value::Array(vec![
+            Value::Int(1),
+            bulk(record.id.to_string()),
+            bulk(record.term.to_string()),
+            bulk(record.since.to_string()),
+            bulk(record.info.to_owned()),
+            ms(left),
+        ]),
+        Lead::Nobody {
+            left,
+            waiting,
+            over,
+        } => Value::Array(vec![
+            Value::Int(0),
+            ms(left),
+            Value::Int(i64::from(waiting)),
+            bulk(over.to_string()),
+        ]),
     }
 }
 
@@ -1177,7 +1354,8 @@ impl Model for QueueModel {
         for (p, process) in s.processes.iter().enumerate() {
             let pp = p as u8;
             let members: Vec<usize> = self.members(p).collect();
-            if process.crashed || members.iter().all(|&c| !s.clients[c].alive()) {
+            let idle = members.iter().all(|&c| !s.clients[c].alive()) && process.watch.is_none();
+            if process.crashed || idle {
                 continue;
             }
             if process.paused {
@@ -1209,6 +1387,9 @@ impl Model for QueueModel {
                         }
                     }
                     Phase::Held(lease) => {
+                        if self.cfg.election && !client.announced && !lease.is_lost(at(s.now)) {
+                            actions.push(Action::Announce(c));
+                        }
                         if !lease.is_lost(at(s.now)) {
                             actions.push(Action::Renew(c));
                             if fault && f.lost_replies {
@@ -1226,8 +1407,12 @@ impl Model for QueueModel {
                 }
             }
             let waiting = members.iter().any(|&c| s.clients[c].waiting());
-            if waiting && !s.server.inboxes[p].mail.is_empty() {
+            let watching = process.watch.is_some();
+            if (waiting || watching) && !s.server.inboxes[p].mail.is_empty() {
                 actions.push(Action::Deliver(pp));
+            }
+            if read_due(process, s.now) {
+                actions.push(Action::Read(pp));
             }
             for &i in &members {
                 let client = &s.clients[i];
@@ -1285,6 +1470,19 @@ impl Model for QueueModel {
                 (0..s.clients.len()).any(|c| m.stale(s, c))
             }),
             Property::sometimes(HANDED_OVER, |_, s: &State| s.handed_over),
+            Property::sometimes(WATCHED_LEADER, |_, s: &State| {
+                (s.processes.iter()).any(|p| {
+                    (p.watch.as_ref())
+                        .is_some_and(|(_, h)| matches!(h.last(), Some(Watched::Leader(_))))
+                })
+            }),
+            Property::sometimes(WATCHED_CHANGE, |_, s: &State| {
+                (s.processes.iter()).any(|p| {
+                    (p.watch.as_ref()).is_some_and(
+                        |(_, h)| matches!(h.last(), Some(Watched::Leader(l)) if l.term >= 2),
+                    )
+                })
+            }),
             Property::sometimes(SIBLINGS, |m: &QueueModel, s: &State| {
                 (0..s.clients.len()).any(|c| {
                     matches!(s.clients[c].phase, Phase::Blocked(_, None))
