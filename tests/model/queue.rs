@@ -279,9 +279,11 @@ fn an_election_watch_reports_the_leader_or_learns_of_a_change_within_a_lease() {
     let candidates = env_number("MODEL_CANDIDATES").map_or(2, |n| n as usize);
     let mut cfg = config(&vec![(1, 400); candidates], 1, 400);
     cfg.election = true;
-    cfg.watchers = vec![candidates];
+    // `MODEL_WATCHER=<process>` puts the watcher in a candidate's process.
+    cfg.watchers = vec![env_number("MODEL_WATCHER").map_or(candidates, |p| p as usize)];
     cfg.faults = Faults {
         budget: env_number("MODEL_FAULTS").map_or(1, |n| n as u8),
+        pauses: std::env::var("MODEL_PAUSES").is_ok(),
         crashes: true,
         ..NO_FAULTS
     };
