@@ -91,6 +91,10 @@ struct Name<K> {
     joined: bool,
     /// Its waiters' ids.
     seats: BTreeSet<String>,
+    /// Its waiters that left the line to join again (a new epoch), under the same id: a
+    /// grant to them popped since may be one their leave gave back, so it is not taken on
+    /// its word (undated, the waiter asks, which reads what its id holds).
+    rejoined: BTreeSet<String>,
     /// Which of its waiters in line times the others.
     cover: Cover,
     /// How many watchers of an election read it through this hub.
@@ -157,6 +161,7 @@ impl<K: Clone> Hub<K> {
             epoch: 0,
             joined: false,
             seats: BTreeSet::new(),
+            rejoined: BTreeSet::new(),
             cover: Cover::default(),
             watchers: 0,
         });
@@ -194,13 +199,16 @@ impl<K: Clone> Hub<K> {
             return;
         };
         name.seats.remove(waiter);
+        name.rejoined.remove(waiter);
         self.left(inbox, waiter, held_until, now);
         self.forget_if_empty(inbox);
     }
 
     /// Waiter `waiter` left the line to join again in the current epoch: the epoch it joins.
     pub fn rejoin(&mut self, inbox: &str, waiter: &str, now: Instant) -> Option<u64> {
-        let epoch = self.names.get(inbox)?.epoch;
+        let name = self.names.get_mut(inbox)?;
+        name.rejoined.insert(waiter.to_owned());
+        let epoch = name.epoch;
         self.left(inbox, waiter, None, now);
         Some(epoch)
     }
@@ -343,9 +351,12 @@ impl<K: Clone> Hub<K> {
                 expiry,
                 waiter,
             } => {
-                // A waiter no longer seated gave its grant back when it left.
-                if self.names[inbox].seats.contains(&waiter) {
-                    let dated = self.date(expiry);
+                // A waiter no longer seated gave its grant back when it left; one that
+                // joined again may have given this one back as it did.
+                let name = &self.names[inbox];
+                if name.seats.contains(&waiter) {
+                    let given_back = name.rejoined.contains(&waiter);
+                    let dated = self.date(expiry).filter(|_| !given_back);
                     self.tell(inbox, waiter, Told::Granted(token, dated));
                 }
             }
@@ -502,6 +513,22 @@ mod tests {
         hub.closed();
         hub.popped("q", b"10:5000:a");
         assert_eq!(told(&mut hub), [("a".to_owned(), Told::Granted(10, None))]);
+    }
+
+    #[test]
+    fn a_grant_popped_after_its_waiter_joined_again_is_not_taken_on_its_word() {
+        let t0 = Instant::now();
+        let mut hub = Hub::default();
+        hub.seat("q", &(), "a", LAPSE, t0);
+        hub.beaten("q", t0, Ok(Some(1_000)), t0);
+        hub.joined("q", 0);
+        // Its process lapsed; a grant to its stale entry was pushed before it left the line
+        // (which gave the grant back) and joined again, under the same id.
+        hub.beaten("q", t0, Ok(None), t0);
+        let _ = told(&mut hub);
+        assert_eq!(hub.rejoin("q", "a", t0), Some(1));
+        hub.popped("q", b"2:5000:a");
+        assert_eq!(told(&mut hub), [("a".to_owned(), Told::Granted(2, None))]);
     }
 
     #[test]
