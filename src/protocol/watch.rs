@@ -17,10 +17,6 @@ use std::time::{Duration, Instant};
 
 use super::election::{Seen, Watched};
 
-/// How long a read that found a successor about to lead waits before it reports nobody: far
-/// longer than a hand-over takes (a round trip or two), far shorter than a lease.
-const HANDOVER_GRACE: Duration = Duration::from_millis(100);
-
 /// The soonest a failed read is tried again.
 const READ_AGAIN_MIN: Duration = Duration::from_millis(10);
 
@@ -99,7 +95,7 @@ impl Watch {
         now: Instant,
     ) -> Option<Word> {
         match read {
-            Ok(seen) if seen.handing_over && !self.deferred => self.defer(now),
+            Ok(seen) if seen.handing_over && !self.deferred => self.defer(&seen, now),
             Ok(seen) => Some(self.seen(seen, now)),
             Err(why) => {
                 self.due = Some(now + READ_AGAIN_MIN.max(lapse / 20));
@@ -139,13 +135,17 @@ impl Watch {
         self.vouched
     }
 
-    /// A read found nobody leading while a successor is about to: it takes over within a
-    /// round trip or two, and announces itself, so "nobody" in between would only be noise,
-    /// unless it still holds after a while (the successor died too). What was reported holds
-    /// until that read.
-    fn defer(&mut self, now: Instant) -> Option<Word> {
+    /// A read found nobody leading while a successor is about to (`seen`): it takes over and
+    /// announces itself, so "nobody" in between would only be noise, unless it still holds
+    /// once the successor's requests have had their I/O timeout (it died, or its server went
+    /// quiet), or its grant lapsed. A fixed grace does not do: a loaded machine takes longer
+    /// than any round trip to wake a thread. What was reported holds until that read.
+    fn defer(&mut self, seen: &Seen, now: Instant) -> Option<Word> {
         self.deferred = true;
-        self.due = Some(now + HANDOVER_GRACE);
+        let wait = seen
+            .look_again
+            .map_or(self.slack, |left| left.min(self.slack));
+        self.due = Some(now + wait);
         if !self.last.as_ref().is_some_and(Watched::is_known) {
             return None;
         }
@@ -356,9 +356,10 @@ mod tests {
             handing_over: true,
             order: (4, true),
         };
-        // What was reported holds until the read again, HANDOVER_GRACE later.
-        let again = t0 + HANDOVER_GRACE;
+        // What was reported holds until the read again, once the successor's requests had
+        // their I/O timeout (the slack).
         let slack = Duration::from_secs(1);
+        let again = t0 + slack;
         let word = watch.read(Ok(handing_over.clone()), lapse, t0);
         assert_eq!(word, Some(Word::Vouch((t0, again + slack))));
         assert_eq!(watch.due(), Some(again));
@@ -368,5 +369,20 @@ mod tests {
             matches!(word, Some(Word::Tell(Watched::Nobody, _))),
             "{word:?}"
         );
+    }
+
+    #[test]
+    fn a_successor_whose_grant_lapses_first_is_read_again_at_its_end() {
+        let t0 = Instant::now();
+        let mut watch = Watch::default();
+        let _ = watch.joined(None, Duration::from_secs(5), t0);
+        let granted = Seen {
+            leader: None,
+            look_again: Some(Duration::from_millis(300)),
+            handing_over: true,
+            order: (4, true),
+        };
+        assert_eq!(watch.read(Ok(granted), Duration::from_secs(2), t0), None);
+        assert_eq!(watch.due(), Some(t0 + Duration::from_millis(300)));
     }
 }

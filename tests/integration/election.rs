@@ -166,6 +166,65 @@ fn a_watch_reports_the_successor_when_a_leader_resigns_to_a_waiting_candidate() 
     assert_eq!((seen.info.as_str(), seen.term), ("b", term));
 }
 
+/// Pushes the word an operator's reset pushes ("reset": ask again, read the leader) to the
+/// inbox of every process with a heartbeat in election `name`.
+fn wake_every_process(server: &RedisServer, name: &str) {
+    let mut conn = server.client().get_connection().unwrap();
+    let beats: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{{{name}}}:beats"))
+        .query(&mut conn)
+        .unwrap();
+    let [beats] = &beats[..] else {
+        panic!("one election's heartbeats, found {beats:?}")
+    };
+    let processes: Vec<String> = redis::cmd("ZRANGE")
+        .arg(beats)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert!(!processes.is_empty(), "no process has a heartbeat");
+    let signals = beats.trim_end_matches("beats").to_owned() + "signal:";
+    for process in processes {
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(format!("{signals}{process}"))
+            .arg("reset")
+            .query(&mut conn)
+            .unwrap();
+    }
+}
+
+/// A successor slow to announce itself (its replies held up 400 ms, as on a loaded machine or
+/// a slow link) is still no "nobody" in between: the watch waits for it as long as its
+/// requests may take.
+#[test]
+fn a_watch_waits_for_a_slow_successor_rather_than_report_nobody() {
+    let server = RedisServer::start();
+    let proxy = crate::support::Proxy::start(server.port);
+    let first = election(&server, "jobs", secs(10)).campaign("a").unwrap();
+    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
+    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
+    let second = Election::builder(&proxy.client(), "jobs")
+        .expire(secs(10))
+        .build()
+        .unwrap();
+    let waiting = thread::spawn(move || second.campaign("b").map(|l| l.term()));
+    server.until_queued(Primitive::Election, "jobs", 1, secs(10), || {
+        waiting.is_finished()
+    });
+    proxy.hold_replies(true);
+    first.resign().unwrap();
+    // The watching process reads during the hand-over, as at an operator's reset, which
+    // pushes "reset" to every live process's inbox: it finds the successor granted, not
+    // announced.
+    wake_every_process(&server, "jobs");
+    thread::sleep(Duration::from_millis(400));
+    proxy.hold_replies(false);
+    let term = waiting.join().unwrap().unwrap();
+    let seen = next_change(&mut watch).expect("the successor, never nobody");
+    assert_eq!((seen.info.as_str(), seen.term), ("b", term));
+}
+
 #[test]
 fn a_watch_of_a_leader_that_crashed_with_nobody_in_line_reports_nobody_at_its_expiry() {
     let server = RedisServer::start();

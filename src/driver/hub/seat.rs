@@ -36,12 +36,16 @@ impl Seat {
     }
 
     /// Joins the current epoch, once it has left the line: as for a waiter that left, the
-    /// process's next waiter may take its timer over.
+    /// process's next waiter may take its timer over. Its mail goes: the leave gave back any
+    /// grant in it, and the ask that follows says where it stands now.
     pub(crate) fn rejoin(&mut self) {
         let mut state = self.hub.state.lock();
         if let Some(epoch) = (state.machine).rejoin(&self.inbox, &self.waiter, Instant::now()) {
             self.epoch = epoch;
         }
+        // Under the hub's lock, after the machine knows: a grant popped from now on comes
+        // undated.
+        self.mailbox.take();
         state.pump();
     }
 

@@ -539,10 +539,12 @@ impl QueueModel {
         s.handed_over |= told > 0 && self.checks(HANDED_OVER);
     }
 
-    /// Client `c` left the line to join again in its hub's current epoch (`Seat::rejoin`).
+    /// Client `c` left the line to join again in its hub's current epoch (`Seat::rejoin`):
+    /// its mail goes, as the leave gave back any grant in it.
     fn rejoin(&self, s: &mut State, c: usize, now: Ms, notes: &mut Notes) {
         let p = self.process_of(c);
         let id = self.id(s, c).to_string();
+        s.clients[c].mailbox = None;
         let (epoch, told) = self.hub(s, p, |h| h.rejoin(INBOX, &id, at(now)), notes);
         if epoch.is_some() {
             s.clients[c].seat = epoch;
