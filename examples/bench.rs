@@ -407,6 +407,24 @@
 //! cargo run --release --example bench --features tokio -- --cell loss-notice --impl ours,ours-async
 //! ```
 //!
+//! # `handoff-path` cell: where a plain lock's hand-off spends its time
+//!
+//! Feature `tracing`; `ours` (threads) only (`support/handoff_cells.rs`). C threads
+//! (`--concurrency`, default 6) loop acquire → hold D → release on one name for S seconds, as
+//! the `loop` cell does. The library marks two steps of each hand-off with `trace` events
+//! (target `redis_lock::handoff`): the hub's `BLPOP` bringing the release's signal (`popped`,
+//! on the hub's thread, with the carried try's reply) and the waiter running again (`woken`,
+//! on its thread); a subscriber of the bench's own timestamps them. For each hand-off to a
+//! woken waiter, p50/p99 in µs of: `release` (the release call, to its reply), `pop` (the
+//! release call to the hub's pop), `wake` (the pop to the waiter running), `acquired` (the
+//! waiter running to its acquire returning), and `handoff` (the release call to the acquire
+//! returning, as the `loop` cell times it). `woken%` is the share of hand-offs that went to a
+//! woken waiter; the rest went to a contender that took the lock with a try of its own.
+//!
+//! ```text
+//! cargo run --release --example bench --features tracing -- --cell handoff-path --concurrency 6 --hold-ms 0,10
+//! ```
+//!
 //! Add `--json` for one JSON object per line; every line but the `loop` lines carries a
 //! `"cell"` field.
 
@@ -422,6 +440,9 @@ mod dlock_cells;
 mod election_cells;
 #[path = "support/engine_cells.rs"]
 mod engine_cells;
+#[cfg(feature = "tracing")]
+#[path = "support/handoff_cells.rs"]
+mod handoff_cells;
 #[cfg(feature = "tokio")]
 #[path = "support/load_cells.rs"]
 mod load_cells;
@@ -549,6 +570,8 @@ enum CellKind {
     Election,
     /// How soon a holder is told that its lock was reset under it.
     LossNotice,
+    /// A plain lock's hand-off split into its steps (feature `tracing`).
+    HandoffPath,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -684,6 +707,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 unreachable!("parse_args refuses them without the tokio feature")
             }
             CellKind::Semaphore => queue_cells::run_semaphore(&place, &options)?,
+            #[cfg(feature = "tracing")]
+            CellKind::HandoffPath => handoff_cells::run(&place, &options)?,
+            #[cfg(not(feature = "tracing"))]
+            CellKind::HandoffPath => {
+                unreachable!("parse_args refuses it without the tracing feature")
+            }
             CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
             CellKind::Crash
             | CellKind::Overshoot
@@ -1047,10 +1076,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "idle-load" if cfg!(feature = "tokio") => Ok(CellKind::IdleLoad),
                         "idle-load" => Err(rebuild("the idle-load cell", "tokio")),
                         "loss-notice" => Ok(CellKind::LossNotice),
+                        "handoff-path" if cfg!(feature = "tracing") => Ok(CellKind::HandoffPath),
+                        "handoff-path" => Err(rebuild("the handoff-path cell", "tracing")),
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
                              scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
-                             engine-cost, connections, idle-load, election, loss-notice)"
+                             engine-cost, connections, idle-load, election, loss-notice, \
+                             handoff-path)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -1136,6 +1168,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 | IdleLoad
                 | Election
                 | LossNotice
+                | HandoffPath
         )
     };
     if options.cluster && options.cells.iter().any(tail) {

@@ -1048,8 +1048,10 @@
 //!
 //! With the `tracing` feature, each acquire-style call runs in a `redis_lock.acquire` span and
 //! each hold is a `redis_lock.hold` span (from the grant to the release), both with the fields
-//! `name` and `owner`; a loss, a failed renewal and a settled lost reply are `WARN` events. The
-//! `log` lines stay as they are. With both features off, none of this is compiled in.
+//! `name` and `owner`; a loss, a failed renewal and a settled lost reply are `WARN` events. A
+//! plain lock's hand-off marks its steps (the hub's pop, the waiter's wake) with `TRACE`
+//! events of target `redis_lock::handoff` (docs/metrics.md). The `log` lines stay as they
+//! are. With both features off, none of this is compiled in.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {

@@ -109,6 +109,17 @@ pub(crate) fn handoff(label: &Label) {
     let _ = label;
 }
 
+/// A step of a plain lock's hand-off, as a `trace` event of target `redis_lock::handoff`
+/// (`step`: `popped`, the hub's `BLPOP` brought a release's signal, with the try it carried
+/// if any; `woken`, the waiting thread or task runs again with that news), on the thread that
+/// takes it: a subscriber that timestamps them sees where a hand-off's time goes (the bench's
+/// `handoff-path` cell). `key` is the lock's signal list.
+pub(crate) fn handoff_step(step: &'static str, key: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::trace!(target: "redis_lock::handoff", step, key);
+    let _ = (step, key);
+}
+
 /// A lock held, from its grant: its hold time, and its `redis_lock.hold` span, which closes
 /// when this is dropped.
 pub(crate) struct Hold {

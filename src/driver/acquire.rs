@@ -188,6 +188,9 @@ impl<R: Runtime> Inner<R> {
             self.wake(&listening.wake_hub(), wait).await;
         }
         let told = R::mail(&listening.ear.mailbox, Some(until), cancel).await;
+        if told.is_some() {
+            observe::handoff_step("woken", &self.keys.signal);
+        }
         match listening.heard() {
             Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,
             // At its time, or on a cancel, with its try behind the hub's `BLPOP`.

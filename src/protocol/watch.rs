@@ -209,7 +209,9 @@ impl Heard {
     }
 
     /// What the watcher has reported last, once it took every change queued: the last
-    /// change queued, or its own "unknown".
+    /// change queued, or its own "unknown". The model checker's: the driver only takes
+    /// changes.
+    #[cfg(feature = "model")]
     pub fn last(&self) -> Option<&Watched> {
         self.last.as_ref()
     }

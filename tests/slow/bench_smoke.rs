@@ -449,6 +449,41 @@ fn the_loss_notice_cell_times_the_notice_of_a_reset() {
     }
 }
 
+/// The `handoff-path` cell: the library marks a hand-off's steps (the hub's pop, the waiter's
+/// wake) and the cell splits the hand-offs to woken waiters by them.
+#[cfg(feature = "tracing")]
+#[test]
+fn the_handoff_path_cell_splits_the_handoffs_by_the_librarys_steps() {
+    let server = RedisServer::start();
+    let mut bench = bench_on(&server);
+    bench.args([
+        "--cell",
+        "handoff-path",
+        "--concurrency",
+        "6",
+        "--hold-ms",
+        "0",
+        "--seconds",
+        "0.5",
+        "--json",
+    ]);
+    let (stdout, cells) = json_lines(&mut bench);
+    let [cell] = &cells[..] else {
+        panic!("one line: {stdout}")
+    };
+    assert_eq!(cell["cell"], "handoff-path", "{cell}");
+    assert!(cell["acquisitions"].as_u64() > Some(6), "{cell}");
+    // Six contenders for half a second: some hand-offs go to a waiter the hub woke, and each
+    // of their steps was marked.
+    assert!(cell["woken_pct"].as_f64() > Some(0.0), "{cell}");
+    for step in ["release", "pop", "wake", "acquired", "handoff"] {
+        for p in ["p50", "p99"] {
+            let field = format!("{step}_{p}_us");
+            assert!(cell[&field].is_u64(), "{field} in {cell}");
+        }
+    }
+}
+
 #[test]
 fn the_bench_refuses_a_bad_argument() {
     let output = Command::new(example_binary("bench"))

@@ -356,6 +356,9 @@ impl Hub {
             match popped {
                 Ok(Some((key, element))) => {
                     pause = FIRST_PAUSE;
+                    if signals.contains_key(&key) {
+                        crate::observe::handoff_step("popped", &key);
+                    }
                     // A signal of the lock whose try rode behind the `BLPOP` went to that try.
                     if carried.is_none() || !signals.contains_key(&key) {
                         self.deliver(&key, &element, signals.get(&key).copied());
