@@ -54,17 +54,25 @@ impl<R: Runtime> Inner<R> {
         };
         let listener = &mut listening.listener;
         let mut waiting = Waiting::new(wait);
-        // A waiter of this process was just told the lock is free, and its try needs a round
-        // trip more than this one's would: this one queues behind it instead of overtaking it,
-        // keeping the process's waiters in arrival order.
-        let mut tried = if wait != Wait::Never && self.hub.handing_over(&self.keys.signal) {
-            Tried::Busy {
-                owner: None,
-                pttl: Pttl::Forever,
-                at: Instant::now(),
+        // A waiter of this process was just told the lock is free, or waits for the hub to
+        // bring it: this one queues behind it instead of overtaking it, keeping the process's
+        // waiters in arrival order, timed as they are.
+        let behind = (wait != Wait::Never)
+            .then(|| self.hub.behind(&self.keys.signal))
+            .flatten();
+        let mut tried = match behind {
+            Some(timer) => {
+                let at = Instant::now();
+                let pttl = timer.map_or(Pttl::Forever, |t| {
+                    Pttl::Left(t.saturating_duration_since(at))
+                });
+                Tried::Busy {
+                    owner: None,
+                    pttl,
+                    at,
+                }
             }
-        } else {
-            self.try_short(wait, cancel, false).await?
+            None => self.try_short(wait, cancel, false).await?,
         };
         let mut woken = false;
         loop {
@@ -183,7 +191,7 @@ impl<R: Runtime> Inner<R> {
             self.wake(&wake, wait).await;
         }
         listening.block().map_err(Error::Thread)?;
-        if listening.waiting() {
+        if listening.waiting(until) {
             // First again after a try of its own: the hub's `BLPOP` is to carry its try.
             self.wake(&listening.wake_hub(), wait).await;
         }

@@ -61,10 +61,7 @@ async fn a_release_wakes_exactly_one_of_three_waiting_tasks() {
     let waiters: Vec<_> = (0..3)
         .map(|_| spawn_task_waiter(aio::Lock::new(&client, "l").unwrap(), secs(4)))
         .collect();
-    eventually(BLOCK_LIMIT, "the three waiters' first tries", || {
-        tries_run(&server) >= tries_before + 3
-    });
-    server.until_blocked(1, BLOCK_LIMIT, || false);
+    server.until_in_line(1, tries_before, BLOCK_LIMIT, || false);
     holder.release().await.unwrap();
     let mut took = 0;
     for waiter in waiters {
@@ -135,9 +132,8 @@ async fn assert_waits_are_shared(names: usize, per_name: usize) {
             })
         })
         .collect();
-    eventually(BLOCK_LIMIT, format!("{tasks} tasks' first tries"), || {
-        tries_run(&server) >= tries_before + tasks as u64
-    });
+    // The first task of each name tries; the others join the line behind it.
+    server.until_in_line(names as u64, tries_before, BLOCK_LIMIT, || false);
     server.until_blocked(1, BLOCK_LIMIT, || false);
     let list = client_list(&server);
     println!(

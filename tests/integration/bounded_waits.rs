@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{CancelToken, Election, Error, Lock, RwLock, Semaphore};
 
-use crate::support::{ms, secs, ChildProcess, RedisServer};
+use crate::support::{ms, secs, tries_run, ChildProcess, RedisServer};
 
 /// How late past the holder's expiry the waiter behind may be served.
 const ON_TIME: Duration = Duration::from_millis(50);
@@ -223,6 +223,18 @@ fn assert_on_time(kind: Kind, how: &str, served: Option<u64>, expiry: u64) {
     );
 }
 
+/// Asserts that the first waiter (of `what`) left as `leave` says: not acquired in time, or
+/// cancelled.
+fn assert_left(what: impl std::fmt::Debug, leave: Leave, left: &Result<bool, Error>) {
+    assert!(
+        matches!(
+            (left, leave),
+            (Ok(false), Leave::Timeout) | (Err(Error::Cancelled { .. }), Leave::Cancel)
+        ),
+        "{what:?}: the first waiter came out {left:?}"
+    );
+}
+
 /// Runs `f` on a thread of its own: its outcome comes on the channel.
 fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::Receiver<T> {
     let (tx, rx) = mpsc::channel();
@@ -282,14 +294,7 @@ fn second_waiter_of_a_process_is_served_at_the_expiry(kind: Kind, leave: Leave) 
         thread::sleep(ms(200));
         cancel.cancel();
     }
-    let left = first.recv_timeout(NEVER).unwrap();
-    assert!(
-        matches!(
-            (&left, leave),
-            (Ok(false), Leave::Timeout) | (Err(Error::Cancelled { .. }), Leave::Cancel)
-        ),
-        "{kind:?}: the first waiter came out {left:?}"
-    );
+    assert_left(kind, leave, &first.recv_timeout(NEVER).unwrap());
     thread::sleep(ms(100));
     holder.signal("KILL");
     assert_on_time(kind, &format!("{leave:?}"), outcome(kind, &second), expiry);
@@ -306,6 +311,60 @@ fn a_second_waiter_of_the_process_is_served_at_the_expiry_after_the_first_times_
 fn a_second_waiter_of_the_process_is_served_at_the_expiry_after_the_first_is_cancelled() {
     for kind in KINDS {
         second_waiter_of_a_process_is_served_at_the_expiry(kind, Leave::Cancel);
+    }
+}
+
+/// A plain lock's acquire that finds a waiter of its process waiting on the lock joins the
+/// line behind it without a try of its own, and takes its timer: when that waiter leaves
+/// first, the one behind is still served at the holder's expiry (a holder that crashed
+/// pushes no signal).
+#[test]
+fn a_plain_lock_waiter_that_joined_behind_another_is_served_at_the_expiry_after_it_leaves() {
+    for leave in [Leave::Timeout, Leave::Cancel] {
+        let server = RedisServer::start();
+        let client = server.client();
+        let name = format!("plain-{leave:?}");
+        let mut conn = server.conn();
+        // The holder, of another process, crashed: its key expires, and nobody signals.
+        let lease_ms = HOLDER_LEASE.as_millis() as u64;
+        let expiry = server_ms(&mut conn) + lease_ms;
+        let () = redis::cmd("SET")
+            .arg(format!("lock:{name}"))
+            .arg("crashed")
+            .arg("PX")
+            .arg(lease_ms)
+            .query(&mut conn)
+            .unwrap();
+        let cancel = CancelToken::new();
+        let first = Lock::builder(&client, &name)
+            .cancel_token(cancel.clone())
+            .build()
+            .unwrap();
+        let since = tries_run(&server);
+        let first = spawn(move || match leave {
+            Leave::Timeout => first.acquire_timeout(ms(400)),
+            _ => first.acquire().map(|()| true),
+        });
+        server.until_waiting(1, since, secs(5), || false);
+        let second = Lock::new(&client, &name).unwrap();
+        let second = spawn(move || {
+            second.acquire()?;
+            Ok::<_, Error>(server_ms(&mut conn))
+        });
+        thread::sleep(ms(200));
+        if matches!(leave, Leave::Cancel) {
+            cancel.cancel();
+        }
+        assert_left("a plain lock", leave, &first.recv_timeout(NEVER).unwrap());
+        let served = (second.recv_timeout(NEVER))
+            .unwrap_or_else(|_| panic!("{leave:?}: the waiter behind still waits after {NEVER:?}"))
+            .unwrap_or_else(|e| panic!("{leave:?}: the waiter behind failed: {e}"));
+        let late = served.saturating_sub(expiry);
+        assert!(
+            late <= ON_TIME.as_millis() as u64,
+            "first waiter left by {leave:?}: the plain lock's waiter behind was served {late} ms \
+             after the holder's expiry"
+        );
     }
 }
 

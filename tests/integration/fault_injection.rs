@@ -252,7 +252,7 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
             })
         })
         .collect();
-    server.until_waiting(4, since, secs(30), || {
+    server.until_in_line(1, since, secs(30), || {
         waiters.iter().any(|w| w.is_finished())
     });
     server.restart_after(secs(1));

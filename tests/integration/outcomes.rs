@@ -243,7 +243,7 @@ fn a_cancelled_wait_leaves_no_lock_and_passes_its_wakeup_on() {
         server.until_waiting(1, since, secs(10), || first.is_finished());
         let waiting = Arc::clone(&patient);
         let second = thread::spawn(move || waiting.acquire_timeout(secs(20)));
-        server.until_waiting(2, since, secs(10), || second.is_finished());
+        server.until_in_line(1, since, secs(10), || second.is_finished());
         token.cancel();
         thread::sleep(ms(delay_ms));
         holder.release().unwrap();

@@ -112,7 +112,7 @@ fn a_release_wakes_exactly_one_waiter() {
             })
         })
         .collect();
-    server.until_waiting(3, since, BLOCK_LIMIT, || false);
+    server.until_in_line(1, since, BLOCK_LIMIT, || false);
     holder.release().unwrap();
     let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
     assert_eq!(results.iter().filter(|(got, _)| *got).count(), 1);
@@ -259,7 +259,7 @@ fn threads_waiting_on_many_names_share_one_waiting_connection() {
             })
         })
         .collect();
-    server.until_waiting(THREADS as u64, since, BLOCK_LIMIT, || false);
+    server.until_in_line(NAMES as u64, since, BLOCK_LIMIT, || false);
     assert_eq!(server.blocked_clients(), 1, "one BLPOP for every name");
     for holder in &holders {
         holder.release().unwrap();

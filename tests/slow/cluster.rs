@@ -142,7 +142,7 @@ fn waiters_of_a_killed_primary_each_take_the_lock_once_its_replica_took_over() {
             // Their process's one waiting connection to the primary blocks for them all.
             cluster
                 .node(port)
-                .until_waiting(WAITERS as u64, since, BLOCK_LIMIT, || false);
+                .until_in_line(1, since, BLOCK_LIMIT, || false);
             cluster.kill_primary_and_wait_failover(port);
             for waiter in waiters {
                 match waiter.join().unwrap() {

@@ -45,6 +45,10 @@ pub(crate) struct Ear {
     /// Its owner-checked release, to give back what a carried try took for a waiter gone.
     pub(super) gives_back: Request,
     pub(super) carry: Mutex<Carry>,
+    /// When it last went to sleep, until when it sleeps by itself: the holder's expiry its
+    /// last try read, or sooner (its deadline). An acquire that joins the line behind it
+    /// without a try of its own takes that timer ([`Hub::behind`]).
+    timer: Mutex<Option<Instant>>,
 }
 
 /// Where a waiter's try is. A try is never sent twice at once: the hub carries one only for a
@@ -103,10 +107,12 @@ impl Listener {
         self.hub.start()
     }
 
-    /// It waits for its mail now: the hub may carry its try meanwhile. True when the hub
-    /// should be woken to carry it: it is first, and the `BLPOP` in flight carries nobody's.
-    pub(crate) fn waiting(&self) -> bool {
+    /// It waits for its mail now, by itself until `until`: the hub may carry its try
+    /// meanwhile. True when the hub should be woken to carry it: it is first, and the `BLPOP`
+    /// in flight carries nobody's.
+    pub(crate) fn waiting(&self, until: Instant) -> bool {
         let state = self.hub.state.lock();
+        *self.ear.timer.lock() = Some(until);
         {
             let mut carry = self.ear.carry.lock();
             if matches!(*carry, Carry::OnItsOwn | Carry::Settled) {
@@ -265,6 +271,7 @@ impl Hub {
             tries_as,
             gives_back,
             carry: Mutex::new(Carry::OnItsOwn),
+            timer: Mutex::new(None),
         });
         let mut state = self.state.lock();
         state.arrivals += 1;
@@ -288,15 +295,34 @@ impl Hub {
         }
     }
 
-    /// Whether a waiter of the plain lock `signal` here was told of a signal and has not
-    /// tried yet, or its try is on its way: the lock is being handed over to it.
-    pub(crate) fn handing_over(&self, signal: &str) -> bool {
+    /// Whether an acquire of the plain lock `signal` should join this process's waiters
+    /// there without a try of its own, and if so until when it may sleep by itself (`None`:
+    /// until told). It should when a waiter here was told of a signal and has not tried yet,
+    /// or its try is on its way (the lock is being handed over to it), or when one waits for
+    /// the hub to bring the next signal or carry its try: a try of its own would either find
+    /// the lock held or take it past them, and leave the release's signal for their next
+    /// try to find the lock held. It sleeps no longer than the soonest of their timers, the
+    /// holder's expiry they read, so that it is timed as they are even if they all leave.
+    pub(crate) fn behind(&self, signal: &str) -> Option<Option<Instant>> {
         let state = self.state.lock();
-        state.signals.get(signal).is_some_and(|signal| {
-            (signal.seats.values()).any(|e| {
-                e.mailbox.is_told() || e.mailbox.trying.load(std::sync::atomic::Ordering::SeqCst)
-            })
-        })
+        let seats = state.signals.get(signal)?.seats.values();
+        let (mut handing_over, mut timer) = (false, None::<Instant>);
+        for ear in seats {
+            let told = ear.mailbox.is_told()
+                || ear.mailbox.trying.load(std::sync::atomic::Ordering::SeqCst);
+            let waits = matches!(*ear.carry.lock(), Carry::Waiting | Carry::Carried { .. });
+            handing_over |= told;
+            if let Some(at) = *ear.timer.lock()
+                && (told || waits)
+            {
+                timer = Some(timer.map_or(at, |t| t.min(at)));
+            }
+        }
+        match (handing_over, timer) {
+            (true, timer) => Some(timer),
+            (false, Some(timer)) => Some(Some(timer)),
+            (false, None) => None,
+        }
     }
 
     /// When the thread blocks on the signal list `signal` though no waiter of it is left here

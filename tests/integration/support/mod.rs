@@ -37,6 +37,7 @@ pub use random::{now_ns, Rng};
 pub use sentinel::{patient, SentinelSet};
 pub use server::{
     debug_command_args, free_port, server_binary, server_version, tries_run, RedisServer, DISKLESS,
+    JOIN_SETTLE,
 };
 
 pub fn ms(n: u64) -> Duration {

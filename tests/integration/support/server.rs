@@ -248,6 +248,22 @@ impl RedisServer {
         });
     }
 
+    /// Waits until `tries` waiters of this process on plain locks have tried (one per lock
+    /// at least: the first) and its waiting connection blocks, then [`JOIN_SETTLE`] for the
+    /// others to take their places: a waiter that finds another of its process waiting on
+    /// its lock joins the line behind it without a try of its own, which the server does not
+    /// see.
+    pub fn until_in_line(
+        &self,
+        tries: u64,
+        since: u64,
+        limit: Duration,
+        gave_up: impl FnMut() -> bool,
+    ) {
+        self.until_waiting(tries, since, limit, gave_up);
+        std::thread::sleep(JOIN_SETTLE);
+    }
+
     /// Waits until at least `n` clients are blocked, or `gave_up()` says there is no point
     /// (a waiter already returned); panics after `limit`.
     pub fn until_blocked(&self, n: u64, limit: Duration, mut gave_up: impl FnMut() -> bool) {
@@ -355,6 +371,10 @@ fn queued(
 }
 
 /// A loopback port that was free a moment ago, and that no server or proxy of this run had.
+/// How long waiters started together are given to join a line without a try of their own
+/// ([`RedisServer::until_in_line`]): a thread's start and a few lock operations, far less.
+pub const JOIN_SETTLE: Duration = Duration::from_millis(200);
+
 pub fn free_port() -> u16 {
     fresh_listener().local_addr().expect("local address").port()
 }
