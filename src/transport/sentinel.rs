@@ -200,6 +200,9 @@ fn listen_to(routed: &Weak<Routed<Primary>>, at: usize) {
             Ok(()) => return,
             Err(e) => log::debug!("cannot hear sentinel {:?}: {e}", sentinel.addr()),
         }
+        // ok: a backoff before subscribing again to a sentinel that is away, on this
+        // listener's own thread; no lock's waiter waits on it (waits are `BLPOP`s on the
+        // primary, each with its own deadline).
         thread::sleep(pause);
         pause = longer(pause);
     }

@@ -318,11 +318,7 @@ impl Hub {
                 timer = Some(timer.map_or(at, |t| t.min(at)));
             }
         }
-        match (handing_over, timer) {
-            (true, timer) => Some(timer),
-            (false, Some(timer)) => Some(Some(timer)),
-            (false, None) => None,
-        }
+        (handing_over || timer.is_some()).then_some(timer)
     }
 
     /// When the thread blocks on the signal list `signal` though no waiter of it is left here
