@@ -21,6 +21,8 @@
 //! cargo run --release --example bench -- --impl ours,ours-fair [..]
 //! cargo run --release --example bench -- --cell engine-cost [--holders 0,100,1000,10000]
 //!     [--waiters 10000] [--seconds S] [--json]
+//! cargo run --release --example bench -- --cell engine-instructions [--cycles 300]
+//!     [--acquisitions 400] [--permits 4] [--concurrency 8] [--json]
 //! cargo run --release --example bench --features tokio -- --cell connections
 //!     [--load async-semaphore,blocking-threads,mixed-100-names] [--load-scale F] [--json]
 //! cargo run --release --example bench --features tokio -- --cell idle-load [--waiters 700]
@@ -159,6 +161,47 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- --cell engine-cost
+//! ```
+//!
+//! # `engine-instructions` cell: the server's instructions per queue hand-off
+//!
+//! Time moves with the machine's other load; instructions do not. The cell
+//! (`support/instruction_cells.rs`) starts a `redis-server` of its own (the one on PATH, as
+//! the private servers; on a free loopback port, `--save "" --appendonly no`, and `--hz 1` so
+//! that serverCron's own instructions stay low) under `valgrind --tool=callgrind
+//! --callgrind-out-file=<fresh temp folder>/cg.%p`, waits until it answers `PING` (valgrind
+//! takes seconds to start), and stops it and removes the folder at the end, also on an error
+//! (not on a signal such as Ctrl-C). It needs valgrind (`sudo apt-get install -y valgrind`),
+//! and takes no `--url`, `--cluster` or `--quorum`. Per phase: `INFO commandstats`,
+//! `callgrind_control -z <pid>` (zero), the phase, `callgrind_control -d <pid>` (dump), the
+//! dump's `Ir` total (its `summary:` line, else `totals:`: every thread of the server, from
+//! the zero to the dump) and `INFO commandstats` again. The phases, in this order, through
+//! the library's public API (handles as the `semaphore` cell builds them, with a 60 s I/O
+//! timeout and a 2 s heartbeat, since callgrind slows the server about 20–50 times and, at
+//! `--hz 1`, an idle server fires a `BLPOP` timeout up to 1 s late):
+//!
+//! - `uncontended`: one handle, `--cycles` K (default 300) × acquire one of `--permits`
+//!   (default 4) → release, after one untimed cycle that loads the scripts;
+//! - `contended` (per `--concurrency` C, default 8): C threads, each with a handle of its own
+//!   on one semaphore of `--permits`, loop acquire → release (hold 0) until `--acquisitions`
+//!   (default 400) in all (each finishes the acquire it is in: `units` is the real count),
+//!   after 5 untimed turns each;
+//! - `plain-lock`: one plain `Lock` (10 s expiry), K × acquire → release, for scale;
+//! - `idle`: nothing, for as long as the first `contended` phase took: the server's own
+//!   background (serverCron);
+//! - `idle-waiter`: the same time with one waiter queued on a held one-permit semaphore: its
+//!   process's hub in `BLPOP` and its heartbeats.
+//!
+//! Each line has the raw `ir`, `seconds`, the calls of `evalsha` and `eval` (the hub's
+//! heartbeat is sent as `EVAL`), `blpop` and `other` (every other command, including the
+//! commands the scripts run, which Redis 7 counts; not the cell's own `INFO`), all the calls
+//! by command in `--json`'s `calls`, and per `unit` (`cycle`, `acquisition` or `second`):
+//! `ir_per_unit`, `scripts_per_unit` (`EVALSHA` + `EVAL`), `blpops_per_unit`, `ir_per_script`
+//! and `per_uncontended` (`ir_per_unit` ÷ the uncontended cycle's). Nothing is subtracted:
+//! the background a phase shares with `idle` is in its figures. The cell takes minutes.
+//!
+//! ```text
+//! cargo run --release --example bench -- --cell engine-instructions
 //! ```
 //!
 //! # `connections` and `idle-load` cells: what waiting costs the server (feature `tokio`)
@@ -443,6 +486,8 @@ mod engine_cells;
 #[cfg(feature = "tracing")]
 #[path = "support/handoff_cells.rs"]
 mod handoff_cells;
+#[path = "support/instruction_cells.rs"]
+mod instruction_cells;
 #[cfg(feature = "tokio")]
 #[path = "support/load_cells.rs"]
 mod load_cells;
@@ -529,6 +574,10 @@ struct Options {
     /// waiters too. `None`: each cell's default (`engine-cost` 10000, `idle-load` 700).
     holders: Vec<u64>,
     waiters: Option<Vec<u64>>,
+    /// The `engine-instructions` cell's cycles per uncontended phase, and acquisitions per
+    /// contended phase.
+    cycles: u64,
+    acquisitions: u64,
     /// The `connections` cell's loads, and what their sizes are multiplied by.
     #[cfg(feature = "tokio")]
     loads: Vec<load_cells::Load>,
@@ -562,6 +611,8 @@ enum CellKind {
     Fifo,
     /// A queue-engine script's server time, with many holders or waiters.
     EngineCost,
+    /// The server's instructions per hand-off, counted by callgrind on a server of its own.
+    EngineInstructions,
     /// The server connections of many waiters in one process (feature `tokio`).
     Connections,
     /// The commands idle waiters cost the server (feature `tokio`).
@@ -669,6 +720,14 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = parse_args(std::env::args().skip(1))?;
+    // That cell starts a server of its own: alone, it needs no other, nor the warm-up.
+    if options
+        .cells
+        .iter()
+        .all(|&kind| kind == CellKind::EngineInstructions)
+    {
+        return instruction_cells::run(&options);
+    }
     // The servers the bench started: they stop when these are dropped, at the end of this
     // function, also on an error.
     let (place, _private, _deployment) = if let Some(n) = options.quorum {
@@ -714,6 +773,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 unreachable!("parse_args refuses it without the tracing feature")
             }
             CellKind::RwLock => queue_cells::run_rwlock(&place, &options)?,
+            CellKind::EngineInstructions => instruction_cells::run(&options)?,
             CellKind::Crash
             | CellKind::Overshoot
             | CellKind::PermitCrash
@@ -992,6 +1052,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         writers: 2,
         holders: vec![0, 100, 1000, 10_000],
         waiters: None,
+        cycles: 300,
+        acquisitions: 400,
         #[cfg(feature = "tokio")]
         loads: load_cells::Load::ALL.to_vec(),
         #[cfg(feature = "tokio")]
@@ -1070,6 +1132,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "dead-waiter" => Ok(CellKind::DeadWaiter),
                         "fifo" => Ok(CellKind::Fifo),
                         "engine-cost" => Ok(CellKind::EngineCost),
+                        "engine-instructions" => Ok(CellKind::EngineInstructions),
                         "election" => Ok(CellKind::Election),
                         "connections" if cfg!(feature = "tokio") => Ok(CellKind::Connections),
                         "connections" => Err(rebuild("the connections cell", "tokio")),
@@ -1081,8 +1144,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         other => Err(format!(
                             "--cell: unknown {other:?} (loop, names, wait1, crash, overshoot, \
                              scale, semaphore, rwlock, permit-crash, dead-waiter, fifo, \
-                             engine-cost, connections, idle-load, election, loss-notice, \
-                             handoff-path)"
+                             engine-cost, engine-instructions, connections, idle-load, \
+                             election, loss-notice, handoff-path)"
                         )),
                     })
                     .collect::<Result<_, _>>()?
@@ -1116,6 +1179,20 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             }
             "--holders" => options.holders = list(&value()?, "--holders")?,
             "--waiters" => options.waiters = Some(list(&value()?, "--waiters")?),
+            "--cycles" => {
+                options.cycles = value()?.parse().map_err(|e| format!("--cycles: {e}"))?;
+                if options.cycles == 0 {
+                    return Err("--cycles must be at least 1".into());
+                }
+            }
+            "--acquisitions" => {
+                options.acquisitions = value()?
+                    .parse()
+                    .map_err(|e| format!("--acquisitions: {e}"))?;
+                if options.acquisitions == 0 {
+                    return Err("--acquisitions must be at least 1".into());
+                }
+            }
             #[cfg(feature = "tokio")]
             "--load" => {
                 options.loads = value()?
@@ -1164,6 +1241,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 | DeadWaiter
                 | Fifo
                 | EngineCost
+                | EngineInstructions
                 | Connections
                 | IdleLoad
                 | Election
