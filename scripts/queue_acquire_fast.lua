@@ -1,12 +1,13 @@
 -- queue_acquire's fast part (its arguments and replies are queue_acquire.lua's): an id that
--- neither holds nor waits asks while nobody waits and the kept count is current. It is
--- granted when its units fit (expired holders stay counted until the engine purges them), and
--- a try is refused when they do not and no lease has run out; so is a try behind a live
--- waiter at the head whose units do not fit. Any other case, and any read that fails (a
--- corrupt key is the engine's to report), goes on to the engine with nothing written: what
--- this part skips is only the engine's tidying (purges of expired holders and lapsed
--- heartbeats), which the next script that needs it does. It checks what the engine checks,
--- in as few string operations as it can, since each costs about as much as a command.
+-- neither holds nor waits asks while the kept count is current. It is granted when its units
+-- fit and nobody waits (expired holders stay counted until the engine purges them), and a
+-- try is refused when they do not and no lease has run out; behind a live waiter at the
+-- head whose units do not fit, a try is refused and a wait joins the line, since the
+-- engine's grant pass would grant nobody. Any other case, and any read that fails (a corrupt
+-- key is the engine's to report), goes on to the engine with nothing written: what this part
+-- skips is only the engine's tidying (purges of expired holders and lapsed heartbeats), which
+-- the next script that needs it does. It checks what the engine checks, in as few string
+-- operations as it can, since each costs about as much as a command.
 repeat
     local id, mode = ARGV[1], ARGV[6]
     -- Whole numbers of at most 15 digits (exact in Lua's doubles); the units and the lapse
@@ -23,13 +24,16 @@ repeat
         break
     end
     local waiting = redis.pcall("zcard", KEYS[3])
-    if type(waiting) ~= "number" or (waiting > 0 and mode == "wait") then
+    if type(waiting) ~= "number" then
         break
     end
-    -- A "known" process that lapsed is told so before anything is granted.
-    if mode == "wait" and ARGV[7] == "known" and process(id) ~= id then
-        local beat = redis.pcall("zscore", KEYS[4], process(id))
-        if type(beat) ~= "string" or tonumber(beat) <= NOW then
+    -- Its process's heartbeat: a "known" process that lapsed is told so before anything is
+    -- granted, and one that joins after its process lapsed is the engine's, which purges it.
+    local of, mine = process(id), false
+    if mode == "wait" and of ~= id and (ARGV[7] == "known" or waiting > 0) then
+        mine = redis.pcall("zscore", KEYS[4], of)
+        if type(mine) == "table" or (mine or ARGV[7] == "known")
+            and tonumber(mine or 0) <= NOW then
             break
         end
     end
@@ -63,7 +67,8 @@ repeat
             break
         end
         local head = redis.call("zrange", KEYS[3], 0, 0)[1]
-        local beat = redis.pcall("zscore", KEYS[4], process(head))
+        -- A process's heartbeat is read once.
+        local beat = process(head) == of and mine or redis.pcall("zscore", KEYS[4], process(head))
         local wants = redis.pcall("hget", KEYS[5], head)
         if type(beat) ~= "string" or tonumber(beat) <= NOW or type(wants) ~= "string" then
             break
@@ -72,7 +77,42 @@ repeat
         if not needs or #needs > 15 or #lasts > 15 or used + tonumber(needs) <= capacity then
             break
         end
-        return {0, 0, 0}
+        if mode == "try" then
+            return {0, 0, 0}
+        end
+        -- An older version's waiter (its own process) has a signal list to empty: the engine's.
+        if of == id then
+            break
+        end
+        -- It joins behind the tail, timed by the tail's lapse when the tail is of another
+        -- process (its own process times it); a tail that lapsed is the engine's to pass over.
+        local tail, event = head, beat
+        if waiting > 1 then
+            tail = redis.call("zrange", KEYS[3], -1, -1)[1]
+            event = process(tail) == process(head) and beat
+                or redis.pcall("zscore", KEYS[4], process(tail))
+        end
+        if process(tail) == of then
+            event = mine
+        end
+        local tickets = redis.pcall("get", KEYS[6])
+        if type(event) ~= "string" or tonumber(event) <= NOW or tickets
+            and (type(tickets) ~= "string" or #tickets > 15 or not string.find(tickets, "^%d+$")) then
+            break
+        end
+        local ticket = redis.call("incr", KEYS[6])
+        redis.call("zadd", KEYS[3], ticket, id)
+        redis.call("hset", KEYS[5], id, ARGV[2] .. ":" .. string.format("%.0f", lease))
+        local lapse = tonumber(ARGV[5])
+        redis.call("zadd", KEYS[4], "gt", string.format("%.0f", NOW + lapse), of)
+        if redis.call("pttl", KEYS[4]) < lapse then
+            redis.call("pexpire", KEYS[4], ARGV[5])
+        end
+        local next = -1
+        if process(tail) ~= of then
+            next = math.max(1, tonumber(event) - NOW)
+        end
+        return {0, redis.call("zrank", KEYS[3], id) + 1, next, ticket}
     end
     if not fits then
         if mode == "try" then

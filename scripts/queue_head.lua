@@ -1,7 +1,8 @@
 -- The fair queue engine's head: every queue_*.lua script but queue_beat starts with it (the
 -- client sends the texts joined, since a script cannot load another). Then comes the
 -- script's fast part when it has one (queue_acquire_fast, queue_release_fast: its common case
--- in the fewest commands), then the engine (queue_engine.lua), then the script's own part.
+-- in the fewest commands), then the engine (queue_reads.lua, queue_engine.lua), then the
+-- script's own part.
 -- The fast part comes before the engine so that a call it answers does not create the
 -- engine's tables and closures; whatever it does not answer it leaves to the engine with
 -- nothing written.

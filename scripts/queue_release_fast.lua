@@ -1,10 +1,14 @@
 -- queue_release's fast part (its arguments and replies are queue_release.lua's): a holder
--- whose lease has not run out gives back its units while nobody waits, in a few commands.
--- Any other case (a waiter leaving, a lease run out, a kept count that is not current while
--- other holders stay), and any read that fails (a corrupt key is the engine's to report),
--- goes on to the engine with nothing written, and so does a release that finds an expired
--- holder, which the engine purges. It checks what the engine checks, in as few
--- string operations as it can, since each costs about as much as a command.
+-- whose lease has not run out gives back its units in a few commands, and when somebody
+-- waits, hands them to the head of the line, which the engine's grant pass would grant and
+-- no one behind it. Any other case (a waiter leaving, a lease run out, a kept count that is
+-- not current, a head that lapsed, that leaves room for the next, or whose lease ends before
+-- its lapse, an older version's waiter), and any read that fails (a corrupt key is the
+-- engine's to report), goes on to the engine with nothing written, and so does a release
+-- that finds an expired holder, which the engine purges. What this part skips is only the
+-- engine's tidying of lapsed heartbeats, which the next script that needs it does. It checks
+-- what the engine checks, in as few string operations as it can, since each costs about as
+-- much as a command.
 repeat
     local id = ARGV[1]
     -- The capacity: a whole number from 1, of at most 15 digits.
@@ -12,7 +16,7 @@ repeat
         break
     end
     local waiting = redis.pcall("zcard", KEYS[3])
-    if waiting ~= 0 then
+    if type(waiting) ~= "number" then
         break
     end
     -- Two expiries of as many digits compare as texts, which spares parsing one.
@@ -30,7 +34,7 @@ repeat
         break
     end
     local size = redis.call("zcard", KEYS[1])
-    if size == 1 then
+    if size == 1 and waiting == 0 then
         -- The last holder: nothing is left to count, and no key is left behind.
         redis.call("del", KEYS[1], KEYS[2], KEYS[9])
     elseif redis.call("zrangebyscore", KEYS[1], "-inf", AT)[1] then
@@ -44,10 +48,68 @@ repeat
         if not used then
             break
         end
-        redis.call("zrem", KEYS[1], id)
-        redis.call("hdel", KEYS[2], id)
-        redis.call("set", KEYS[9],
-            string.format("%.0f:%s:%.0f", used - tonumber(units), fence, size - 1))
+        used = used - tonumber(units)
+        -- The head of the line, granted when the units given back let it in.
+        local head, beat, needs, claim
+        if waiting > 0 then
+            head = redis.call("zrange", KEYS[3], 0, 0)[1]
+            if process(head) == head then
+                break
+            end
+            beat = redis.pcall("zscore", KEYS[4], process(head))
+            local wants = redis.pcall("hget", KEYS[5], head)
+            if type(beat) ~= "string" or type(wants) ~= "string" then
+                break
+            end
+            local lasts
+            needs, lasts = string.match(wants, "^([1-9]%d*):(%d+)$")
+            if not needs or #needs > 15 or #lasts > 15 then
+                break
+            end
+            beat, lasts = tonumber(beat), tonumber(lasts)
+            local after = used + tonumber(needs)
+            local capacity = tonumber(ARGV[2])
+            if beat <= NOW or after < capacity and waiting > 1
+                or after <= capacity and lasts > 0 and NOW + lasts < beat then
+                -- A lapsed head, room for the one behind it, a lease that ends before its
+                -- lapse (whose waiter behind is woken): the engine's.
+                break
+            end
+            if after > capacity then
+                head = nil
+            else
+                -- Held until the head's lapse unless it claims it (its lease outlasts that).
+                claim = string.format("%.0f", beat)
+            end
+        end
+        if head then
+            local text = string.format("%.0f", tonumber(fence) + 1)
+            local inbox = KEYS[8] .. process(head)
+            -- The inbox is written without a read: first, so that one of another type stops
+            -- this part before anything is written.
+            if type(redis.pcall("lpush", inbox, text .. ":" .. claim .. ":" .. head)) == "table" then
+                break
+            end
+            redis.call("pexpire", inbox, string.format("%.0f", math.max(1, beat - NOW)))
+            redis.call("zrem", KEYS[3], head)
+            redis.call("hdel", KEYS[5], head)
+            if waiting == 1 then
+                redis.call("del", KEYS[6])
+            end
+            redis.call("incr", KEYS[7])
+            redis.call("zrem", KEYS[1], id)
+            redis.call("hdel", KEYS[2], id)
+            redis.call("zadd", KEYS[1], claim, head)
+            redis.call("hset", KEYS[2], head, needs .. ":" .. text)
+            redis.call("set", KEYS[9],
+                string.format("%.0f:%s:%.0f", used + tonumber(needs), text, size))
+        elseif size == 1 then
+            redis.call("del", KEYS[1], KEYS[2], KEYS[9])
+        else
+            redis.call("zrem", KEYS[1], id)
+            redis.call("hdel", KEYS[2], id)
+            redis.call("set", KEYS[9], string.format("%.0f:%s:%.0f", used, fence, size - 1))
+        end
     end
     -- Only an id that is its own process (an older version's) has a signal list of its own:
     -- a waiter of a process finds its grants in the process's inbox.

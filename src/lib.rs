@@ -640,8 +640,9 @@
 //! of the other name (`x`): leave them. Names without a tag of their own keep their keys.
 //!
 //! The scripts (`scripts/queue_*.lua`, each sent after `queue_head.lua` and, but for
-//! `queue_reset_all`, `queue_engine.lua`, their shared parts; `queue_acquire` and
-//! `queue_release` answer their uncontended case in a fast part before the engine):
+//! `queue_reset_all`, `queue_reads.lua` and `queue_engine.lua`, their shared parts, of which
+//! `queue_extend` takes only the reads; `queue_acquire` and `queue_release` answer their
+//! common cases, a hand-off to the head of the line too, in a fast part before the engine):
 //! `queue_acquire` (take, join the queue, or heartbeat), `queue_release` (give back, or leave
 //! the queue), `queue_extend` (renew a lease), `queue_shrink` (a read-write lock's downgrade),
 //! `queue_reset` (an operator's reset of one holder or all) and `queue_state` (a holder's
@@ -1129,7 +1130,7 @@
 //! and shows an operation that then fails):
 //!
 //! ```text
-//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* ~election:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|kill +info
+//! ACL SETUSER locker on >password resetkeys ~lock:* ~lock-signal:* ~lock-fence:* ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* ~election:* resetchannels -@all +set +get +pttl +blpop +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +lpop +type +time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id +client|kill +info
 //! ```
 //!
 //! - `~semaphore:* ~fair-lock:* ~rwlock:* ~election:*` and `+time +zadd +zrem +zrange
@@ -1144,6 +1145,10 @@
 //! - `+info` reads the server's eviction policy (see
 //!   [Servers that evict keys](#servers-that-evict-keys)); without it the lock works, and
 //!   says nothing of eviction.
+//! - `+lpop` takes, in the round trip of the waiting connection's `BLPOP`, the other grants
+//!   already in the process's inbox of a semaphore, fair lock, read-write lock or election,
+//!   so that several released at once reach their waiters together. Without it they still
+//!   do, one `BLPOP` each.
 //! - `~lock-hub:*` is the list each process's waiting connection always listens on (see
 //!   [One waiting connection per process](#one-waiting-connection-per-process)): a waiter on a
 //!   new name pushes there so that it listens on that name too.

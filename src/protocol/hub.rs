@@ -262,10 +262,19 @@ impl<K: Clone> Hub<K> {
         (self.names.get(inbox)).is_some_and(|n| n.epoch != epoch)
     }
 
-    /// An ask of a waiter seated in `epoch` found it waiting: the process has joined.
-    pub fn joined(&mut self, inbox: &str, epoch: u64) {
+    /// An ask of a waiter seated in `epoch` found it waiting at `now`: the process has
+    /// joined. Until a heartbeat has read the server's clock, a grant comes undated and costs
+    /// its waiter another ask ([`QueueWait::popped`]), so the first heartbeat is due now, not
+    /// half a lapse window after the first seat.
+    ///
+    /// [`QueueWait::popped`]: crate::protocol::queue::QueueWait::popped
+    pub fn joined(&mut self, inbox: &str, epoch: u64, now: Instant) {
+        let undated = self.clock.is_none();
         if let Some(name) = self.names.get_mut(inbox).filter(|n| n.epoch == epoch) {
             name.joined = true;
+            if undated {
+                name.beat_due = name.beat_due.min(now);
+            }
         }
     }
 
@@ -484,12 +493,28 @@ mod tests {
         // Not joined yet: a heartbeat found gone proves nothing.
         hub.beaten("q", t0, Ok(None), t0 + LAPSE / 2);
         assert!(!hub.stale("q", epoch) && told(&mut hub).is_empty());
-        hub.joined("q", epoch);
+        hub.joined("q", epoch, t0);
         assert!(hub.known("q", epoch));
         hub.beaten("q", t0, Ok(None), t0 + LAPSE);
         assert!(hub.stale("q", epoch) && !hub.known("q", epoch + 1));
         assert_eq!(told(&mut hub), [("a".to_owned(), Told::AskAgain)]);
         assert_eq!(hub.rejoin("q", "a", t0 + LAPSE), Some(epoch + 1));
+    }
+
+    #[test]
+    fn the_first_heartbeat_is_due_once_the_process_joins_so_that_its_grants_are_dated() {
+        let t0 = Instant::now();
+        let mut hub = Hub::default();
+        let epoch = hub.seat("q", &(), "a", LAPSE, t0);
+        assert_eq!(hub.next_beat(), Some(t0 + LAPSE / 2));
+        let t1 = t0 + Duration::from_millis(5);
+        hub.joined("q", epoch, t1);
+        assert_eq!(hub.next_beat(), Some(t1));
+        // Once a heartbeat has read the server's clock, a join moves nothing.
+        hub.beaten("q", t1, Ok(Some(1_000)), t1);
+        hub.seat("q", &(), "b", LAPSE, t1);
+        hub.joined("q", epoch, t1 + Duration::from_millis(1));
+        assert_eq!(hub.next_beat(), Some(t1 + LAPSE / 2));
     }
 
     #[test]
@@ -521,7 +546,7 @@ mod tests {
         let mut hub = Hub::default();
         hub.seat("q", &(), "a", LAPSE, t0);
         hub.beaten("q", t0, Ok(Some(1_000)), t0);
-        hub.joined("q", 0);
+        hub.joined("q", 0, t0);
         // Its process lapsed; a grant to its stale entry was pushed before it left the line
         // (which gave the grant back) and joined again, under the same id.
         hub.beaten("q", t0, Ok(None), t0);

@@ -113,6 +113,12 @@ impl Request {
         }
     }
 
+    /// The request followed, in the same pipeline, by `cmds`, whose replies come last.
+    pub(crate) fn then(mut self, cmds: impl IntoIterator<Item = Cmd>) -> Self {
+        self.cmds.extend(cmds);
+        self
+    }
+
     /// Commands that do no more when run twice (reads, plain overwrites).
     pub(crate) fn repeatable(cmds: Vec<Cmd>) -> Self {
         Request::new(cmds, true)

@@ -64,9 +64,10 @@ pub(crate) static QUEUE_BEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/queue_beat.lua")));
 
 /// A fair queue engine script: the engine's head (keys, clock, number helpers), then the
-/// parts named: a script's fast part when it has one, the engine, the script's own part.
-/// Lua creates a part's closures only when it reaches them, so a call its fast part answers
-/// does not pay for the engine's.
+/// parts named: a script's fast part when it has one, the engine's reads, the engine, the
+/// script's own part. Lua creates a part's closures only when it reaches them, so a call its
+/// fast part answers does not pay for the engine's, and `queue_extend`, which needs only the
+/// reads, never does.
 macro_rules! queue_script {
     ($($part:literal),+) => {
         LazyLock::new(|| {
@@ -79,22 +80,24 @@ macro_rules! queue_script {
 }
 pub(crate) static QUEUE_ACQUIRE: LazyLock<Script> = queue_script!(
     "queue_acquire_fast.lua",
+    "queue_reads.lua",
     "queue_engine.lua",
     "queue_acquire.lua"
 );
 pub(crate) static QUEUE_RELEASE: LazyLock<Script> = queue_script!(
     "queue_release_fast.lua",
+    "queue_reads.lua",
     "queue_engine.lua",
     "queue_release.lua"
 );
 pub(crate) static QUEUE_EXTEND: LazyLock<Script> =
-    queue_script!("queue_engine.lua", "queue_extend.lua");
+    queue_script!("queue_reads.lua", "queue_extend.lua");
 pub(crate) static QUEUE_SHRINK: LazyLock<Script> =
-    queue_script!("queue_engine.lua", "queue_shrink.lua");
+    queue_script!("queue_reads.lua", "queue_engine.lua", "queue_shrink.lua");
 pub(crate) static QUEUE_RESET: LazyLock<Script> =
-    queue_script!("queue_engine.lua", "queue_reset.lua");
+    queue_script!("queue_reads.lua", "queue_engine.lua", "queue_reset.lua");
 pub(crate) static QUEUE_STATE: LazyLock<Script> =
-    queue_script!("queue_engine.lua", "queue_state.lua");
+    queue_script!("queue_reads.lua", "queue_engine.lua", "queue_state.lua");
 pub(crate) static QUEUE_RESET_ALL: LazyLock<Script> = queue_script!("queue_reset_all.lua");
 pub(crate) static ELECTION_ANNOUNCE: LazyLock<Script> =
     queue_script!("election_watchers.lua", "election_announce.lua");

@@ -10,10 +10,12 @@ use redis::{Commands, Value};
 use crate::support::{lasting_keys, ms, server_version, RedisServer};
 
 /// Queue engine script `file` as the client sends it (`src/protocol/scripts.rs`): the head,
-/// the file's fast part when it has one, the engine (but for `queue_reset_all`), the file.
+/// the file's fast part when it has one, the reads and the engine (the reads alone for
+/// `queue_extend`, neither for `queue_reset_all`), the file.
 pub(crate) fn engine_script(file: &str) -> redis::Script {
     let head = include_str!("../../scripts/queue_head.lua");
-    let engine = include_str!("../../scripts/queue_engine.lua");
+    let reads = include_str!("../../scripts/queue_reads.lua");
+    let engine = &format!("{reads}{}", include_str!("../../scripts/queue_engine.lua"));
     let parts = match file {
         "queue_acquire.lua" => [
             include_str!("../../scripts/queue_acquire_fast.lua"),
@@ -25,7 +27,7 @@ pub(crate) fn engine_script(file: &str) -> redis::Script {
             engine,
             include_str!("../../scripts/queue_release.lua"),
         ],
-        "queue_extend.lua" => ["", engine, include_str!("../../scripts/queue_extend.lua")],
+        "queue_extend.lua" => ["", reads, include_str!("../../scripts/queue_extend.lua")],
         "queue_shrink.lua" => ["", engine, include_str!("../../scripts/queue_shrink.lua")],
         "queue_reset.lua" => ["", engine, include_str!("../../scripts/queue_reset.lua")],
         "queue_state.lua" => ["", engine, include_str!("../../scripts/queue_state.lua")],

@@ -14,7 +14,7 @@ use crate::support::{secs, RedisServer};
 /// scripts call, on its three key patterns. (`ACL SETUSER locker` followed by this.)
 pub(crate) const LOCKER_ACL: &str = "on >locker-pw resetkeys ~lock:* ~lock-signal:* ~lock-fence:* \
      ~lock-hub:* ~semaphore:* ~fair-lock:* ~rwlock:* ~election:* resetchannels -@all +set +get +pttl +blpop \
-     +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +type +time +zadd +zrem \
+     +evalsha +eval +multi +exec +scan +mget +incr +pexpire +del +lpush +lpop +type +time +zadd +zrem \
      +zrange +zrangebyscore +zscore +zrank +zcard +hset +hget +hmget +hdel +client|id \
      +client|kill +info";
 
@@ -206,9 +206,9 @@ fn every_right_in_the_acl_rule_is_needed_and_its_lack_is_an_acl_error() {
         .iter()
         .copied()
         .filter(|p| p.starts_with('+') || p.starts_with('~'))
-        // Without these the lock still works, with the fallbacks the next test pins (and
+        // Without these the lock still works, with the fallbacks the next tests pin (and
         // without `+info`, no word on the server's eviction policy: `eviction.rs`).
-        .filter(|p| !p.starts_with("+client|") && *p != "+info")
+        .filter(|p| !p.starts_with("+client|") && *p != "+info" && *p != "+lpop")
         .collect();
     // Each right's check takes up to a second: eight servers take an eighth of them each.
     let unclear: Vec<String> = std::thread::scope(|scope| {
@@ -257,6 +257,21 @@ fn without_the_client_rights_the_lock_still_works() {
     assert!(
         refused.iter().any(|entry| entry.contains("client|id")),
         "the lock never asked for its connection's id: {refused:?}"
+    );
+}
+
+#[test]
+fn without_lpop_the_queue_primitives_still_bring_every_grant() {
+    let server = RedisServer::start();
+    let rule: Vec<&str> = (LOCKER_ACL.split_whitespace())
+        .filter(|p| *p != "+lpop")
+        .collect();
+    let client = locker(&server, &rule.join(" "));
+    everything(&server, &client).expect("the queue primitives need LPOP after all");
+    let refused = acl_log(&server);
+    assert!(
+        refused.iter().any(|entry| entry.contains("lpop")),
+        "the waiting connection never took the other grants of its inbox: {refused:?}"
     );
 }
 

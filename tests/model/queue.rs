@@ -182,7 +182,7 @@ fn the_engine_keeps_its_properties_over_two_acquisitions_each() {
         "3 clients, 2 acquisitions each",
         cfg,
         &[TWO_HOLD, CLAIMED, PUSHED],
-        105_000,
+        100_000,
     );
 }
 
@@ -311,7 +311,7 @@ fn two_waiters_of_a_process_keep_the_properties_through_any_one_fault() {
         "2 processes x 2 waiters, any one fault",
         two_by_two(400),
         &[SIBLINGS, HANDED_OVER, PUSHED, LAPSED],
-        66_000,
+        62_000,
     );
 }
 

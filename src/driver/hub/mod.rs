@@ -119,6 +119,13 @@ struct State {
 /// What a `BLPOP` brought: the key and element popped, if any.
 type Popped = Result<Option<(String, Vec<u8>)>, Failed>;
 
+/// What the `LPOP`s behind a `BLPOP` brought, by inbox; `None` when their replies were lost
+/// (they may have popped grants).
+type Drained = Option<Vec<(String, Vec<u8>)>>;
+
+/// The most elements one `LPOP` behind the `BLPOP` takes from an inbox.
+const DRAIN: usize = 64;
+
 /// Why a `BLPOP` brought nothing.
 enum Failed {
     /// The connection failed, or the key moved: a grant or signal may be lost with it.
@@ -309,7 +316,7 @@ impl Hub {
             for (release, lost_on) in give_backs {
                 self.give_back(&mut conn, &release, lost_on);
             }
-            let (keys, signals, due) = {
+            let (keys, drains, signals, due) = {
                 let mut state = self.state.lock();
                 for settled in state.settling.drain(..) {
                     settled.tell(Told::AskAgain);
@@ -324,9 +331,14 @@ impl Hub {
                     }
                     return;
                 }
-                let listening: Vec<String> = (state.machine.inboxes())
+                let heard = |key: &&str| !state.refused.get(*key).is_some_and(|(_, out)| *out);
+                let drains: Vec<String> = (state.machine.inboxes())
+                    .filter(heard)
+                    .map(str::to_owned)
+                    .collect();
+                let listening: Vec<String> = (drains.iter().map(String::as_str))
                     .chain(state.signals.keys().map(String::as_str))
-                    .filter(|key| !state.refused.get(*key).is_some_and(|(_, out)| *out))
+                    .filter(heard)
                     .map(str::to_owned)
                     .collect();
                 state.listening.clone_from(&listening);
@@ -341,7 +353,7 @@ impl Hub {
                 let signals: HashMap<String, u16> = (state.signals.iter())
                     .map(|(key, signal)| (key.clone(), signal.slot))
                     .collect();
-                (keys, signals, due)
+                (keys, drains, signals, due)
             };
             if due <= Instant::now() {
                 self.beat_all(&mut conn);
@@ -349,7 +361,8 @@ impl Hub {
                 continue;
             }
             let carried = self.carry(&signals);
-            let (popped, landed) = self.pop(&mut conn, &keys, due, carried.as_deref());
+            let (popped, landed, drained) =
+                self.pop(&mut conn, &keys, &drains, due, carried.as_deref());
             if let (Some(ear), Some(landed)) = (&carried, landed) {
                 self.land(ear, landed);
             }
@@ -363,9 +376,14 @@ impl Hub {
                     if carried.is_none() || !signals.contains_key(&key) {
                         self.deliver(&key, &element, signals.get(&key).copied());
                     }
+                    self.drained(drained);
                 }
-                Ok(None) => pause = FIRST_PAUSE,
+                Ok(None) => {
+                    pause = FIRST_PAUSE;
+                    self.drained(drained);
+                }
                 Err(Failed::Refused(e)) => {
+                    self.drained(drained);
                     self.refused(&mut conn, &keys, e);
                     // ok: a backoff before listening again, for a refusal the server may
                     // repeat (an ACL); the waiters keep their own deadlines meanwhile.
@@ -468,15 +486,19 @@ impl Hub {
         state.pump();
     }
 
-    /// One `BLPOP` over `keys` until `until`, with the try of `carried` behind it: the key
-    /// and element popped, if any, and what came back for the try.
+    /// One `BLPOP` over `keys` until `until`, with the try of `carried` behind it, then an
+    /// `LPOP` of each queue inbox in `drains`: the key and element popped, if any, what came
+    /// back for the try, and what the `LPOP`s took. Grants pushed while the thread was away
+    /// come in this round trip, not one `BLPOP` each: when several holders release at once,
+    /// the last grant is not a round trip late for each one before it.
     fn pop<'t>(
         &'t self,
         conn: &mut Option<Box<dyn Waiter + 't>>,
         keys: &[String],
+        drains: &[String],
         until: Instant,
         carried: Option<&Ear>,
-    ) -> (Popped, Option<Carried>) {
+    ) -> (Popped, Option<Carried>, Drained) {
         let ms = until
             .saturating_duration_since(Instant::now())
             .as_millis()
@@ -486,11 +508,18 @@ impl Hub {
             .arg(keys)
             .arg(format!("{}.{:03}", ms / 1000, ms % 1000));
         let tries_as = carried.and_then(|ear| ear.tries_as.as_ref());
+        let lpops = drains.iter().map(|inbox| {
+            let mut lpop = redis::cmd("LPOP");
+            lpop.arg(inbox).arg(DRAIN);
+            lpop
+        });
         let request = match tries_as {
             Some(tries_as) => Request::behind(blpop, tries_as),
             None => Request::single(blpop, false),
         }
         .on_slot(self.slot);
+        let tried = request.cmds.len() - 1;
+        let request = request.then(lpops);
         let sent_by = Instant::now() + self.io_timeout;
         let mut sent = Instant::now();
         let replies = (|| {
@@ -525,12 +554,22 @@ impl Hub {
                     }),
                 };
                 let error = fault.into_error().to_string();
-                return (Err(Failed::Io(error)), tries_as.map(|_| landed));
+                return (Err(Failed::Io(error)), tries_as.map(|_| landed), None);
             }
         };
-        if rest.is_err() {
-            self.lose(conn);
-        }
+        let (rest, drained) = match rest {
+            Ok(mut replies) => {
+                let lpopped = replies.split_off(tried.min(replies.len()));
+                (
+                    Ok(replies),
+                    Some(drains.iter().zip(lpopped).flat_map(popped_from).collect()),
+                )
+            }
+            Err(fault) => {
+                self.lose(conn);
+                (Err(fault), None)
+            }
+        };
         let landed = tries_as.map(|_| Carried {
             sent,
             replies: rest,
@@ -552,7 +591,20 @@ impl Hub {
             Value::ServerError(e) => Err(Failed::Refused(e)),
             other => Err(Failed::Io(format!("an unexpected reply {other:?}"))),
         };
-        (popped, landed)
+        (popped, landed, drained)
+    }
+
+    /// Hands on what the `LPOP`s behind a `BLPOP` took, in the order they took it; replies
+    /// lost may have taken grants, so then every waiter asks again, as for a lost `BLPOP`.
+    fn drained(&self, drained: Drained) {
+        match drained {
+            Some(elements) => {
+                for (inbox, element) in elements {
+                    self.deliver(&inbox, &element, None);
+                }
+            }
+            None => Hub::ask_all_again(&mut self.state.lock()),
+        }
     }
 
     /// Pushes back a signal popped from `signal` that no waiter here takes, for another
@@ -609,5 +661,19 @@ impl Hub {
                 .beaten(&beat.inbox, sent, live, Instant::now());
             state.pump();
         }
+    }
+}
+
+/// The elements an `LPOP <inbox> <count>` reply holds, with their inbox. An error (a server
+/// before 6.2 knows no count) takes nothing: the next `BLPOP` pops them one by one.
+fn popped_from((inbox, reply): (&String, Value)) -> Vec<(String, Vec<u8>)> {
+    match reply {
+        Value::Array(elements) => (elements.into_iter())
+            .filter_map(|element| match element {
+                Value::BulkString(element) => Some((inbox.clone(), element)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }

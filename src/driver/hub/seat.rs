@@ -52,7 +52,7 @@ impl Seat {
     /// The ask found it waiting: the process has joined.
     pub(crate) fn joined(&self) {
         let mut state = self.hub.state.lock();
-        state.machine.joined(&self.inbox, self.epoch);
+        (state.machine).joined(&self.inbox, self.epoch, Instant::now());
     }
 
     /// The ask found its process lapsed.

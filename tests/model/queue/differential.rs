@@ -60,7 +60,11 @@ struct Scripts {
 
 impl Scripts {
     fn new() -> Scripts {
-        let engine_text = include_str!("../../../scripts/queue_engine.lua");
+        let reads = include_str!("../../../scripts/queue_reads.lua");
+        let engine_text = &format!(
+            "{reads}{}",
+            include_str!("../../../scripts/queue_engine.lua")
+        );
         Scripts {
             acquire: engine(&[
                 include_str!("../../../scripts/queue_acquire_fast.lua"),
@@ -72,10 +76,7 @@ impl Scripts {
                 engine_text,
                 include_str!("../../../scripts/queue_release.lua"),
             ]),
-            extend: engine(&[
-                engine_text,
-                include_str!("../../../scripts/queue_extend.lua"),
-            ]),
+            extend: engine(&[reads, include_str!("../../../scripts/queue_extend.lua")]),
             reset: engine(&[
                 engine_text,
                 include_str!("../../../scripts/queue_reset.lua"),

@@ -675,15 +675,34 @@ impl Server {
         self.apply(s, &mut grants, me.map(|me| me.0), now, bugs, notes)
     }
 
+    /// The caller of `c` joins the back of the line, with the next ticket.
+    fn join(&mut self, c: &Call) {
+        self.tickets += 1;
+        self.queue.push(Waiter {
+            id: c.id,
+            ticket: self.tickets,
+            units: c.units,
+            lease: c.lease,
+        });
+    }
+
+    /// Process `p`'s heartbeat moves on to `lapse` from `now`, never back.
+    fn beat_on(&mut self, p: usize, lapse: Ms, now: Ms) {
+        let beat = now + lapse;
+        self.beats[p] = Some(self.beats[p].map_or(beat, |b| b.max(beat)));
+        self.outlive_beats(lapse, now);
+    }
+
     // ---- queue_acquire_fast.lua, then queue_acquire.lua ----
 
-    fn acquire_fast(&mut self, c: &Call, now: Ms) -> Option<Acquired> {
+    fn acquire_fast(&mut self, c: &Call, now: Ms, bugs: &Bugs) -> Option<Acquired> {
         let waiting = self.queue.len();
         let wait = matches!(c.mode, Mode::Wait { .. });
-        if waiting > 0 && wait {
-            return None;
-        }
-        if c.mode == (Mode::Wait { known: true }) && !self.beats_past(c.id.process(), now) {
+        let known = c.mode == (Mode::Wait { known: true });
+        let p = c.id.process();
+        // A known process that lapsed, or one that joins after its process lapsed: the
+        // engine's.
+        if (known || wait && waiting > 0) && self.beats[p].map_or(known, |b| b <= now) {
             return None;
         }
         let size = self.holders.len() as i64;
@@ -708,7 +727,24 @@ impl Server {
             {
                 return None;
             }
-            return Some(Acquired::Refused);
+            if !wait {
+                return Some(Acquired::Refused);
+            }
+            // A grant pass that passes a head that does not fit is the engine's (a mutation).
+            if bugs.grant_pass_skips_a_waiter_that_does_not_fit {
+                return None;
+            }
+            // It joins behind the tail, timed by the tail's lapse unless the tail is of its
+            // own process; a tail that lapsed is the engine's.
+            let tail = self.queue[waiting - 1].id.process();
+            let event = self.beats[tail].filter(|&b| b > now)?;
+            self.join(c);
+            self.beat_on(p, c.lapse, now);
+            return Some(Acquired::Waiting {
+                position: waiting as u64 + 1,
+                next: (tail != p).then(|| (event - now).max(1)),
+                ticket: self.tickets,
+            });
         }
         if !fits {
             return (!wait).then_some(Acquired::Refused);
@@ -741,7 +777,7 @@ impl Server {
         notes: &mut Notes,
     ) -> (Acquired, Passed) {
         assert!(c.units >= 1 && c.units <= c.capacity && c.lapse >= 2);
-        if let Some(reply) = self.acquire_fast(c, now) {
+        if let Some(reply) = self.acquire_fast(c, now, bugs) {
             if let Acquired::Granted { token, .. } = reply {
                 notes.note(|| format!("grants {} token {token} (fast part)", c.id));
             }
@@ -778,17 +814,9 @@ impl Server {
             // `ZADD` of an id still in line (lapsed, behind where the pass stopped) moves it
             // to the back.
             self.queue.retain(|w| w.id != c.id);
-            self.tickets += 1;
-            self.queue.push(Waiter {
-                id: c.id,
-                ticket: self.tickets,
-                units: c.units,
-                lease: c.lease,
-            });
+            self.join(c);
         }
-        let beat = now + c.lapse;
-        self.beats[p] = Some(self.beats[p].map_or(beat, |b| b.max(beat)));
-        self.outlive_beats(c.lapse, now);
+        self.beat_on(p, c.lapse, now);
         let at = (self.queue.iter().position(|w| w.id == c.id)).expect("queued");
         // The nearest live waiter ahead, passing over those whose heartbeat is gone.
         let ahead = if bugs.next_from_a_dead_waiter_ahead {
@@ -828,25 +856,89 @@ impl Server {
 
     // ---- queue_release_fast.lua, then queue_release.lua ----
 
-    fn release_fast(&mut self, id: Id, now: Ms) -> Option<bool> {
-        if !self.queue.is_empty() {
-            return None;
-        }
+    fn release_fast(
+        &mut self,
+        id: Id,
+        capacity: u64,
+        now: Ms,
+        bugs: &Bugs,
+        notes: &mut Notes,
+    ) -> Option<bool> {
+        let waiting = self.queue.len();
         let held = self.holding(id, now)?.clone();
-        if self.holders.len() == 1 {
+        let size = self.holders.len();
+        if size == 1 && waiting == 0 {
+            notes.note(|| format!("{id} gives back (fast part)"));
             self.holders.clear();
             self.count = None;
-        } else if self.holders.iter().any(|h| h.expiry <= now) {
-            return None;
-        } else {
-            let used = self.kept()?;
-            self.remove_holder(id);
-            self.count = Some(Count {
-                units: used - held.units as i64,
-                fence: self.fence,
-                size: self.holders.len() as i64,
-            });
+            return Some(true);
         }
+        if self.holders.iter().any(|h| h.expiry <= now) {
+            return None;
+        }
+        let used = self.kept()? - held.units as i64;
+        // The head, when the units given back let it in and nobody behind it could follow;
+        // a lapsed head, or one whose lease ends before its lapse, is the engine's.
+        let mut grant = None;
+        if let Some(head) = self.queue.first().cloned() {
+            let beat = self.beats[head.id.process()].filter(|&b| b > now)?;
+            let after = used + head.units as i64;
+            let capacity = capacity as i64;
+            if after < capacity && waiting > 1
+                || after <= capacity && head.lease > 0 && now + head.lease < beat
+            {
+                return None;
+            }
+            if after <= capacity {
+                grant = Some((head, beat));
+            } else if bugs.grant_pass_skips_a_waiter_that_does_not_fit {
+                // A grant pass that passes a head that does not fit: the engine's (a mutation).
+                return None;
+            }
+        }
+        self.remove_holder(id);
+        let Some((head, beat)) = grant else {
+            notes.note(|| format!("{id} gives back (fast part)"));
+            self.count = (size > 1).then_some(Count {
+                units: used,
+                fence: self.fence,
+                size: size as i64 - 1,
+            });
+            return Some(true);
+        };
+        self.queue.remove(0);
+        if self.queue.is_empty() {
+            self.tickets = 0;
+        }
+        self.fence += 1;
+        let token = self.fence;
+        // Claimed until its lapse, which its lease outlasts (unless a mutation ignores it).
+        let expiry = if bugs.claim_ignores_lapse {
+            expiry_after(now, head.lease)
+        } else {
+            beat
+        };
+        self.set_holder(Holder {
+            id: head.id,
+            expiry,
+            units: head.units,
+            token,
+            how: How::Pushed,
+        });
+        let waiter = head.id;
+        notes.note(|| format!("{id} gives back (fast part)"));
+        notes.note(|| format!("grants {waiter} token {token}, pushed, claim until t={expiry}"));
+        let mail = Mail::Granted {
+            token,
+            expiry,
+            waiter,
+        };
+        self.push_mail(head.id.process(), mail, beat - now, now);
+        self.count = Some(Count {
+            units: used + head.units as i64,
+            fence: token,
+            size: size as i64,
+        });
         Some(true)
     }
 
@@ -858,8 +950,7 @@ impl Server {
         bugs: &Bugs,
         notes: &mut Notes,
     ) -> (bool, Passed) {
-        if let Some(released) = self.release_fast(id, now) {
-            notes.note(|| format!("{id} gives back (fast part)"));
+        if let Some(released) = self.release_fast(id, capacity, now, bugs, notes) {
             return (released, true);
         }
         let mut s = self.load(now, bugs);

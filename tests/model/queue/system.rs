@@ -667,7 +667,7 @@ impl QueueModel {
                 next,
                 ticket,
             } => {
-                self.hub(n, p, |h| h.joined(INBOX, epoch), notes);
+                self.hub(n, p, |h| h.joined(INBOX, epoch, at(now)), notes);
                 if self.cfg.bugs.grant_read_late_counts_from_the_last_ask {
                     n.clients[c].waiting_since = Some(sent);
                 }
