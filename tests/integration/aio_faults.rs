@@ -272,16 +272,7 @@ async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
 
 /// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.
 fn kills(server: &RedisServer) -> u64 {
-    let info: redis::InfoDict = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.get::<String>("cmdstat_client|kill")
-        .and_then(|stats| {
-            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            calls.parse().ok()
-        })
-        .unwrap_or(0)
+    server.calls("client|kill")
 }
 
 #[test]

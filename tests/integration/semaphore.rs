@@ -181,6 +181,44 @@ fn permits_released_together_wake_as_many_waiters() {
     }
 }
 
+/// Grants pushed together reach the process's waiters in one round trip of its waiting
+/// connection: the `LPOP` behind its `BLPOP` takes those the `BLPOP` did not, where a `BLPOP`
+/// each would take a round trip per grant.
+#[test]
+fn grants_pushed_together_reach_the_process_in_one_round_trip() {
+    let server = RedisServer::start();
+    // The holder is of another process (client): the waiters' hub waits alone.
+    let holder = Semaphore::new(&server.client(), "s", 4).unwrap();
+    let all = holder.acquire_many(4).unwrap();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 4).unwrap());
+    let (done, woken) = mpsc::channel();
+    let releases: Vec<_> = ["a", "b", "c", "d"]
+        .into_iter()
+        .enumerate()
+        .map(|(n, name)| {
+            let (release, released) = mpsc::channel();
+            let thread = waiter(&semaphore, name, &done, released);
+            until_in_line(&server, n as u64 + 1, || false);
+            (release, thread)
+        })
+        .collect();
+    let (blpops, lpops) = (server.calls("blpop"), server.calls("lpop"));
+    // One script grants all four.
+    all.release().unwrap();
+    let mut names: Vec<_> = (0..4)
+        .map(|_| woken.recv_timeout(secs(30)).unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    let blpops = server.calls("blpop") - blpops;
+    assert!(blpops < 4, "{blpops} BLPOPs for 4 grants");
+    assert!(server.calls("lpop") > lpops, "no LPOP took a grant");
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
 #[test]
 fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
     let server = RedisServer::start();

@@ -221,6 +221,21 @@ impl RedisServer {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// How many times the server has run `command` (`INFO commandstats`; a subcommand as
+    /// `client|kill`), scripts' calls included.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{}", self.failure(format!("INFO commandstats: {e}"))));
+        info.get::<String>(&format!("cmdstat_{command}"))
+            .and_then(|stats| {
+                let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
+                calls.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// How many clients the server counts as blocked (in `BLPOP`).
     pub fn blocked_clients(&self) -> u64 {
         let info: redis::InfoDict = redis::cmd("INFO")
