@@ -79,6 +79,24 @@ fn waiter(
     })
 }
 
+/// A [`waiter`] for each of `names`, in line in that order: each with the sender that tells
+/// it to release.
+fn in_line(
+    server: &RedisServer,
+    semaphore: &Arc<Semaphore>,
+    names: &[&'static str],
+    done: &mpsc::Sender<&'static str>,
+) -> Vec<(mpsc::Sender<()>, thread::JoinHandle<()>)> {
+    (names.iter().enumerate())
+        .map(|(n, name)| {
+            let (release, released) = mpsc::channel();
+            let thread = waiter(semaphore, name, done, released);
+            until_in_line(server, n as u64 + 1, || false);
+            (release, thread)
+        })
+        .collect()
+}
+
 #[test]
 fn no_more_holders_than_permits_at_once() {
     let server = RedisServer::start();
@@ -159,16 +177,7 @@ fn permits_released_together_wake_as_many_waiters() {
     let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
     let all = semaphore.acquire_many(3).unwrap();
     let (done, woken) = mpsc::channel();
-    let releases: Vec<_> = ["a", "b", "c"]
-        .into_iter()
-        .enumerate()
-        .map(|(n, name)| {
-            let (release, released) = mpsc::channel();
-            let thread = waiter(&semaphore, name, &done, released);
-            until_in_line(&server, n as u64 + 1, || false);
-            (release, thread)
-        })
-        .collect();
+    let releases = in_line(&server, &semaphore, &["a", "b", "c"], &done);
     all.release().unwrap();
     let mut names: Vec<_> = (0..3)
         .map(|_| woken.recv_timeout(secs(30)).unwrap())
@@ -192,16 +201,7 @@ fn grants_pushed_together_reach_the_process_in_one_round_trip() {
     let all = holder.acquire_many(4).unwrap();
     let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 4).unwrap());
     let (done, woken) = mpsc::channel();
-    let releases: Vec<_> = ["a", "b", "c", "d"]
-        .into_iter()
-        .enumerate()
-        .map(|(n, name)| {
-            let (release, released) = mpsc::channel();
-            let thread = waiter(&semaphore, name, &done, released);
-            until_in_line(&server, n as u64 + 1, || false);
-            (release, thread)
-        })
-        .collect();
+    let releases = in_line(&server, &semaphore, &["a", "b", "c", "d"], &done);
     let (blpops, lpops) = (server.calls("blpop"), server.calls("lpop"));
     // One script grants all four.
     all.release().unwrap();
