@@ -68,7 +68,8 @@ repeat
         end
         local head = redis.call("zrange", KEYS[3], 0, 0)[1]
         -- A process's heartbeat is read once.
-        local beat = process(head) == of and mine or redis.pcall("zscore", KEYS[4], process(head))
+        local first = process(head)
+        local beat = first == of and mine or redis.pcall("zscore", KEYS[4], first)
         local wants = redis.pcall("hget", KEYS[5], head)
         if type(beat) ~= "string" or tonumber(beat) <= NOW or type(wants) ~= "string" then
             break
@@ -86,13 +87,12 @@ repeat
         end
         -- It joins behind the tail, timed by the tail's lapse when the tail is of another
         -- process (its own process times it); a tail that lapsed is the engine's to pass over.
-        local tail, event = head, beat
+        local last, event = first, beat
         if waiting > 1 then
-            tail = redis.call("zrange", KEYS[3], -1, -1)[1]
-            event = process(tail) == process(head) and beat
-                or redis.pcall("zscore", KEYS[4], process(tail))
+            last = process(redis.call("zrange", KEYS[3], -1, -1)[1])
+            event = last == first and beat or redis.pcall("zscore", KEYS[4], last)
         end
-        if process(tail) == of then
+        if last == of then
             event = mine
         end
         local tickets = redis.pcall("get", KEYS[6])
@@ -109,7 +109,7 @@ repeat
             redis.call("pexpire", KEYS[4], ARGV[5])
         end
         local next = -1
-        if process(tail) ~= of then
+        if last ~= of then
             next = math.max(1, tonumber(event) - NOW)
         end
         return {0, redis.call("zrank", KEYS[3], id) + 1, next, ticket}
@@ -120,8 +120,8 @@ repeat
         end
         break
     end
-    local token = tonumber(fence) + 1
-    local text = string.format("%.0f", token)
+    local text = plus_one(fence)
+    local token = tonumber(text)
     -- The entries' hash is written without a read: first, so that one of another type stops
     -- this part before anything is written.
     if type(redis.pcall("hset", KEYS[2], id, ARGV[2] .. ":" .. text)) == "table" then

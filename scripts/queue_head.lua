@@ -42,6 +42,16 @@ local function process(id)
     return string.match(id, "^@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$", -17) or id
 end
 
+-- The whole number text `n` (at most 15 digits) plus one, as text: a fencing token, which
+-- parsing and printing would cost about as much as a command each.
+local function plus_one(n)
+    local last = string.byte(n, -1)
+    if last < 57 then
+        return string.sub(n, 1, -2) .. string.char(last + 1)
+    end
+    return string.format("%.0f", tonumber(n) + 1)
+end
+
 -- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter
 -- `fence` and `size` entries in the holders' ZSET. A writer that does not keep it (an older
 -- version of these scripts, a hand) moves one of the two, or leaves no count, or one below

@@ -50,13 +50,14 @@ repeat
         end
         used = used - tonumber(units)
         -- The head of the line, granted when the units given back let it in.
-        local head, beat, needs, claim
+        local head, of, beat, at, needs
         if waiting > 0 then
             head = redis.call("zrange", KEYS[3], 0, 0)[1]
-            if process(head) == head then
+            of = process(head)
+            if of == head then
                 break
             end
-            beat = redis.pcall("zscore", KEYS[4], process(head))
+            beat = redis.pcall("zscore", KEYS[4], of)
             local wants = redis.pcall("hget", KEYS[5], head)
             if type(beat) ~= "string" or type(wants) ~= "string" then
                 break
@@ -66,11 +67,11 @@ repeat
             if not needs or #needs > 15 or #lasts > 15 then
                 break
             end
-            beat, lasts = tonumber(beat), tonumber(lasts)
-            local after = used + tonumber(needs)
+            local after
+            at, after = tonumber(beat), used + tonumber(needs)
             local capacity = tonumber(ARGV[2])
-            if beat <= NOW or after < capacity and waiting > 1
-                or after <= capacity and lasts > 0 and NOW + lasts < beat then
+            if at <= NOW or after < capacity and waiting > 1
+                or after <= capacity and lasts ~= "0" and NOW + tonumber(lasts) < at then
                 -- A lapsed head, room for the one behind it, a lease that ends before its
                 -- lapse (whose waiter behind is woken): the engine's.
                 break
@@ -78,19 +79,20 @@ repeat
             if after > capacity then
                 head = nil
             else
-                -- Held until the head's lapse unless it claims it (its lease outlasts that).
-                claim = string.format("%.0f", beat)
+                used = after
             end
         end
         if head then
-            local text = string.format("%.0f", tonumber(fence) + 1)
-            local inbox = KEYS[8] .. process(head)
+            -- Held until the head's lapse unless it claims it (its lease outlasts that), and
+            -- kept in its inbox as long.
+            local token = plus_one(fence)
+            local inbox = KEYS[8] .. of
             -- The inbox is written without a read: first, so that one of another type stops
             -- this part before anything is written.
-            if type(redis.pcall("lpush", inbox, text .. ":" .. claim .. ":" .. head)) == "table" then
+            if type(redis.pcall("lpush", inbox, token .. ":" .. beat .. ":" .. head)) == "table" then
                 break
             end
-            redis.call("pexpire", inbox, string.format("%.0f", math.max(1, beat - NOW)))
+            redis.call("pexpire", inbox, at - NOW)
             redis.call("zrem", KEYS[3], head)
             redis.call("hdel", KEYS[5], head)
             if waiting == 1 then
@@ -99,10 +101,9 @@ repeat
             redis.call("incr", KEYS[7])
             redis.call("zrem", KEYS[1], id)
             redis.call("hdel", KEYS[2], id)
-            redis.call("zadd", KEYS[1], claim, head)
-            redis.call("hset", KEYS[2], head, needs .. ":" .. text)
-            redis.call("set", KEYS[9],
-                string.format("%.0f:%s:%.0f", used + tonumber(needs), text, size))
+            redis.call("zadd", KEYS[1], beat, head)
+            redis.call("hset", KEYS[2], head, needs .. ":" .. token)
+            redis.call("set", KEYS[9], string.format("%.0f:%s:%.0f", used, token, size))
         elseif size == 1 then
             redis.call("del", KEYS[1], KEYS[2], KEYS[9])
         else
