@@ -13,7 +13,8 @@
 //! to the process's inbox of that primitive (`<base>signal:<process id>`, in the
 //! primitive's hash slot) as `<token>:<waiter id>`. The hub's thread blocks in one `BLPOP`
 //! over the inboxes of every primitive its waiters wait on (and the plain locks' signal
-//! lists), hands each grant to its waiter's [`Mailbox`], and sends each primitive's heartbeat
+//! lists), with an `LPOP` of each inbox behind it that takes the grants already there, hands
+//! each grant to its waiter's [`Mailbox`], and sends each primitive's heartbeat
 //! (`queue_beat.lua`) every half lapse window, all over its one connection. A waiter on a key
 //! it does not listen on yet pushes a wake to the hub's own list ([`keys::hub_home`]), which
 //! it always listens on, so that it listens again: no `CLIENT UNBLOCK`, no `CLIENT KILL`.
@@ -22,8 +23,8 @@
 //! hash slot in use, since one `BLPOP` cannot span slots; on a quorum it blocks on one of the
 //! servers, as python-redis-lock's waiters would.
 //!
-//! Faults: a `BLPOP` whose reply is lost may have popped a grant, so when the connection
-//! fails every waiter asks again, which finds what its id holds. A heartbeat that finds the
+//! Faults: a `BLPOP` or `LPOP` whose reply is lost may have popped a grant, so when the
+//! connection fails every waiter asks again, which finds what its id holds. A heartbeat that finds the
 //! process lapsed (it was stopped past its lapse window) starts a new epoch of that
 //! primitive: its waiters leave and join again at the back, so that none keeps a place the
 //! process lost.
