@@ -219,6 +219,32 @@ fn grants_pushed_together_reach_the_process_in_one_round_trip() {
     }
 }
 
+/// A process's first heartbeat (an `EVAL` on its waiting connection) runs once it has joined
+/// a line, not half a lapse window (here 30 s) after: the hub dates the grants it pops by its
+/// heartbeats, and a grant it cannot date costs its waiter another ask.
+#[test]
+fn a_process_sends_its_first_heartbeat_once_it_has_joined() {
+    let server = RedisServer::start();
+    let holder = Semaphore::new(&server.client(), "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .heartbeat(secs(30))
+        .build()
+        .unwrap();
+    let beats = server.calls("eval");
+    let (done, woken) = mpsc::channel();
+    let releases = in_line(&server, &Arc::new(semaphore), &["a"], &done);
+    eventually(secs(10), "the process's first heartbeat", || {
+        server.calls("eval") > beats
+    });
+    permit.release().unwrap();
+    assert_eq!(woken.recv_timeout(secs(30)).unwrap(), "a");
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
 #[test]
 fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
     let server = RedisServer::start();
