@@ -96,8 +96,8 @@ repeat
             event = mine
         end
         local tickets = redis.pcall("get", KEYS[6])
-        if type(event) ~= "string" or tonumber(event) <= NOW or tickets
-            and (type(tickets) ~= "string" or #tickets > 15 or not string.find(tickets, "^%d+$")) then
+        if type(event) ~= "string" or tonumber(event) <= NOW or tickets and (type(tickets)
+            ~= "string" or #tickets > 15 or not string.find(tickets, "^%d+$")) then
             break
         end
         local ticket = redis.call("incr", KEYS[6])

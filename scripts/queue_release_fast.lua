@@ -89,7 +89,8 @@ repeat
             local inbox = KEYS[8] .. of
             -- The inbox is written without a read: first, so that one of another type stops
             -- this part before anything is written.
-            if type(redis.pcall("lpush", inbox, token .. ":" .. beat .. ":" .. head)) == "table" then
+            local mail = token .. ":" .. beat .. ":" .. head
+            if type(redis.pcall("lpush", inbox, mail)) == "table" then
                 break
             end
             redis.call("pexpire", inbox, at - NOW)

@@ -24,8 +24,8 @@
 //! servers, as python-redis-lock's waiters would.
 //!
 //! Faults: a `BLPOP` or `LPOP` whose reply is lost may have popped a grant, so when the
-//! connection fails every waiter asks again, which finds what its id holds. A heartbeat that finds the
-//! process lapsed (it was stopped past its lapse window) starts a new epoch of that
+//! connection fails every waiter asks again, which finds what its id holds. A heartbeat that
+//! finds the process lapsed (it was stopped past its lapse window) starts a new epoch of that
 //! primitive: its waiters leave and join again at the back, so that none keeps a place the
 //! process lost.
 //!
