@@ -1,13 +1,13 @@
 -- queue_acquire's fast part (its arguments and replies are queue_acquire.lua's): an id that
 -- neither holds nor waits asks while the kept count is current. It is granted when its units
--- fit and nobody waits (expired holders stay counted until the engine purges them), and a
--- try is refused when they do not and no lease has run out; behind a live waiter at the
--- head whose units do not fit, a try is refused and a wait joins the line, since the
--- engine's grant pass would grant nobody. Any other case, and any read that fails (a corrupt
--- key is the engine's to report), goes on to the engine with nothing written: what this part
--- skips is only the engine's tidying (purges of expired holders and lapsed heartbeats), which
--- the next script that needs it does. It checks what the engine checks, in as few string
--- operations as it can, since each costs about as much as a command.
+-- fit and nobody waits (expired holders stay counted until the engine purges them); when they
+-- do not fit and no lease has run out, or behind a live waiter at the head whose units do not
+-- fit, a try is refused and a wait joins the line at the back: the engine's grant pass would
+-- grant nobody. Any other case, and any read that fails (a corrupt key is the engine's to
+-- report), goes on to the engine with nothing written: what this part skips is only the
+-- engine's tidying (purges of expired holders and lapsed heartbeats), which the next script
+-- that needs it does. It checks what the engine checks, in as few string operations as it
+-- can, since each costs about as much as a command.
 repeat
     local id, mode = ARGV[1], ARGV[6]
     -- Whole numbers of at most 15 digits (exact in Lua's doubles); the units and the lapse
@@ -61,6 +61,10 @@ repeat
             break
         end
     end
+    -- What times a waiter that joins (nil: its own process does): the lapse of the tail of
+    -- the line when the tail is of another process, or with nobody in line the first holder's
+    -- expiry ("inf": none).
+    local event
     if waiting > 0 then
         -- A try behind a live waiter that does not fit is refused; the engine decides the rest.
         if redis.call("zscore", KEYS[3], id) then
@@ -81,23 +85,39 @@ repeat
         if mode == "try" then
             return {0, 0, 0}
         end
-        -- An older version's waiter (its own process) has a signal list to empty: the engine's.
-        if of == id then
-            break
-        end
-        -- It joins behind the tail, timed by the tail's lapse when the tail is of another
-        -- process (its own process times it); a tail that lapsed is the engine's to pass over.
-        local last, event = first, beat
+        -- A tail that lapsed is the engine's to pass over.
+        local last, ahead = first, beat
         if waiting > 1 then
             last = process(redis.call("zrange", KEYS[3], -1, -1)[1])
-            event = last == first and beat or redis.pcall("zscore", KEYS[4], last)
+            ahead = last == first and beat or redis.pcall("zscore", KEYS[4], last)
         end
         if last == of then
-            event = mine
+            ahead = mine
         end
+        if type(ahead) ~= "string" or tonumber(ahead) <= NOW then
+            break
+        end
+        if last ~= of then
+            event = ahead
+        end
+    elseif not fits then
+        if mode == "try" then
+            return {0, 0, 0}
+        end
+        event = redis.call("zrange", KEYS[1], 0, 0, "withscores")[2]
+        -- Not read above: a process new to the line whose heartbeat lapsed is the engine's.
+        if ARGV[7] ~= "known" and of ~= id then
+            mine = redis.pcall("zscore", KEYS[4], of)
+            if type(mine) == "table" or mine and tonumber(mine) <= NOW then
+                break
+            end
+        end
+    end
+    if waiting > 0 or not fits then
+        -- An older version's waiter (its own process) has a signal list to empty: the engine's.
         local tickets = redis.pcall("get", KEYS[6])
-        if type(event) ~= "string" or tonumber(event) <= NOW or tickets and (type(tickets)
-            ~= "string" or #tickets > 15 or not string.find(tickets, "^%d+$")) then
+        if of == id or tickets and (type(tickets) ~= "string" or #tickets > 15
+            or not string.find(tickets, "^%d+$")) then
             break
         end
         local ticket = redis.call("incr", KEYS[6])
@@ -109,16 +129,10 @@ repeat
             redis.call("pexpire", KEYS[4], ARGV[5])
         end
         local next = -1
-        if last ~= of then
+        if event and event ~= "inf" then
             next = math.max(1, tonumber(event) - NOW)
         end
         return {0, redis.call("zrank", KEYS[3], id) + 1, next, ticket}
-    end
-    if not fits then
-        if mode == "try" then
-            return {0, 0, 0}
-        end
-        break
     end
     local text = plus_one(fence)
     local token = tonumber(text)

@@ -717,7 +717,10 @@ impl Server {
         if (!fits || waiting > 0) && size > 0 && self.holders.iter().any(|h| h.expiry <= now) {
             return None;
         }
-        if waiting > 0 {
+        // What times a waiter that joins (`None`: its own process does): the tail's lapse
+        // when the tail is of another process, or with nobody in line the first holder's
+        // expiry.
+        let event = if waiting > 0 {
             if self.queue.iter().any(|w| w.id == c.id) {
                 return None;
             }
@@ -734,20 +737,30 @@ impl Server {
             if bugs.grant_pass_skips_a_waiter_that_does_not_fit {
                 return None;
             }
-            // It joins behind the tail, timed by the tail's lapse unless the tail is of its
-            // own process; a tail that lapsed is the engine's.
+            // A tail that lapsed is the engine's.
             let tail = self.queue[waiting - 1].id.process();
-            let event = self.beats[tail].filter(|&b| b > now)?;
+            let beat = self.beats[tail].filter(|&b| b > now)?;
+            (tail != p).then_some(beat)
+        } else if !fits {
+            if !wait {
+                return Some(Acquired::Refused);
+            }
+            // A process new to the line whose heartbeat lapsed is the engine's.
+            if self.beats[p].is_some_and(|b| b <= now) {
+                return None;
+            }
+            self.first_holder().map(|h| h.expiry).filter(|&e| e != INF)
+        } else {
+            None
+        };
+        if waiting > 0 || !fits {
             self.join(c);
             self.beat_on(p, c.lapse, now);
             return Some(Acquired::Waiting {
                 position: waiting as u64 + 1,
-                next: (tail != p).then(|| (event - now).max(1)),
+                next: event.map(|e| (e - now).max(1)),
                 ticket: self.tickets,
             });
-        }
-        if !fits {
-            return (!wait).then_some(Acquired::Refused);
         }
         let token = self.fence + 1;
         self.fence = token;
