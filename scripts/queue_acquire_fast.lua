@@ -120,9 +120,14 @@ repeat
             or not string.find(tickets, "^%d+$")) then
             break
         end
+        -- The wants' hash, which nothing read when nobody is in line, is written first:
+        -- one of another type stops this part before anything is written.
+        local wants = ARGV[2] .. ":" .. string.format("%.0f", lease)
+        if type(redis.pcall("hset", KEYS[5], id, wants)) == "table" then
+            break
+        end
         local ticket = redis.call("incr", KEYS[6])
         redis.call("zadd", KEYS[3], ticket, id)
-        redis.call("hset", KEYS[5], id, ARGV[2] .. ":" .. string.format("%.0f", lease))
         local lapse = tonumber(ARGV[5])
         redis.call("zadd", KEYS[4], "gt", string.format("%.0f", NOW + lapse), of)
         if redis.call("pttl", KEYS[4]) < lapse then
