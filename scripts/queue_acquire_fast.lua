@@ -39,8 +39,7 @@ repeat
     end
     local size = redis.pcall("zcard", KEYS[1])
     local fence = redis.pcall("get", KEYS[7]) or "0"
-    if type(size) ~= "number" or type(fence) ~= "string" or #fence > 15
-        or not string.find(fence, "^%d+$") then
+    if type(size) ~= "number" or type(fence) ~= "string" or not countable(fence) then
         break
     end
     local used = 0
@@ -139,14 +138,13 @@ repeat
         end
         return {0, redis.call("zrank", KEYS[3], id) + 1, next, ticket}
     end
-    local text = plus_one(fence)
-    local token = tonumber(text)
+    local text, token = next_token(fence)
     -- The entries' hash is written without a read: first, so that one of another type stops
     -- this part before anything is written.
     if type(redis.pcall("hset", KEYS[2], id, ARGV[2] .. ":" .. text)) == "table" then
         break
     end
-    redis.call("incr", KEYS[7])
+    redis.call("set", KEYS[7], text)
     local expiry, left = "+inf", -1
     if lease > 0 then
         expiry, left = string.format("%.0f", NOW + lease), lease

@@ -305,8 +305,8 @@ local function apply(s, grants, me)
                 redis.call("zrem", KEYS[4], g.id)
             end
         end
-        g.token = redis.call("incr", KEYS[7])
-        s.fence = int(g.token)
+        s.fence, g.token = next_token(s.fence)
+        redis.call("set", KEYS[7], s.fence)
         local expiry = "+inf"
         if g.lease > 0 then
             expiry = int(NOW + g.lease)
@@ -321,14 +321,14 @@ local function apply(s, grants, me)
             expiry = int(claim)
         end
         redis.call("zadd", KEYS[1], expiry, g.id)
-        redis.call("hset", KEYS[2], g.id, int(g.units) .. ":" .. int(g.token))
+        redis.call("hset", KEYS[2], g.id, int(g.units) .. ":" .. s.fence)
         if g.id ~= me then
             local of = process(g.id)
             local list = KEYS[8] .. of
             if of == g.id then
-                redis.call("lpush", list, g.token)
+                redis.call("lpush", list, s.fence)
             else
-                redis.call("lpush", list, int(g.token) .. ":" .. expiry .. ":" .. g.id)
+                redis.call("lpush", list, s.fence .. ":" .. expiry .. ":" .. g.id)
             end
             redis.call("pexpire", list, int(math.max(1, g.beat - NOW)))
         end

@@ -14,7 +14,7 @@
 -- window). A waiter id ends in "@<process id>" (16 hex digits): one heartbeat proves every
 -- waiter of that process alive. An id without it (an older version's) is its own process.
 -- KEYS[5] wants: HASH waiter id -> "<units>:<lease ms>"
--- KEYS[6] ticket counter, KEYS[7] fencing counter (never deleted)
+-- KEYS[6] ticket counter, KEYS[7] fencing counter: the last token granted (never deleted)
 -- KEYS[8] the signal lists' prefix: a process's inbox is the prefix followed by its id; a grant
 -- pushes "<fencing token>:<claim expiry, server ms>:<waiter id>" there (an older version's
 -- waiter: the token alone, to its own list).
@@ -29,11 +29,13 @@
 -- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
 
 -- Now in server ms, as a number and as the text the reads take (made of TIME's texts: each
--- number printed or parsed costs a script about as much as a command).
-local NOW, AT
+-- number printed or parsed costs a script about as much as a command); and in microseconds, as
+-- text, for a fencing token.
+local NOW, AT, US
 do
     local time = redis.call("time")
-    AT = time[1] .. string.sub("00000" .. time[2], -6, -4)
+    US = time[1] .. string.sub("00000" .. time[2], -6)
+    AT = string.sub(US, 1, -4)
     NOW = tonumber(AT)
 end
 
@@ -42,14 +44,24 @@ local function process(id)
     return string.match(id, "^@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$", -17) or id
 end
 
--- The whole number text `n` (at most 15 digits) plus one, as text: a fencing token, which
--- parsing and printing would cost about as much as a command each.
-local function plus_one(n)
-    local last = string.byte(n, -1)
-    if last < 57 then
-        return string.sub(n, 1, -2) .. string.char(last + 1)
+-- Whether counter text `n` is a whole number below 9 * 10^15: exact in Lua's doubles, with
+-- room for every fencing token after it (the server's clock in microseconds stays below it
+-- until the year 2255).
+local function countable(n)
+    return string.find(n, "^%d+$") and (#n < 16 or #n == 16 and n < "9000000000000000")
+end
+
+-- The fencing token after counter text `fence` (countable), as text and as a number: a hybrid
+-- logical clock, the server's time in microseconds, or `fence` + 1 when that is not above it.
+-- It grows on a server that kept the counter, whatever its clock does, and past a counter lost
+-- (a restart without persistence, a FLUSHALL, a promoted replica that missed the last grants)
+-- as long as the server's clock is ahead of the last grant's.
+local function next_token(fence)
+    local after, clock = tonumber(fence) + 1, tonumber(US)
+    if after > clock then
+        return string.format("%.0f", after), after
     end
-    return string.format("%.0f", tonumber(n) + 1)
+    return US, clock
 end
 
 -- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter

@@ -15,10 +15,11 @@ local function whole(i)
     end
 end
 
--- "<a>:<b>" as two numbers, or nil.
+-- "<a>:<b>" as two numbers, or nil: a count of at most 15 digits, and a countable one (a
+-- fencing token).
 local function pair(text)
     local a, b = string.match(text or "", "^(%d+):(%d+)$")
-    if a and #a <= 15 and #b <= 15 then
+    if a and #a <= 15 and countable(b) then
         return tonumber(a), tonumber(b)
     end
 end
@@ -64,9 +65,8 @@ local function counter(k)
     if bad then
         return nil, bad
     end
-    -- At most 15 digits: the counter stays exact in Lua's doubles, and INCR cannot overflow.
-    if n and not (string.match(n, "^%d+$") and #n <= 15) then
-        return nil, {-1, k, "the counter is not an integer from 0 to 999999999999999"}
+    if n and not countable(n) then
+        return nil, {-1, k, "the counter is not an integer from 0 to 8999999999999999"}
     end
     return n or "0"
 end

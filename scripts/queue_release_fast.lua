@@ -30,7 +30,7 @@ repeat
         break
     end
     local units, token = string.match(entry, "^(%d+):(%d+)$")
-    if not units or #units > 15 or #token > 15 then
+    if not units or #units > 15 or not countable(token) then
         break
     end
     local size = redis.call("zcard", KEYS[1])
@@ -43,7 +43,7 @@ repeat
     else
         local fence = redis.pcall("get", KEYS[7]) or "0"
         local count = redis.pcall("get", KEYS[9])
-        local used = type(fence) == "string" and #fence <= 15 and type(count) == "string"
+        local used = type(fence) == "string" and countable(fence) and type(count) == "string"
             and kept(count, fence, size)
         if not used then
             break
@@ -85,7 +85,7 @@ repeat
         if head then
             -- Held until the head's lapse unless it claims it (its lease outlasts that), and
             -- kept in its inbox as long.
-            local token = plus_one(fence)
+            local token = next_token(fence)
             local inbox = KEYS[8] .. of
             -- The inbox is written without a read: first, so that one of another type stops
             -- this part before anything is written.
@@ -99,7 +99,7 @@ repeat
             if waiting == 1 then
                 redis.call("del", KEYS[6])
             end
-            redis.call("incr", KEYS[7])
+            redis.call("set", KEYS[7], token)
             redis.call("zrem", KEYS[1], id)
             redis.call("hdel", KEYS[2], id)
             redis.call("zadd", KEYS[1], beat, head)

@@ -243,9 +243,9 @@
 //!
 //! `lost()` can only notice after the fact. No lock can stop a holder that was paused past its
 //! expiry from waking up and writing; a fencing token lets the storage refuse that stale write.
-//! With [`fencing(true)`](LockBuilder::fencing) every acquisition takes a number from
-//! `lock-fence:<name>` in the same round trip, greater than every token handed out before for
-//! that name:
+//! With [`fencing(true)`](LockBuilder::fencing) every acquisition takes a number in the same
+//! round trip, greater than every token handed out before for that name (the fair lock, a
+//! semaphore's permits, both read-write lock guards and an election's term always have one):
 //!
 //! ```no_run
 //! # fn main() -> Result<(), redis_blpop_lock::Error> {
@@ -259,18 +259,23 @@
 //! let guard = lock.lock()?;
 //! if let Some(token) = guard.fencing_token() {
 //!     // The store keeps the highest token it has accepted and refuses lower ones, e.g. in
-//!     // SQL: UPDATE ledger SET balance = $1, fence = $token WHERE id = $2 AND fence < $token
+//!     // SQL: UPDATE ledger SET balance = $1, fence = $token WHERE id = $2 AND fence <= $token
 //!     println!("writing with token {token}");
 //! }
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! Tokens are only as durable as `lock-fence:<name>`: a restart without persistence, or a
-//! failover to a replica that missed the `INCR`, starts them again at 1; use persistence (AOF) if
-//! your store relies on them across restarts. Holders using python-redis-lock do not advance the
-//! token; mixing them with fencing is safe for mutual exclusion but gives their writes no token
-//! to check.
+//! A token is a hybrid logical clock: the server's `TIME` in microseconds, or the last token
+//! (kept in `lock-fence:<name>`) + 1 when that is not above it. So it keeps growing across an
+//! empty restart, a `FLUSHALL`, an eviction of the counter and a failover to a replica that
+//! missed the last grants, provided the servers' clocks are within a failover's time of each
+//! other (NTP); a server that kept its counter keeps it growing even if its clock steps back.
+//! A handle given a token not above one it was given before logs a warning and counts it in
+//! `redis_lock_fence_regressions_total`. The repository's `docs/fencing.md` has the guarantee,
+//! its assumption and the checks in PostgreSQL, a Redis script and an object store. Holders using
+//! python-redis-lock do not take tokens; mixing them with fencing is safe for mutual exclusion
+//! but gives their writes no token to check.
 //!
 //! ## Servers that evict keys
 //!
@@ -279,8 +284,8 @@
 //! lock while the first still works, which learns it only at its next renewal (`lost()`, as for
 //! any loss). `volatile-*` policies evict keys that carry an expiry, so every lock with one
 //! (`volatile-ttl` the soonest-expiring first); `allkeys-*` evict any key, also
-//! `lock-fence:<name>`, and then fencing tokens start again at 1. Use `noeviction` for locks,
-//! or a Redis instance of their own.
+//! `lock-fence:<name>`, and then fencing tokens rest on the server's clock alone. Use
+//! `noeviction` for locks, or a Redis instance of their own.
 //!
 //! The lock reads each server's policy once, from `INFO memory`, sent with the first request
 //! to it, and logs one warning per server that can evict; [`inspect::evicting`] lists them

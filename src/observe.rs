@@ -192,13 +192,15 @@ pub(crate) fn evicting_server(server: &str, policy: &str) {
     metrics::gauge!("redis_lock_evicting_servers", "policy" => policy.to_owned()).increment(1.0);
 }
 
-/// Lock `name` handed out `token`, lower than `last`, which this handle took before: its
-/// fencing counter was lost (evicted, or a restart without persistence).
+/// Lock `name` (or a queue primitive's acquisition of it) handed out `token`, not above
+/// `last`, which the handle had been given before: its fencing counter was lost (evicted, a
+/// restart without persistence, a failover to a replica that missed the last grants) and the
+/// server's clock is behind the last grant's (see the crate docs on fencing).
 pub(crate) fn fence_went_back(label: &Label, name: &str, last: u64, token: u64) {
     log::warn!(
         "lock {name:?}: fencing token {token} is not above {last}, one taken before: its counter \
-         was lost (evicted, or a restart without persistence), so stores that check tokens will \
-         refuse this holder's writes; see the crate docs on eviction"
+         was lost and the server's clock is behind the one that granted {last}, so stores that \
+         check tokens will refuse this holder's writes; see the crate docs on fencing"
     );
     #[cfg(feature = "metrics")]
     metrics::counter!("redis_lock_fence_regressions_total", "lock" => label.value.clone())

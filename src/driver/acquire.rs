@@ -657,15 +657,15 @@ impl<R: Runtime> Inner<R> {
         state.notice = CancelToken::new();
         state.watched = false;
         let notice = state.notice.clone();
-        // A counter that went back (evicted, or a restart without persistence) is not kept
-        // silent: the store that checks tokens would refuse this holder, or take a stale one.
-        let went_back = token
-            .zip(state.top_token)
-            .filter(|(token, top)| token <= top);
-        state.top_token = state.top_token.max(token);
+        let floor = state.token_floor;
         let epoch = state.epoch;
         drop(state);
-        if let Some((token, top)) = went_back {
+        // A token that went back (the counter lost, and the server's clock behind the last
+        // grant) is not kept silent: the store that checks tokens would refuse this holder, or
+        // take a stale one.
+        if let Some(token) = token
+            && let Some(top) = self.tokens.given(token, floor)
+        {
             observe::fence_went_back(&self.settings.label, self.name(), top, token);
         }
         self.lease_changed();

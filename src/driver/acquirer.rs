@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::hub::Hub;
+use super::tokens::TokensSeen;
 use super::{Inner, Place, Runtime, Taken};
 use crate::config::settings::Settings;
 use crate::protocol::keys::QueueKeys;
@@ -30,6 +31,8 @@ pub(crate) struct Acquirer<R: Runtime> {
     made: AtomicU64,
     /// The process's hub on the primitive's server, whose process id ends the ids.
     pub(crate) hub: Arc<Hub>,
+    /// The fencing tokens its acquisitions were given.
+    tokens: Arc<TokensSeen>,
 }
 
 /// One acquisition held, of any primitive: given back by [`Acquisition::release`] or when
@@ -60,6 +63,7 @@ impl<R: Runtime> Acquirer<R> {
             transport: R::over(transport),
             capacity,
             made: AtomicU64::new(0),
+            tokens: Arc::default(),
         }
     }
 
@@ -85,6 +89,7 @@ impl<R: Runtime> Acquirer<R> {
             keys: self.keys.clone(),
             ask,
             hub: Arc::clone(&self.hub),
+            tokens: Arc::clone(&self.tokens),
         };
         let inner = Arc::new(Inner::for_line(
             settings,

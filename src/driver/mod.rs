@@ -25,6 +25,7 @@ pub(crate) mod renew;
 mod settle;
 #[cfg(test)]
 mod tests;
+mod tokens;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
 
@@ -49,6 +50,7 @@ use crate::{CancelToken, Error};
 use hub::{Hub, Mailbox, Told};
 use leasing::{Leasing, LockLeasing, QueueLeasing};
 use line::Line;
+use tokens::TokensSeen;
 
 pub use hold::Holder;
 
@@ -143,6 +145,9 @@ pub(crate) struct Inner<R: Runtime> {
     state: Arc<Mutex<State>>,
     /// Whether the servers' eviction policy was asked for (`refuse_evicting`).
     eviction_asked: std::sync::atomic::AtomicBool,
+    /// The fencing tokens the handle was given: its own, or for a queue primitive's
+    /// acquisition, its handle's ([`Place::tokens`]).
+    tokens: Arc<TokensSeen>,
 }
 
 struct State {
@@ -157,8 +162,9 @@ struct State {
     settler: Option<Instant>,
     /// The lock held, for its metrics and span, until released or its loss is noticed.
     hold: Option<Hold>,
-    /// The highest fencing token this handle was given.
-    top_token: Option<u64>,
+    /// The highest fencing token the handle had seen when the latest acquisition began:
+    /// the one it takes must be above it.
+    token_floor: u64,
     /// The latest acquisition's loss notice: cancelled once it is lost, never by a release.
     notice: CancelToken,
     /// Whether the latest acquisition's notice was handed out (`lost_token`): only then does
@@ -183,6 +189,8 @@ pub(crate) struct Place {
     pub(crate) keys: QueueKeys,
     pub(crate) ask: Ask,
     pub(crate) hub: Arc<Hub>,
+    /// The fencing tokens given to the handle's acquisitions so far.
+    pub(crate) tokens: Arc<TokensSeen>,
 }
 
 /// What one try found, settled: a lost reply has been resolved by reading the owner.
@@ -240,10 +248,16 @@ impl<R: Runtime> Inner<R> {
             settings.expire(),
             settings.lapse(),
         )?;
+        let tokens = Arc::default();
         Ok(Inner::for_line(
             settings,
             R::over(transport),
-            Place { keys, ask, hub },
+            Place {
+                keys,
+                ask,
+                hub,
+                tokens,
+            },
         ))
     }
 
@@ -265,6 +279,9 @@ impl<R: Runtime> Inner<R> {
         hub: Arc<Hub>,
     ) -> Self {
         let blocking = transport.blocking();
+        let tokens = place
+            .as_ref()
+            .map_or_else(Default::default, |p| Arc::clone(&p.tokens));
         Inner {
             leasing,
             place,
@@ -282,12 +299,13 @@ impl<R: Runtime> Inner<R> {
                 settling: false,
                 settler: None,
                 hold: None,
-                top_token: None,
+                token_floor: 0,
                 notice: CancelToken::new(),
                 watched: false,
                 alarm: None,
             })),
             eviction_asked: Default::default(),
+            tokens,
         }
     }
 
@@ -310,6 +328,7 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<Taken>, Error> {
+        self.state.lock().token_floor = self.tokens.floor();
         match &self.place {
             Some(place) => self.acquire_in_line(place, wait, cancel).await,
             None => self.acquire(wait, cancel).await,

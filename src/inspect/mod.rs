@@ -174,7 +174,8 @@ impl std::fmt::Display for Evicting {
 }
 
 /// The primaries of `backend` whose `maxmemory-policy` can evict the locks' keys (any but
-/// `noeviction`): there a lock can vanish while held, and a fencing counter start again at 1.
+/// `noeviction`): there a lock can vanish while held, and a fencing counter with it (tokens then
+/// rest on the server's clock alone: see the crate docs on fencing).
 /// Read from `INFO memory` once per server and process; a server that does not say (its ACL
 /// refuses `INFO`) is not listed. Each round trip has a deadline of `io_timeout`.
 ///

@@ -47,7 +47,10 @@ fn threatened(policy: &str) -> Option<&'static str> {
     if policy.starts_with("volatile-") {
         Some("the keys of locks that carry an expiry")
     } else if policy.starts_with("allkeys-") {
-        Some("any key: locks, fencing counters (tokens start again at 1) and queue keys")
+        Some(
+            "any key: locks, fencing counters (tokens then rest on the server's clock alone) \
+             and queue keys",
+        )
     } else {
         None
     }

@@ -492,6 +492,40 @@ fn the_commands_exit_code_is_passed_through() {
     assert!(!held(&server, "l"));
 }
 
+#[test]
+fn run_passes_the_fencing_token_to_its_command_as_redis_lock_fence() {
+    let server = RedisServer::start();
+    let fence = |options: &[&str]| {
+        let output = (redis_lock(&server).args(["run", "job"]).args(options))
+            .args(["--", "sh", "-c", r#"echo "${REDIS_LOCK_FENCE-none}""#])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    // python-redis-lock's lock has a token only when asked for.
+    assert_eq!(fence(&[]), "none");
+    let tokens: Vec<u64> = [fence(&["--fencing"]), fence(&["--fencing"])]
+        .map(|t| t.parse().unwrap())
+        .to_vec();
+    assert!(tokens[0] < tokens[1], "{tokens:?}");
+    let counter: u64 = server.conn().get("lock-fence:job").unwrap();
+    assert_eq!(counter, tokens[1]);
+    // Every other hold has one.
+    for options in [
+        &["--fair"][..],
+        &["--permits", "2"],
+        &["--read"],
+        &["--write"],
+    ] {
+        let token = fence(options);
+        assert!(
+            token.parse::<u64>().is_ok_and(|t| t > 0),
+            "{options:?}: {token}"
+        );
+    }
+}
+
 /// Runs `sh -c SCRIPT sh NOTES` under `redis-lock run l --expire 1 OPTIONS`, resets the lock
 /// once SCRIPT has noted its start in NOTES, and waits for the run to exit; with how long it
 /// took after the reset. A 1 s expiry is renewed, and so finds the reset, every 2/3 s.

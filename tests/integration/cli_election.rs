@@ -68,13 +68,14 @@ fn lead_runs_the_command_with_the_term_and_the_info_in_its_environment() {
     let server = RedisServer::start();
     let mut lead = redis_lock(&server)
         .args(["lead", "jobs", "--info", "host-a", "--", "sh", "-c"])
-        .arg(r#"echo "$REDIS_LOCK_TERM $REDIS_LOCK_INFO"; exec sleep 60"#)
+        .arg(r#"echo "$REDIS_LOCK_TERM $REDIS_LOCK_INFO $REDIS_LOCK_FENCE"; exec sleep 60"#)
         .spawn()
         .unwrap();
     let said = Lines::of(&mut lead).next();
     let leader = Election::new(&server.client(), "jobs").unwrap().leader();
     let leader = leader.unwrap().expect("a leader while the command runs");
-    assert_eq!(said, format!("{} host-a", leader.term));
+    // The term is the leadership's fencing token, as every hold's is $REDIS_LOCK_FENCE.
+    assert_eq!(said, format!("{0} host-a {0}", leader.term));
     end(lead);
 }
 

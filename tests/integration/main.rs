@@ -42,6 +42,7 @@ mod eviction;
 mod fair_lock;
 mod fault_injection;
 mod faults;
+mod fencing;
 mod hostile_input;
 mod inspect;
 mod interop;

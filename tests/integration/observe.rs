@@ -13,7 +13,7 @@ use metrics_util::CompositeKey;
 use redis::Commands;
 use redis_blpop_lock::{observe, CancelToken, Error, Lock};
 
-use crate::support::{eventually, ms, secs, Proxy, RedisServer};
+use crate::support::{eventually, every_primitive, ms, secs, Proxy, RedisServer};
 
 /// Everything the process-wide recorder has recorded: its snapshots drain it, so each read
 /// keeps what it took for the next.
@@ -545,19 +545,49 @@ fn a_fencing_token_that_went_back_is_counted() {
         .build()
         .unwrap();
     drop(lock.lock().unwrap());
-    drop(lock.lock().unwrap());
+    let last = lock.lock().unwrap().fencing_token().unwrap();
     assert_eq!(
         count("redis_lock_fence_regressions_total", label, None),
         0.0
     );
-    // As an eviction of the counter would.
+    // Tokens go back only when the counter ran ahead of the server's clock (a primary whose
+    // clock was ahead) and was then lost: as a restart without persistence would.
+    let ahead = last + 3_600_000_000;
+    let _: () = server.conn().set("lock-fence:ledger", ahead).unwrap();
+    drop(lock.lock().unwrap());
     let _: () = server.conn().del("lock-fence:ledger").unwrap();
     let guard = lock.lock().unwrap();
-    assert_eq!(guard.fencing_token(), Some(1));
+    assert!(guard.fencing_token() < Some(ahead));
     assert_eq!(
         count("redis_lock_fence_regressions_total", label, None),
         1.0
     );
+}
+
+#[test]
+fn a_fencing_token_that_went_back_is_counted_for_every_primitive() {
+    let server = RedisServer::start();
+    recorded();
+    let label = "observe-fence-back-every";
+    let mut conn = server.conn();
+    for (i, p) in every_primitive(&server.client(), label).iter().enumerate() {
+        let first = (p.take)().unwrap();
+        // A counter an hour ahead of this server's clock (a primary whose clock was ahead),
+        // then lost: the next token comes from the clock, below the last one.
+        let ahead = first + 3_600_000_000;
+        let _: () = conn.set(p.counter, ahead).unwrap();
+        let last = (p.take)().unwrap();
+        assert_eq!(last, ahead + 1, "{}", p.what);
+        let _: () = conn.del(p.counter).unwrap();
+        let back = (p.take)().unwrap();
+        assert!(first < back && back < last, "{}: {back}", p.what);
+        assert_eq!(
+            count("redis_lock_fence_regressions_total", label, None),
+            i as f64 + 1.0,
+            "{}",
+            p.what
+        );
+    }
 }
 
 #[test]

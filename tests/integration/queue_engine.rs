@@ -54,12 +54,28 @@ fn signal(id: &str) -> String {
     key(&format!("signal:{id}"))
 }
 
+/// The fencing counter a queue here starts from: far ahead of the server's clock (in µs),
+/// so that each token is the counter + 1 and the tests count grants: the n-th grant's token is
+/// `AHEAD + n` ([`token`]). The clock's part of a token is pinned by `fencing.rs`.
+pub(crate) const AHEAD: u64 = 8_000_000_000_000_000;
+
+/// The n-th grant's fencing token.
+pub(crate) fn token(n: u64) -> u64 {
+    AHEAD + n
+}
+
 impl Queue {
     pub(crate) fn new() -> Queue {
         let server = RedisServer::start();
         let conn = server.conn();
+        Queue::on(conn, Some(server))
+    }
+
+    /// The semaphore on `conn`'s server, its fencing counter at [`AHEAD`].
+    fn on(mut conn: redis::Connection, server: Option<RedisServer>) -> Queue {
+        let _: () = conn.set(key("fence"), AHEAD).unwrap();
         Queue {
-            _server: Some(server),
+            _server: server,
             conn,
         }
     }
@@ -144,8 +160,10 @@ impl Queue {
     }
 
     /// The tokens pushed to waiter `id`'s signal list.
+    /// The grants in waiter `id`'s own list, by their number ([`token`]).
     fn signals(&mut self, id: &str) -> Vec<u64> {
-        self.conn.lrange(signal(id), 0, -1).unwrap()
+        let tokens: Vec<u64> = self.conn.lrange(signal(id), 0, -1).unwrap();
+        tokens.into_iter().map(|t| t - AHEAD).collect()
     }
 
     /// The holders' ids, sorted.
@@ -363,7 +381,7 @@ fn every_script_run_twice_does_what_it_did_once() {
     assert_eq!(q.shrink("big", 1, 2), Value::Int(1));
     assert_eq!(q.shrink("big", 1, 2), Value::Int(1));
     let held: String = q.conn.hget(key("held"), "big").unwrap();
-    assert_eq!(held, "1:2");
+    assert_eq!(held, format!("1:{}", token(2)));
     q.wait("c", 1, 2);
     assert_eq!(q.leave("c", 2), Value::Int(1));
     assert_eq!(q.leave("c", 2), Value::Int(0));
@@ -514,7 +532,8 @@ fn more_units_than_the_capacity_is_an_error_not_a_wait() {
     let mut q = Queue::new();
     let reply = q.wait("a", 3, 2);
     assert!(is_error(&reply, "capacity"), "{reply:?}");
-    assert!(q.keys().is_empty());
+    // Only the counter the queue started with.
+    assert_eq!(q.keys(), [key("fence")]);
 }
 
 #[test]
@@ -610,7 +629,7 @@ fn state_shows_holders_and_waiters_in_order_and_writes_nothing() {
     assert_eq!(holders[0], Value::BulkString(b"a".to_vec()));
     assert_eq!(holders[1], Value::Int(2));
     assert!(matches!(holders[2], Value::Int(ms) if (1..=10_000).contains(&ms)));
-    assert_eq!(holders[3], Value::Int(1));
+    assert_eq!(holders[3], Value::Int(token(1) as i64));
     let Value::Array(waiters) = &state[2] else {
         panic!()
     };
@@ -623,10 +642,7 @@ fn state_shows_holders_and_waiters_in_order_and_writes_nothing() {
 fn on_a_cluster_a_grant_reaches_another_waiters_list_in_the_same_slot() {
     use crate::support::RedisCluster;
     let cluster = RedisCluster::shared();
-    let mut q = Queue {
-        _server: None,
-        conn: cluster.primary_for(&key("holders")).conn(),
-    };
+    let mut q = Queue::on(cluster.primary_for(&key("holders")).conn(), None);
     granted(&q.wait("a", 1, 1));
     q.wait("b", 1, 1);
     // The script reaches b's list by name, beside the keys it was given.

@@ -54,7 +54,13 @@ fn a_grant_goes_to_the_inbox_of_the_waiters_process_naming_it() {
     let mail = popped(&mut q, P);
     let (token, rest) = mail[0].split_once(':').unwrap();
     let (expiry, waiter) = rest.split_once(':').unwrap();
-    assert_eq!((token, waiter), ("2", id("a", P).as_str()));
+    assert_eq!(
+        (token, waiter),
+        (
+            &*super::queue_engine::token(2).to_string(),
+            id("a", P).as_str()
+        )
+    );
     let held: Vec<(String, u64)> = q.conn.zrange_withscores(key("holders"), 0, -1).unwrap();
     assert_eq!(expiry.parse::<u64>().unwrap(), held[0].1);
 }

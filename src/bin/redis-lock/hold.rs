@@ -38,10 +38,16 @@ pub(crate) trait Hold: Send {
     fn lost(&self) -> bool;
     /// Gives the hold back; `Error::NotAcquired` when it was no longer ours.
     fn release(self: Box<Self>) -> Result<(), Error>;
-    /// What the command is told of the hold, in its environment.
+    /// What the command is told of the hold, in its environment: its fencing token, if it
+    /// has one, for the command to fence its writes with.
     fn env(&self) -> Vec<(&'static str, String)> {
-        Vec::new()
+        self.fencing_token()
+            .map(|token| ("REDIS_LOCK_FENCE", token.to_string()))
+            .into_iter()
+            .collect()
     }
+    /// The hold's fencing token: none for python-redis-lock's lock without `--fencing`.
+    fn fencing_token(&self) -> Option<u64>;
 }
 
 /// A held lock: the handle is the hold.
@@ -55,11 +61,19 @@ impl Hold for LockHold<'_> {
     fn release(self: Box<Self>) -> Result<(), Error> {
         self.0.release()
     }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.0.fencing_token()
+    }
 }
 
 impl Hold for SemaphorePermit<'_> {
     fn lost(&self) -> bool {
         SemaphorePermit::lost(self)
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        SemaphorePermit::fencing_token(self)
     }
 
     fn release(self: Box<Self>) -> Result<(), Error> {
@@ -72,6 +86,10 @@ impl Hold for RwLockReadGuard<'_> {
         RwLockReadGuard::lost(self)
     }
 
+    fn fencing_token(&self) -> Option<u64> {
+        RwLockReadGuard::fencing_token(self)
+    }
+
     fn release(self: Box<Self>) -> Result<(), Error> {
         self.unlock()
     }
@@ -80,6 +98,10 @@ impl Hold for RwLockReadGuard<'_> {
 impl Hold for RwLockWriteGuard<'_> {
     fn lost(&self) -> bool {
         RwLockWriteGuard::lost(self)
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        RwLockWriteGuard::fencing_token(self)
     }
 
     fn release(self: Box<Self>) -> Result<(), Error> {
@@ -96,13 +118,19 @@ impl Hold for Leadership {
         self.resign()
     }
 
-    /// The term, for the command to fence its writes with; and the info, so that the command
-    /// says of itself what the election's readers are told.
+    /// The term, for the command to fence its writes with (also as $REDIS_LOCK_FENCE, as every
+    /// other hold's token); and the info, so that the command says of itself what the
+    /// election's readers are told.
     fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("REDIS_LOCK_TERM", self.term().to_string()),
+            ("REDIS_LOCK_FENCE", self.term().to_string()),
             ("REDIS_LOCK_INFO", self.info().to_string()),
         ]
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.term())
     }
 }
 
@@ -151,6 +179,7 @@ impl Target {
             };
             leased(place.lock(name), place, args, &id)
                 .fair(args.fair)
+                .fencing(args.fencing)
                 .cancel_token(cancel.clone())
                 .build()
                 .map(target)

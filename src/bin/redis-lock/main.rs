@@ -329,9 +329,15 @@ struct RunArgs {
     /// runs take it in the order they asked.
     #[arg(long)]
     fair: bool,
+    /// Take a fencing token with python-redis-lock's lock too (key lock-fence:NAME), which
+    /// COMMAND gets as $REDIS_LOCK_FENCE, as it gets the token of the fair lock, a permit or a
+    /// read-write lock: a number above every token handed out before on NAME, for the stores
+    /// it writes to to refuse a stale holder's writes.
+    #[arg(long, conflicts_with_all = ["permits", "read", "write", "fair"])]
+    fencing: bool,
     /// Refuse a server that can evict keys (a maxmemory-policy other than noeviction, under
-    /// which a held lock can vanish): run nothing and exit 2. Without it, `status` and `list`
-    /// warn about such a server.
+    /// which a held lock and its fencing counter can vanish): run nothing and exit 2. Without
+    /// it, such a server gets a warning on stderr.
     #[arg(long)]
     refuse_evicting: bool,
     /// Stop COMMAND once it has run this many seconds under the lock (fractions allowed): it
@@ -422,6 +428,7 @@ impl LeadArgs {
             read: false,
             write: false,
             fair: false,
+            fencing: false,
             refuse_evicting: false,
             max_hold: None,
             kill_after: self.kill_after,

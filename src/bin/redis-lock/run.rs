@@ -74,6 +74,12 @@ fn take_and_run(
     // it when redis-lock exits (a signal cancels the wait, which then leaves the line).
     let target: &'static Target = Box::leak(Box::new(target(id, &cancel)?));
     let what = target.what();
+    // A server that can evict the lock's keys is said once, before the command runs: the
+    // lock, and its fencing counter, can vanish while it runs. `--refuse-evicting` refuses it
+    // instead, at the take.
+    if !args.refuse_evicting {
+        place.warn_evicting();
+    }
     // Listening starts before the wait, so a signal during it cannot kill redis-lock
     // at a moment when it may just have taken the lock.
     let (events, received) = mpsc::channel();

@@ -1,7 +1,8 @@
 //! What the suites share: a private `redis-server` per test (`server`), child processes
 //! (`child`), the examples' binaries (`example`), a proxy that delays and drops replies on cue
-//! (`proxy`), Redis Cluster and Sentinel topologies (`cluster`, `sentinel`), servers for a
-//! quorum (`quorum`), a clock and random numbers (`random`), and small helpers.
+//! (`proxy`), every primitive with a fencing token (`fenced`), Redis Cluster and Sentinel
+//! topologies (`cluster`, `sentinel`), servers for a quorum (`quorum`), a clock and random
+//! numbers (`random`), and small helpers.
 
 #[cfg(feature = "tokio")]
 mod aio;
@@ -9,6 +10,7 @@ mod child;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod example;
+mod fenced;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 mod node;
 mod proxy;
@@ -30,6 +32,7 @@ pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
 pub use cluster::RedisCluster;
 pub use example::example_binary;
+pub use fenced::{every_primitive, Fenced};
 pub use proxy::Proxy;
 pub use quorum::{quorum_of, servers, urls};
 pub use random::{now_ns, Rng};

@@ -107,22 +107,52 @@ fn class_of_pttl(pttl: i64) -> TtlClass {
 #[derive(Debug, PartialEq, Eq)]
 struct Keys {
     owner: Option<String>,
-    fence: Option<u64>,
+    /// The counter's rank among the tokens ([`Ranks`]).
+    fence: Option<usize>,
     signals: usize,
     ttl: TtlClass,
 }
 
-fn model_keys(server: &Server) -> Keys {
+/// Fencing tokens by their order: the model's are made of its ticks and the server's of its
+/// milliseconds (a hybrid logical clock), so the two sides agree on the order in which tokens
+/// came, not on their values.
+#[derive(Default)]
+struct Ranks(Vec<u64>);
+
+impl Ranks {
+    /// `token`'s place among the tokens seen so far, from 1; a token above them all is the
+    /// next place, and one below the last that is none of them is 0, which no token has.
+    fn of(&mut self, token: Option<u64>) -> Option<usize> {
+        let token = token?;
+        if let Some(at) = self.0.iter().position(|&t| t == token) {
+            return Some(at + 1);
+        }
+        if self.0.last().is_none_or(|&last| token > last) {
+            self.0.push(token);
+            return Some(self.0.len());
+        }
+        Some(0)
+    }
+
+    fn of_try(&mut self, reply: TryReply) -> TryReply {
+        match reply {
+            TryReply::Acquired(token) => TryReply::Acquired(self.of(token).map(|r| r as u64)),
+            busy => busy,
+        }
+    }
+}
+
+fn model_keys(server: &Server, ranks: &mut Ranks) -> Keys {
     let read = server.read();
     Keys {
         owner: read.owner.map(id),
-        fence: read.fence,
+        fence: ranks.of(read.fence),
         signals: usize::from(server.signal.is_some()),
         ttl: class_of_model(read.ttl),
     }
 }
 
-fn real_keys(conn: &mut redis::Connection, name: &str) -> Keys {
+fn real_keys(conn: &mut redis::Connection, name: &str, ranks: &mut Ranks) -> Keys {
     let (owner, fence, signals, pttl): (Option<String>, Option<u64>, usize, i64) = redis::pipe()
         .get(format!("lock:{name}"))
         .get(format!("lock-fence:{name}"))
@@ -132,7 +162,7 @@ fn real_keys(conn: &mut redis::Connection, name: &str) -> Keys {
         .unwrap();
     Keys {
         owner,
-        fence,
+        fence: ranks.of(fence),
         signals,
         ttl: class_of_pttl(pttl),
     }
@@ -342,6 +372,7 @@ fn scripts_run(
     let mut rng = Rng(seed);
     let mut model = Server::new(Flaw::None);
     let mut clock = Clock(None);
+    let (mut real_ranks, mut model_ranks) = (Ranks::default(), Ranks::default());
     for step in 0..OPS {
         let op = random_op(&mut rng);
         let (real, expected): (String, String) = match op {
@@ -379,7 +410,9 @@ fn scripts_run(
                         None => parse_busy(&owner, pttl),
                     }
                 };
-                let expected = classed(model.acquire(who, expire.ticks(), fencing));
+                let real = real_ranks.of_try(real);
+                let expected =
+                    model_ranks.of_try(classed(model.acquire(who, expire.ticks(), fencing)));
                 (format!("{real:?}"), format!("{expected:?}"))
             }
             Op::Unlock { who, signal: span } => {
@@ -456,7 +489,7 @@ fn scripts_run(
                 (String::new(), String::new())
             }
         };
-        let keys = real_keys(conn, &name);
+        let keys = real_keys(conn, &name, &mut real_ranks);
         clock.check()?;
         assert_eq!(
             real, expected,
@@ -464,7 +497,7 @@ fn scripts_run(
         );
         assert_eq!(
             keys,
-            model_keys(&model),
+            model_keys(&model, &mut model_ranks),
             "seed {seed}, step {step}: after {op:?} the keys differ (real, model)"
         );
         if let Op::GiveBack { signal, .. } = op {
@@ -557,6 +590,7 @@ fn api_run(client: &redis::Client, conn: &mut redis::Connection, seed: u64) -> R
     let mut rng = Rng(seed ^ 0xa91);
     let mut model = Server::new(Flaw::None);
     let mut clock = Clock(None);
+    let (mut real_ranks, mut model_ranks) = (Ranks::default(), Ranks::default());
     for step in 0..OPS {
         let op = {
             let who = rng.below(3) as u8;
@@ -653,16 +687,20 @@ fn api_run(client: &redis::Client, conn: &mut redis::Connection, seed: u64) -> R
                 (String::new(), String::new())
             }
         };
-        let keys = real_keys(conn, &name);
-        let seen: Vec<(Option<u64>, bool)> = handles
+        let keys = real_keys(conn, &name, &mut real_ranks);
+        let seen: Vec<(Option<usize>, bool)> = handles
             .iter()
-            .map(|handle| (handle.fencing_token(), handle.lost()))
+            .map(|handle| (real_ranks.of(handle.fencing_token()), handle.lost()))
             .collect();
         clock.check()?;
         let now = model.now;
-        let believed: Vec<(Option<u64>, bool)> = beliefs
+        let believed: Vec<(Option<usize>, bool)> = beliefs
             .iter()
-            .map(|b| b.map_or((None, false), |b| (Some(b.token), b.is_lost(now))))
+            .map(|b| {
+                b.map_or((None, false), |b| {
+                    (model_ranks.of(Some(b.token)), b.is_lost(now))
+                })
+            })
             .collect();
         let context = format!("seed {seed}, step {step}: {op:?}");
         assert_eq!(
@@ -671,7 +709,7 @@ fn api_run(client: &redis::Client, conn: &mut redis::Connection, seed: u64) -> R
         );
         assert_eq!(
             keys,
-            model_keys(&model),
+            model_keys(&model, &mut model_ranks),
             "{context}: the keys differ (real, model)"
         );
         assert_eq!(

@@ -6,6 +6,9 @@
 /// A time on the model server's clock, in ticks.
 pub type Tick = u16;
 
+/// The tokens a tick of the clock makes room for: more than the grants of one tick.
+pub const TOKENS_PER_TICK: u64 = 1000;
+
 /// What is left of a key's expiry, as `PTTL` says of a key that is there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ttl {
@@ -20,8 +23,12 @@ pub enum Flaw {
     /// `unlock.lua` without its owner check: any client's unlock deletes the lock.
     UnlockAnyOwner,
     /// The fencing counter given the lock's expiry (a clean-up that "tidies" the counter with
-    /// its lock, or an eviction): it starts again from 1 once the lock has expired.
+    /// its lock, or an eviction): it is gone once the lock has expired, as after a restart
+    /// without persistence. The clock's part of the token still makes it grow.
     FenceExpiresWithLock,
+    /// The token from the clock alone, without the counter: two grants within one tick (one
+    /// millisecond, on a server) get the same token.
+    TokenFromClockOnly,
 }
 
 /// `lock:<name>`: the owner's id and when its expiry passes (`None`: no expiry).
@@ -39,7 +46,7 @@ pub struct Server {
     /// `lock-signal:<name>`: an unlock deletes the list and pushes one element, so it holds one
     /// or none; `Some(expiry)` when it holds one.
     pub signal: Option<Tick>,
-    /// `lock-fence:<name>`: 0 when the key is not there (`INCR` then makes it 1).
+    /// `lock-fence:<name>`, the last token handed out: 0 when the key is not there.
     pub fence: u64,
     pub flaw: Flaw,
 }
@@ -104,7 +111,9 @@ impl Server {
     }
 
     /// `acquire.lua` (`fencing`) or `SET NX [PX]`, `GET`, `PTTL`: the lock and, with fencing, a
-    /// token from `INCR`, or who holds it for how long.
+    /// token, or who holds it for how long. The token is a hybrid logical clock: the clock
+    /// (ticks times [`TOKENS_PER_TICK`], as the script takes microseconds), or the counter + 1
+    /// when that is not above it.
     pub fn acquire(&mut self, id: u8, expire: Option<Tick>, fencing: bool) -> TryReply {
         if let Some(key) = self.lock {
             return TryReply::Busy {
@@ -119,7 +128,11 @@ impl Server {
         if !fencing {
             return TryReply::Acquired(None);
         }
-        self.fence += 1;
+        let clock = u64::from(self.now) * TOKENS_PER_TICK;
+        self.fence = match self.flaw {
+            Flaw::TokenFromClockOnly => clock,
+            _ => (self.fence + 1).max(clock),
+        };
         TryReply::Acquired(Some(self.fence))
     }
 
@@ -128,7 +141,9 @@ impl Server {
     pub fn unlock(&mut self, id: u8, signal_expire: Tick) -> bool {
         let ours = match self.flaw {
             Flaw::UnlockAnyOwner => self.lock.is_some(),
-            Flaw::None | Flaw::FenceExpiresWithLock => self.lock.is_some_and(|k| k.owner == id),
+            Flaw::None | Flaw::FenceExpiresWithLock | Flaw::TokenFromClockOnly => {
+                self.lock.is_some_and(|k| k.owner == id)
+            }
         };
         if !ours {
             return false;

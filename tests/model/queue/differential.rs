@@ -12,7 +12,9 @@
 //! then the model takes the server's exact values. Before each call, the run sleeps past any
 //! expiry or lapse within a few ms of the clock, so that which side of it a script falls on
 //! does not depend on the ms; should a call still straddle one (a slow machine), the model is
-//! also run at that moment, and either outcome is accepted.
+//! also run at that moment, and either outcome is accepted. Fencing tokens are made of the
+//! script's ms (a hybrid logical clock), so the model is run at each ms of the window until
+//! one agrees.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -1053,6 +1055,37 @@ impl Run {
         expired
     }
 
+    /// `op` in the model at ms `now`, its fencing tokens made of the server's microsecond
+    /// within that ms: what the server's counter says, less the tokens the step granted, when
+    /// it lies in that ms (the model takes the server's exact time, as [`take_times`] does).
+    /// The model's first token comes from the counter instead when that is above the clock,
+    /// which a rerun at that microsecond finds too.
+    fn at_the_servers_microsecond(
+        model: &Server,
+        op: Op,
+        now: Ms,
+        setup: &Setup,
+        keys: &Keys,
+    ) -> (Server, Reply) {
+        let mut candidate = model.clone();
+        let ours = Self::in_model(&mut candidate, op, now, setup);
+        let ms = now * 1000..(now + 1) * 1000;
+        if candidate.fence == model.fence {
+            return (candidate, ours);
+        }
+        let first = (model.fence + 1).max(ms.start);
+        let granted = candidate.fence - first + 1;
+        let us = keys.fence.saturating_sub(granted - 1);
+        if !ms.contains(&us) {
+            return (candidate, ours);
+        }
+        let mut candidate = model.clone();
+        candidate.clock_us = Some(us);
+        let ours = Self::in_model(&mut candidate, op, now, setup);
+        candidate.clock_us = None;
+        (candidate, ours)
+    }
+
     /// The model takes the server's exact times, now that they agree within the window.
     fn take_times(model: &mut Server, keys: &Keys) {
         for h in &mut model.holders {
@@ -1143,17 +1176,14 @@ impl Run {
             let after = self.server_ms();
             let keys = self.read_keys();
             let _ = writeln!(history, "{step}: t={before}..{after} {op:?} → {theirs:?}");
-            // The script ran at `before`, or later: at a deadline it straddled, or `after`.
-            let mut moments = vec![before];
-            let mut deadlines = Self::deadlines(&model);
-            deadlines.sort();
-            moments.extend(deadlines.into_iter().filter(|&d| d > before && d <= after));
-            moments.push(after);
+            // The script ran at `before`, or at a later ms up to `after`: past a deadline it
+            // straddled, and with fencing tokens of that ms.
+            let moments: Vec<Ms> = (before..=after).collect();
             let tol = after - before + 1;
             let mut first = None;
             for (i, &now) in moments.iter().enumerate() {
-                let mut candidate = model.clone();
-                let ours = Self::in_model(&mut candidate, op, now, self.setup);
+                let (mut candidate, ours) =
+                    Self::at_the_servers_microsecond(&model, op, now, self.setup, &keys);
                 let mut differences = Self::differences(&candidate, &ours, &theirs, &keys, tol);
                 if !differences.is_empty() {
                     // The keys are read after the call, all at one moment (`Keys::read`): an

@@ -197,6 +197,9 @@ pub struct Server {
     /// An election's KEYS[10]: no engine script reads or writes it (`queue_reset_all` leaves
     /// it too).
     pub record: Option<Record>,
+    /// The microsecond of the server's clock a script runs at, which its fencing tokens are
+    /// made of, when the differential test has learned it; else the first of the ms.
+    pub clock_us: Option<Ms>,
 }
 
 /// Rules broken on purpose, one at a time, for the `catches_*` tests: each must be found by
@@ -354,6 +357,7 @@ impl Server {
             fence: 0,
             count: None,
             record: None,
+            clock_us: None,
         }
     }
 
@@ -588,8 +592,7 @@ impl Server {
                 short = short || (g.lease > 0 && g.beat.is_some_and(|beat| now + g.lease < beat));
                 self.queue.retain(|w| w.id != g.id);
             }
-            self.fence += 1;
-            let token = self.fence;
+            let token = self.next_token(now);
             s.fence = token;
             let mut expiry = expiry_after(now, g.lease);
             let pushed = Some(g.id) != me;
@@ -762,8 +765,7 @@ impl Server {
                 ticket: self.tickets,
             });
         }
-        let token = self.fence + 1;
-        self.fence = token;
+        let token = self.next_token(now);
         self.set_holder(Holder {
             id: c.id,
             expiry: expiry_after(now, c.lease),
@@ -923,8 +925,7 @@ impl Server {
         if self.queue.is_empty() {
             self.tickets = 0;
         }
-        self.fence += 1;
-        let token = self.fence;
+        let token = self.next_token(now);
         // Claimed until its lapse, which its lease outlasts (unless a mutation ignores it).
         let expiry = if bugs.claim_ignores_lapse {
             expiry_after(now, head.lease)
@@ -1187,6 +1188,14 @@ impl Server {
         self.record = None;
         self.tell_watchers(News::Nobody(self.fence), now);
         true
+    }
+
+    /// The next fencing token, now the counter (`next_token` in queue_head.lua): a hybrid
+    /// logical clock, the server's time in microseconds ([`clock_us`](Self::clock_us), or
+    /// the ms's first), or the counter + 1 when that is not above it.
+    fn next_token(&mut self, now: Ms) -> u64 {
+        self.fence = (self.fence + 1).max(self.clock_us.unwrap_or(now * 1000));
+        self.fence
     }
 
     /// The keys that expire as time passes: the inboxes, and the beats key. Redis has a key
