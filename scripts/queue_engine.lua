@@ -205,6 +205,13 @@ local function plan(s, capacity, tail)
                     if s.used + units > capacity then
                         return grants
                     end
+                    -- The grant is pushed to the waiter's inbox, a key no read has checked:
+                    -- one of another type stops the script here, before anything is written.
+                    local inbox = KEYS[8] .. process(id)
+                    local found = redis.call("type", inbox).ok
+                    if found ~= "none" and found ~= "list" then
+                        return nil, {-1, 8, "the inbox " .. inbox .. " holds a " .. found}
+                    end
                     s.used = s.used + units
                     table.insert(grants, {id = id, units = units, lease = lease, beat = beat, queued = true})
                 end
@@ -248,9 +255,12 @@ local function wake_behind(s, from, told)
                 if process(id) == id or id == told then
                     return id
                 end
+                -- A wake is a hint (the waiter asks again at its own time anyway), pushed
+                -- after the writes: an inbox of another type goes without it.
                 local list = KEYS[8] .. process(id)
-                redis.call("lpush", list, "head:" .. id)
-                redis.call("pexpire", list, int(math.max(1, beat - NOW)))
+                if type(redis.pcall("lpush", list, "head:" .. id)) == "number" then
+                    redis.call("pexpire", list, int(math.max(1, beat - NOW)))
+                end
                 return id
             end
         end

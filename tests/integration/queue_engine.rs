@@ -446,6 +446,31 @@ fn the_first_waiter_meets_a_key_of_the_wrong_type_and_nothing_is_written() {
     }
 }
 
+/// A grant is pushed to its waiter's inbox, a key the script has not read: one of another type
+/// refuses the release that would grant, naming it, with nothing written; the waiter stays in
+/// line and the holder holds.
+#[test]
+fn a_grant_to_an_inbox_of_another_type_is_refused_and_nothing_is_written() {
+    let mut q = Queue::new();
+    granted(&q.wait("h", 1, 1));
+    let waiter = "w@0123456789abcdef";
+    assert_eq!(position(&q.wait(waiter, 1, 1)), 1);
+    let _: () = q.conn.set(signal("0123456789abcdef"), "x").unwrap();
+    let before = q.snapshot();
+    let reply = q.release("h", 1);
+    let Value::Array(items) = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(items[..2], [Value::Int(-1), Value::Int(8)], "{reply:?}");
+    assert!(
+        format!("{:?}", items[2]).contains("signal:0123456789abcdef"),
+        "{reply:?}"
+    );
+    assert_eq!(q.snapshot(), before);
+    assert_eq!(q.holders(), ["h"]);
+    assert_eq!(q.waiters(), [waiter]);
+}
+
 /// Makes KEYS[`k`] (`part`) a list, where a sorted set, a hash or a counter belongs, and
 /// asserts that each of `scripts` refuses it, naming it, and that nothing was written.
 fn refused_with_nothing_written(
