@@ -17,7 +17,7 @@ use crate::support::{every_primitive, ms, secs, RedisServer};
 /// Takes a token of each primitive, twice; `lose` the counters; then one more of each, which
 /// must be above both earlier ones.
 fn tokens_grow_across(server: &mut RedisServer, lose: impl FnOnce(&mut RedisServer)) {
-    let primitives = every_primitive(&server.client(), "fencing");
+    let primitives = every_primitive(&server.client(), "fencing", "");
     let before: Vec<(u64, u64)> = (primitives.iter())
         .map(|p| ((p.take)().unwrap(), (p.take)().unwrap()))
         .collect();

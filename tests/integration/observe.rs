@@ -570,15 +570,18 @@ fn a_fencing_token_that_went_back_is_counted_for_every_primitive() {
     recorded();
     let label = "observe-fence-back-every";
     let mut conn = server.conn();
-    for (i, p) in every_primitive(&server.client(), label).iter().enumerate() {
+    for (i, p) in every_primitive(&server.client(), label, "")
+        .iter()
+        .enumerate()
+    {
         let first = (p.take)().unwrap();
         // A counter an hour ahead of this server's clock (a primary whose clock was ahead),
         // then lost: the next token comes from the clock, below the last one.
         let ahead = first + 3_600_000_000;
-        let _: () = conn.set(p.counter, ahead).unwrap();
+        let _: () = conn.set(&p.counter, ahead).unwrap();
         let last = (p.take)().unwrap();
         assert_eq!(last, ahead + 1, "{}", p.what);
-        let _: () = conn.del(p.counter).unwrap();
+        let _: () = conn.del(&p.counter).unwrap();
         let back = (p.take)().unwrap();
         assert!(first < back && back < last, "{}: {back}", p.what);
         assert_eq!(

@@ -7,31 +7,43 @@ use redis_blpop_lock::{Backend, Election, Error, Lock, RwLock, Semaphore};
 pub struct Fenced {
     pub what: &'static str,
     pub take: Box<dyn Fn() -> Result<u64, Error>>,
-    pub counter: &'static str,
+    pub counter: String,
 }
 
-/// Every primitive with a fencing token, on `backend`, with metrics label `label`.
-pub fn every_primitive<B: Backend + ?Sized>(backend: &B, label: &'static str) -> Vec<Fenced> {
-    let plain = (Lock::builder(backend, "plain").fencing(true))
+/// Every primitive with a fencing token, on `backend`, with metrics label `label`; `tag` (a
+/// hash tag such as `{f}`, or "") starts their names, so that on a cluster all of them can
+/// live in one slot.
+pub fn every_primitive<B: Backend + ?Sized>(
+    backend: &B,
+    label: &'static str,
+    tag: &str,
+) -> Vec<Fenced> {
+    let name = |name: &str| format!("{tag}{name}");
+    // A queue primitive's keys: `<kind>:{NAME}:*`, or `<kind>:=NAME:*` for a NAME with a tag.
+    let counter = |kind: &str, name: &str| match tag {
+        "" => format!("{kind}:{{{name}}}:fence"),
+        _ => format!("{kind}:={tag}{name}:fence"),
+    };
+    let plain = (Lock::builder(backend, name("plain")).fencing(true))
         .metrics_label(label)
         .build()
         .unwrap();
-    let fair = (Lock::builder(backend, "fair").fair(true))
+    let fair = (Lock::builder(backend, name("fair")).fair(true))
         .metrics_label(label)
         .build()
         .unwrap();
-    let semaphore = (Semaphore::builder(backend, "permits", 2))
+    let semaphore = (Semaphore::builder(backend, name("permits"), 2))
         .metrics_label(label)
         .build()
         .unwrap();
     // A handle for each guard: a handle reports a token below one any of its guards had.
     let [reading, writing] = [(); 2].map(|()| {
-        (RwLock::builder(backend, "rw"))
+        (RwLock::builder(backend, name("rw")))
             .metrics_label(label)
             .build()
             .unwrap()
     });
-    let election = (Election::builder(backend, "leader"))
+    let election = (Election::builder(backend, name("leader")))
         .metrics_label(label)
         .build()
         .unwrap();
@@ -39,32 +51,32 @@ pub fn every_primitive<B: Backend + ?Sized>(backend: &B, label: &'static str) ->
         Fenced {
             what: "plain lock",
             take: Box::new(move || Ok(plain.lock()?.fencing_token().unwrap())),
-            counter: "lock-fence:plain",
+            counter: format!("lock-fence:{}", name("plain")),
         },
         Fenced {
             what: "fair lock",
             take: Box::new(move || Ok(fair.lock()?.fencing_token().unwrap())),
-            counter: "fair-lock:{fair}:fence",
+            counter: counter("fair-lock", "fair"),
         },
         Fenced {
             what: "permit",
             take: Box::new(move || Ok(semaphore.acquire()?.fencing_token().unwrap())),
-            counter: "semaphore:{permits}:fence",
+            counter: counter("semaphore", "permits"),
         },
         Fenced {
             what: "read guard",
             take: Box::new(move || Ok(reading.read()?.fencing_token().unwrap())),
-            counter: "rwlock:{rw}:fence",
+            counter: counter("rwlock", "rw"),
         },
         Fenced {
             what: "write guard",
             take: Box::new(move || Ok(writing.write()?.fencing_token().unwrap())),
-            counter: "rwlock:{rw}:fence",
+            counter: counter("rwlock", "rw"),
         },
         Fenced {
             what: "election term",
             take: Box::new(move || Ok(election.campaign("here")?.term())),
-            counter: "election:{leader}:fence",
+            counter: counter("election", "leader"),
         },
     ]
 }

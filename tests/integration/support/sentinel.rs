@@ -169,14 +169,21 @@ impl SentinelSet {
     /// Kills the primary like a crash (SIGKILL) and waits until the sentinels promoted the
     /// replica.
     pub fn kill_primary_and_wait_failover(&mut self) {
-        let (old, new) = (self.primary().port, self.replica().port);
-        let old = self.by_port(old);
-        self.data[old].kill();
+        let new = self.kill_primary();
         self.until_promoted(new);
     }
 
+    /// Kills the primary like a crash (SIGKILL), without waiting for the failover (a test may
+    /// do something to the replica first): the replica's port.
+    pub fn kill_primary(&mut self) -> u16 {
+        let (old, new) = (self.primary().port, self.replica().port);
+        let old = self.by_port(old);
+        self.data[old].kill();
+        new
+    }
+
     /// Waits until every sentinel names `port` as the primary, and it says so itself.
-    fn until_promoted(&self, port: u16) {
+    pub fn until_promoted(&self, port: u16) {
         let sentinels: Vec<&Node> = self.sentinels.iter().collect();
         until_all(
             LIMIT,
