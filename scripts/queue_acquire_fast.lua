@@ -138,7 +138,8 @@ repeat
         end
         return {0, redis.call("zrank", KEYS[3], id) + 1, next, ticket}
     end
-    local text, token = next_token(fence)
+    local text = next_token(fence)
+    local token = tonumber(text)
     -- The entries' hash is written without a read: first, so that one of another type stops
     -- this part before anything is written.
     if type(redis.pcall("hset", KEYS[2], id, ARGV[2] .. ":" .. text)) == "table" then

@@ -315,7 +315,8 @@ local function apply(s, grants, me)
                 redis.call("zrem", KEYS[4], g.id)
             end
         end
-        s.fence, g.token = next_token(s.fence)
+        s.fence = next_token(s.fence)
+        g.token = tonumber(s.fence)
         redis.call("set", KEYS[7], s.fence)
         local expiry = "+inf"
         if g.lease > 0 then

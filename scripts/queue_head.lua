@@ -29,13 +29,12 @@
 -- server's, never a client's (Redis >= 5 replicates a script's effects, not its calls).
 
 -- Now in server ms, as a number and as the text the reads take (made of TIME's texts: each
--- number printed or parsed costs a script about as much as a command); and in microseconds, as
--- text, for a fencing token.
-local NOW, AT, US
+-- number printed or parsed costs a script about as much as a command); and TIME's own reply,
+-- for the microseconds of a fencing token, which only a grant reads.
+local NOW, AT, TIME
 do
-    local time = redis.call("time")
-    US = time[1] .. string.sub("00000" .. time[2], -6)
-    AT = string.sub(US, 1, -4)
+    TIME = redis.call("time")
+    AT = TIME[1] .. string.sub("00000" .. TIME[2], -6, -4)
     NOW = tonumber(AT)
 end
 
@@ -44,24 +43,40 @@ local function process(id)
     return string.match(id, "^@(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)$", -17) or id
 end
 
--- Whether counter text `n` is a whole number below 9 * 10^15: exact in Lua's doubles, with
--- room for every fencing token after it (the server's clock in microseconds stays below it
--- until the year 2255).
-local function countable(n)
-    return string.find(n, "^%d+$") and (#n < 16 or #n == 16 and n < "9000000000000000")
+-- Whether whole-number text `n` is below 9 * 10^15: exact in Lua's doubles, with room for
+-- every fencing token after it (the server's clock in microseconds stays below it until the
+-- year 2255).
+local function in_range(n)
+    return #n < 16 or #n == 16 and n < "9000000000000000"
 end
 
--- The fencing token after counter text `fence` (countable), as text and as a number: a hybrid
--- logical clock, the server's time in microseconds, or `fence` + 1 when that is not above it.
--- It grows on a server that kept the counter, whatever its clock does, and past a counter lost
--- (a restart without persistence, a FLUSHALL, a promoted replica that missed the last grants)
--- as long as the server's clock is ahead of the last grant's.
-local function next_token(fence)
-    local after, clock = tonumber(fence) + 1, tonumber(US)
-    if after > clock then
-        return string.format("%.0f", after), after
+-- Whether counter text `n` is a whole number in range.
+local function countable(n)
+    return in_range(n) and string.find(n, "^%d+$")
+end
+
+-- The whole number text `n` plus one, as text: parsing and printing would cost about as much
+-- as a command each.
+local function plus_one(n)
+    local last = string.byte(n, -1)
+    if last < 57 then
+        return string.sub(n, 1, -2) .. string.char(last + 1)
     end
-    return US, clock
+    return string.format("%.0f", tonumber(n) + 1)
+end
+
+-- The fencing token after counter text `fence` (countable, without leading zeros), as text: a
+-- hybrid logical clock, the server's time in microseconds, or `fence` + 1 when that is not
+-- above it. It grows on a server that kept the counter, whatever its clock does, and past a
+-- counter lost (a restart without persistence, a FLUSHALL, a promoted replica that missed the
+-- last grants) as long as the server's clock is ahead of the last grant's. Compared as texts
+-- (digits of one length compare as their numbers), which costs less than parsing them.
+local function next_token(fence)
+    local us = TIME[1] .. string.sub("00000" .. TIME[2], -6)
+    if #us > #fence or #us == #fence and us > fence then
+        return us
+    end
+    return plus_one(fence)
 end
 
 -- The kept count (KEYS[9]) when it is current, else nil: written with the fencing counter

@@ -30,7 +30,7 @@ repeat
         break
     end
     local units, token = string.match(entry, "^(%d+):(%d+)$")
-    if not units or #units > 15 or not countable(token) then
+    if not units or #units > 15 or not in_range(token) then
         break
     end
     local size = redis.call("zcard", KEYS[1])
@@ -43,7 +43,8 @@ repeat
     else
         local fence = redis.pcall("get", KEYS[7]) or "0"
         local count = redis.pcall("get", KEYS[9])
-        local used = type(fence) == "string" and countable(fence) and type(count) == "string"
+        -- The counter is digits when the kept count, made of digits, names it.
+        local used = type(fence) == "string" and in_range(fence) and type(count) == "string"
             and kept(count, fence, size)
         if not used then
             break
