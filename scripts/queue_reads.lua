@@ -15,11 +15,11 @@ local function whole(i)
     end
 end
 
--- "<a>:<b>" as two numbers, or nil: a count of at most 15 digits, and a countable one (a
--- fencing token).
+-- "<a>:<b>" as two numbers, or nil: a count of at most 15 digits, and one in range (a fencing
+-- token).
 local function pair(text)
     local a, b = string.match(text or "", "^(%d+):(%d+)$")
-    if a and #a <= 15 and countable(b) then
+    if a and #a <= 15 and in_range(b) then
         return tonumber(a), tonumber(b)
     end
 end
