@@ -957,6 +957,16 @@
 //! or was cut off), and then the lock is lost as before. Where that matters, use fencing tokens
 //! with a single primary, or a consensus store.
 //!
+//! Until its holder learns of it, another client must not hold the lock. So what a handle
+//! takes within [`LockBuilder::after_failover`] (by default its own expiry) of learning that a
+//! new primary serves the lock's keys is held, renewed if it renews, and handed to its caller
+//! only once that has passed: by then a holder of the old primary whose lease is no longer has
+//! lost it, or kept it by renewing on the new primary. A `Sentinel` backend learns of a switch
+//! at the sentinels' `+switch-master`, a cluster when a slot's primary is a node that served
+//! none, and one server when a new connection finds another `run_id` (a restart). The cost
+//! and what remains (a holder partitioned from the sentinels but not from the old primary) are
+//! in docs/faults.md, "A failover, or a restart".
+//!
 //! **Rights per node.** Every primary needs the ACL rule of [Least privilege](#least-privilege);
 //! a cluster client also needs `+cluster|slots +asking`, a Sentinel client `+role` on the data nodes,
 //! and `+wait` with `replicas`. The sentinels themselves need to answer
@@ -1148,8 +1158,10 @@
 //!   reply); `+scan +mget` are for [`reset_all`] and [`inspect::holders`] (`+scan`); `+type`
 //!   is for `reset_all` and `reset` (`scripts/reset.lua`).
 //! - `+info` reads the server's eviction policy (see
-//!   [Servers that evict keys](#servers-that-evict-keys)); without it the lock works, and
-//!   says nothing of eviction.
+//!   [Servers that evict keys](#servers-that-evict-keys)), and its `run_id` on each new
+//!   connection, by which a restart is known (see
+//!   [Redis Cluster and Sentinel](#redis-cluster-and-sentinel)); without it the lock works,
+//!   says nothing of eviction, and hands over at once what it takes after a restart.
 //! - `+lpop` takes, in the round trip of the waiting connection's `BLPOP`, the other grants
 //!   already in the process's inbox of a semaphore, fair lock, read-write lock or election,
 //!   so that several released at once reach their waiters together. Without it they still

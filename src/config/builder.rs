@@ -52,6 +52,7 @@ pub struct LockBuilder<K = Lock> {
     /// A semaphore's permits.
     capacity: u64,
     refuse_evicting: bool,
+    after_failover: Option<Duration>,
 }
 
 impl<K> LockBuilder<K> {
@@ -83,6 +84,7 @@ impl<K> LockBuilder<K> {
             on_queue_engine: false,
             capacity: 1,
             refuse_evicting: false,
+            after_failover: None,
         }
     }
 
@@ -369,6 +371,37 @@ impl<K> LockBuilder<K> {
         Ok((settings, transport, capacity))
     }
 
+    /// How long after its backend learned of a new primary (a Sentinel failover) an
+    /// acquisition is not handed to its caller: taken on the new primary then, it waits
+    /// until this has passed since the switch, renewed if it renews, and a wait that ends
+    /// first ends without it, with nothing held. A holder of the old primary may still
+    /// believe it holds for up to its own expiry after the switch (its last renewal there
+    /// counted, and the replica promoted may never have seen it, nor even its grant): once
+    /// that has passed, its [`lost()`](crate::Lock::lost) is true. Default: the handle's
+    /// own [`expire`](Self::expire), which covers a holder with the same one; a holder with a
+    /// longer expiry needs as long here. `Duration::ZERO` hands an acquisition over at once,
+    /// as before; a handle without an expiry has no wait unless one is set here. See
+    /// docs/faults.md, "A failover".
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let backend = redis_blpop_lock::Sentinel::new(["redis://10.0.0.1:26379"], "primary")?;
+    /// let lock = redis_blpop_lock::Lock::builder(&backend, "ledger")
+    ///     .expire(Duration::from_secs(10))
+    ///     .auto_renewal(true)
+    ///     // Other holders of "ledger" renew a 30 s lease.
+    ///     .after_failover(Duration::from_secs(30))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn after_failover(mut self, pause: Duration) -> Self {
+        self.after_failover = Some(pause);
+        self
+    }
+
     /// The checked settings, and where the lock lives.
     pub(crate) fn checked(self) -> Result<(Settings, Arc<dyn Transport>), Error> {
         if self.name.is_empty() {
@@ -422,6 +455,7 @@ impl<K> LockBuilder<K> {
             heartbeat: self.heartbeat,
             on_queue_engine: self.on_queue_engine,
             refuse_evicting: self.refuse_evicting,
+            after_failover: self.after_failover,
         };
         let transport = self.transport?;
         transport.check(&settings)?;

@@ -41,6 +41,9 @@ pub(crate) struct Settings {
     pub(crate) on_queue_engine: bool,
     /// Whether a server that can evict the lock's keys is refused.
     pub(crate) refuse_evicting: bool,
+    /// How long after a failover an acquisition waits before it is handed over (`None`:
+    /// the expire).
+    pub(crate) after_failover: Option<Duration>,
 }
 
 impl Settings {
@@ -51,6 +54,12 @@ impl Settings {
 
     pub(crate) fn expire(&self) -> Option<Duration> {
         self.expire_ms.map(Duration::from_millis)
+    }
+
+    /// How long after its backend learned of a new primary nothing this handle takes is
+    /// handed over: [`after_failover`](crate::LockBuilder::after_failover).
+    pub(crate) fn after_failover(&self) -> Duration {
+        (self.after_failover.or(self.expire())).unwrap_or_default()
     }
 
     /// How long a request's `WAIT` for replicas may add to its round trip.

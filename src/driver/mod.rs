@@ -4,6 +4,8 @@
 //! - [`Inner::take`], the one acquire path: [`acquire`] for python-redis-lock's lock (one try,
 //!   then a wait for a wake-up signal and another try), [`acquire_line`] for the queue engine's
 //!   primitives (a place in [`line`], the wait in line, then the grant claimed);
+//! - [`failover`]: an acquisition made just after a failover, held back until no holder of
+//!   the old primary can believe it holds;
 //! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
 //! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background;
 //! - [`acquirer`]: an [`Acquisition`](acquirer::Acquisition) for each one taken, and the handles that
@@ -17,6 +19,7 @@ mod acquire_line;
 pub(crate) mod acquirer;
 pub(crate) mod blocking;
 pub(crate) mod election;
+mod failover;
 mod hold;
 pub(crate) mod hub;
 mod leasing;
@@ -38,7 +41,7 @@ use parking_lot::Mutex;
 use crate::config::settings::Settings;
 use crate::observe::Hold;
 use crate::protocol::keys::{Keys, QueueKeys};
-use crate::protocol::lease::{Attempting, Belief, Wait};
+use crate::protocol::lease::{Attempting, Belief, Handover, Wait};
 use crate::protocol::lock::{Observed, Pttl};
 use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask};
@@ -47,6 +50,7 @@ use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::timer::Alarm;
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
+use failover::Handed;
 use hub::{Hub, Mailbox, Told};
 use leasing::{Leasing, LockLeasing, QueueLeasing};
 use line::Line;
@@ -328,10 +332,24 @@ impl<R: Runtime> Inner<R> {
         wait: Wait,
         cancel: &CancelToken,
     ) -> Result<Option<Taken>, Error> {
-        self.state.lock().token_floor = self.tokens.floor();
-        match &self.place {
-            Some(place) => self.acquire_in_line(place, wait, cancel).await,
-            None => self.acquire(wait, cancel).await,
+        loop {
+            // Nothing taken on a new primary could be handed over in time: nothing is taken.
+            if self.handover(wait) == Handover::TooLate {
+                return Ok(None);
+            }
+            self.state.lock().token_floor = self.tokens.floor();
+            let taken = match &self.place {
+                Some(place) => self.acquire_in_line(place, wait, cancel).await?,
+                None => self.acquire(wait, cancel).await?,
+            };
+            let Some(taken) = taken else {
+                return Ok(None);
+            };
+            match self.hand_over(taken, wait, cancel).await? {
+                Handed::Over(taken) => return Ok(Some(taken)),
+                Handed::Nothing => return Ok(None),
+                Handed::Again => {}
+            }
         }
     }
 

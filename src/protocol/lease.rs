@@ -43,6 +43,36 @@ impl Wait {
     }
 }
 
+/// When an acquisition made at `now` may be handed to its caller, whose wait is `wait`, by
+/// a handle that waits `pause` after a failover, its backend having learned of the last
+/// one at `switched` (if ever). Until then a holder of the old primary may still believe it
+/// holds, even one whose grant or renewals the new primary never saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Handover {
+    /// Now: no failover is that recent.
+    Now,
+    /// At that instant, which the caller's wait reaches.
+    At(Instant),
+    /// Not before the caller's wait ends: nothing is to be held.
+    TooLate,
+}
+
+impl Handover {
+    pub fn after(switched: Option<Instant>, pause: Duration, wait: Wait, now: Instant) -> Self {
+        let Some(at) = switched.and_then(|switched| switched.checked_add(pause)) else {
+            return Handover::Now;
+        };
+        if at <= now {
+            return Handover::Now;
+        }
+        match wait {
+            Wait::Forever => Handover::At(at),
+            Wait::Until(deadline) if at <= deadline => Handover::At(at),
+            Wait::Until(_) | Wait::Never => Handover::TooLate,
+        }
+    }
+}
+
 /// How many more times a single try goes again when it found the lock free mid-try.
 const FREE_RETRIES: u8 = 2;
 
@@ -282,6 +312,36 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn an_acquisition_within_a_pause_after_a_failover_waits_for_its_end_if_its_wait_reaches_it() {
+        let now = Instant::now();
+        let switched = Some(now - ms(1000));
+        let end = now + ms(2000);
+        let after = |wait| Handover::after(switched, ms(3000), wait, now);
+        assert_eq!(after(Wait::Forever), Handover::At(end));
+        assert_eq!(after(Wait::Until(end)), Handover::At(end));
+        assert_eq!(after(Wait::Until(end - ms(1))), Handover::TooLate);
+        assert_eq!(after(Wait::Never), Handover::TooLate);
+    }
+
+    #[test]
+    fn an_acquisition_is_handed_over_at_once_without_a_recent_failover_or_a_pause() {
+        let now = Instant::now();
+        let then = Some(now - ms(3000));
+        assert_eq!(
+            Handover::after(None, ms(3000), Wait::Never, now),
+            Handover::Now
+        );
+        assert_eq!(
+            Handover::after(then, ms(3000), Wait::Never, now),
+            Handover::Now
+        );
+        assert_eq!(
+            Handover::after(Some(now), ms(0), Wait::Never, now),
+            Handover::Now
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub(crate) fn shared(client: &ClusterClient) -> Result<Arc<dyn Transport>, Error
     let topology = Slots {
         seeds: seeds.iter().filter_map(addr_of).collect(),
         owners: RwLock::new(vec![None; SLOTS]),
+        switched: RwLock::default(),
     };
     let transport: Arc<dyn Transport> = Arc::new(Routed::new(topology, template));
     clusters.insert(key, Arc::clone(&transport));
@@ -58,6 +59,16 @@ pub(crate) fn shared(client: &ClusterClient) -> Result<Arc<dyn Transport>, Error
 struct Slots {
     seeds: Vec<String>,
     owners: RwLock<Vec<Option<Arc<str>>>>,
+    /// When this process learned that each slot that failed over did.
+    switched: RwLock<HashMap<u16, Instant>>,
+}
+
+/// Whether a slot whose primary is `new` now, and was another one, failed over, as far as
+/// `owners` (the slot map before) tells: `new` served no slot then, so it was a replica (a
+/// node that joined empty and took slots in a rebalance looks the same, and costs its
+/// slots' acquisitions one pause). A slot migrated to a primary moves its keys with it.
+fn failed_over(owners: &[Option<Arc<str>>], new: &str) -> bool {
+    !owners.iter().flatten().any(|owner| &**owner == new)
 }
 
 impl Topology for Slots {
@@ -95,7 +106,18 @@ impl Topology for Slots {
             }
             match ask_slots(nodes, &addr, deadline.min(Instant::now() + ASK_NODE_FOR)) {
                 Ok(map) => {
-                    *self.owners.write() = map;
+                    let now = Instant::now();
+                    let mut owners = self.owners.write();
+                    let mut switched = self.switched.write();
+                    for (slot, (old, new)) in owners.iter().zip(&map).enumerate() {
+                        if let (Some(old), Some(new), Ok(slot)) = (old, new, u16::try_from(slot))
+                            && old != new
+                            && failed_over(&owners, new)
+                        {
+                            switched.insert(slot, now);
+                        }
+                    }
+                    *owners = map;
                     return Ok(());
                 }
                 Err(e) => last = e,
@@ -105,9 +127,18 @@ impl Topology for Slots {
     }
 
     fn moved(&self, slot: u16, addr: &str) {
-        if let Some(owner) = self.owners.write().get_mut(usize::from(slot)) {
+        let mut owners = self.owners.write();
+        let was = owners.get(usize::from(slot)).cloned().flatten();
+        if was.is_some_and(|was| &*was != addr) && failed_over(&owners, addr) {
+            self.switched.write().insert(slot, Instant::now());
+        }
+        if let Some(owner) = owners.get_mut(usize::from(slot)) {
             *owner = Some(addr.into());
         }
+    }
+
+    fn switched_at(&self, slot: Option<u16>) -> Option<Instant> {
+        self.switched.read().get(&slot?).copied()
     }
 
     fn hash_tags(&self) -> bool {
@@ -257,6 +288,34 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn slots() -> Slots {
+        Slots {
+            seeds: Vec::new(),
+            owners: RwLock::new(vec![None; SLOTS]),
+            switched: RwLock::default(),
+        }
+    }
+
+    #[test]
+    fn a_slot_moved_to_a_node_that_served_none_failed_over_and_one_moved_to_a_primary_migrated() {
+        let slots = slots();
+        slots.moved(7, "a:1");
+        slots.moved(8, "c:3");
+        assert_eq!(slots.switched_at(Some(7)), None, "first learned");
+        slots.moved(7, "c:3");
+        assert_eq!(
+            slots.switched_at(Some(7)),
+            None,
+            "migrated to another primary"
+        );
+        slots.moved(8, "b:2");
+        assert!(
+            slots.switched_at(Some(8)).is_some(),
+            "failed over to c:3's replica"
+        );
+        assert_eq!(slots.switched_at(Some(9)), None);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionLike, ErrorKind, Parser, RedisError, Value};
 
 use super::admin::client_id;
+use super::runs::run_id;
 use super::ConnId;
 
 /// A socket timeout this much longer than the time left is still close enough: setting it
@@ -31,6 +32,8 @@ pub(crate) struct Conn {
     link: Link,
     /// Its id at the server (`CLIENT ID`), unless the server would not tell it.
     id: Option<u64>,
+    /// The server's run id when it connected, unless the server would not tell it.
+    run_id: Option<String>,
     /// The socket timeouts last set.
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
@@ -84,12 +87,14 @@ impl Conn {
         let mut conn = Conn {
             link,
             id: None,
+            run_id: None,
             read_timeout: None,
             write_timeout: None,
         };
         setup.cmd("CLIENT").arg("ID");
+        setup.cmd("INFO").arg("server");
         conn.send(&setup.get_packed_pipeline(), deadline)?;
-        for _ in 1..setup.len() {
+        for _ in 2..setup.len() {
             match conn.recv(deadline)? {
                 Value::Okay => {}
                 Value::ServerError(e) => return Err(e.into()),
@@ -103,7 +108,13 @@ impl Conn {
             }
         }
         conn.id = client_id(conn.recv(deadline)?)?;
+        conn.run_id = run_id(&conn.recv(deadline)?);
         Ok(conn)
+    }
+
+    /// The server's run id when it connected (see [`runs`](super::runs)).
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
     }
 
     /// Its id for the transport: a single server is node 0 (a transport over several servers

@@ -14,6 +14,7 @@ pub(crate) mod nodes;
 pub(crate) mod quorum;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) mod routed;
+pub(crate) mod runs;
 #[cfg(test)]
 pub(crate) mod scripted;
 pub(crate) mod send;
@@ -178,6 +179,17 @@ pub(crate) trait Transport: Send + Sync {
     fn server_of(&self, _slot: u16) -> usize {
         (self as *const Self).cast::<()>().addr()
     }
+
+    /// When this process last learned that a new primary serves hash slot `slot` in place of
+    /// the one it knew (a failover), if ever. What the old one granted or renewed meanwhile
+    /// may be missing there: see [`after_failover`](crate::LockBuilder::after_failover).
+    fn switched_at(&self, _slot: u16) -> Option<Instant> {
+        None
+    }
+
+    /// A new connection found the server in run `run_id` (see [`runs`]): the async side's
+    /// connections tell the blocking transport of their server.
+    fn saw_run(&self, _run_id: String) {}
 
     /// One server's record of its eviction policy, for its async side to fill in.
     fn eviction(&self) -> Option<&eviction::Eviction> {

@@ -51,6 +51,12 @@ pub(crate) trait Topology: Send + Sync + 'static {
         false
     }
 
+    /// When this process last learned that a new primary serves `slot` in place of the one
+    /// it knew (`None`: never): see [`Transport::switched_at`].
+    fn switched_at(&self, _slot: Option<u16>) -> Option<Instant> {
+        None
+    }
+
     /// Learns the topology again, by `deadline`.
     fn learn(&self, nodes: &Nodes, deadline: Instant) -> Result<(), RedisError>;
 
@@ -301,6 +307,13 @@ impl<T: Topology> Transport for Routed<T> {
 
     fn hash_tags(&self) -> bool {
         self.topology.hash_tags()
+    }
+
+    fn switched_at(&self, slot: u16) -> Option<Instant> {
+        // Replaced by another, or restarted in its place.
+        let primary = (self.topology.primary_for(Some(slot))).and_then(|a| self.nodes.at(&a).ok());
+        let restarted = primary.and_then(|(_, server)| server.switched_at(slot));
+        self.topology.switched_at(Some(slot)).max(restarted)
     }
 
     fn server_of(&self, slot: u16) -> usize {

@@ -45,6 +45,8 @@ pub(crate) struct Primary {
     known: RwLock<Option<String>>,
     /// How many sentinels are being listened to now.
     heard: AtomicUsize,
+    /// When this process last learned that another primary replaced the one it knew.
+    switched: RwLock<Option<Instant>>,
 }
 
 impl Primary {
@@ -54,6 +56,7 @@ impl Primary {
             service,
             known: RwLock::new(None),
             heard: AtomicUsize::new(0),
+            switched: RwLock::new(None),
         }
     }
 
@@ -79,6 +82,9 @@ impl Primary {
             self.service,
             known.as_deref().unwrap_or("not yet known")
         );
+        if known.is_some() {
+            *self.switched.write() = Some(Instant::now());
+        }
         *known = Some(addr);
         true
     }
@@ -139,6 +145,10 @@ impl Topology for Primary {
 
     fn primary_for(&self, _slot: Option<u16>) -> Option<String> {
         self.known.read().clone()
+    }
+
+    fn switched_at(&self, _slot: Option<u16>) -> Option<Instant> {
+        *self.switched.read()
     }
 
     fn primaries(&self) -> Vec<String> {

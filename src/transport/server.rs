@@ -13,6 +13,7 @@ use redis::{ErrorKind, RedisError, Value};
 use super::admin::{admin_outcome, kill_cmd};
 use super::conn::Conn;
 use super::eviction::Eviction;
+use super::runs::Runs;
 use super::{Admin, ConnId, Fault, Primaries, Primary, Transport, Waiter};
 use crate::protocol::eviction;
 use crate::protocol::request::Request;
@@ -34,6 +35,8 @@ pub(crate) struct Server {
     waiting: Pool,
     /// Its eviction policy, read with the first request.
     eviction: Eviction,
+    /// Its run, read on each new connection: a restart is known at the first one after it.
+    runs: Runs,
 }
 
 impl Server {
@@ -59,6 +62,7 @@ impl Server {
             short: Pool::default(),
             waiting: Pool::default(),
             eviction: Eviction::new(info.addr().to_string()),
+            runs: Runs::default(),
         })));
         servers.insert(key, server);
         Ok(server)
@@ -66,7 +70,11 @@ impl Server {
 
     /// A new connection, set up by `deadline`, that knows its id at the server.
     fn connect(&self, deadline: Instant) -> Result<Conn, RedisError> {
-        Conn::open(&self.client, deadline)
+        let conn = Conn::open(&self.client, deadline)?;
+        if let Some(run_id) = conn.run_id() {
+            self.saw_run(run_id.to_owned());
+        }
+        Ok(conn)
     }
 
     /// The client the connections are made with (no `CLIENT SETINFO`, no Nagle).
@@ -214,6 +222,15 @@ impl Transport for Server {
 
     fn primaries(&self, _deadline: Instant) -> Result<Primaries, Error> {
         Ok(vec![Primary::Itself])
+    }
+
+    fn saw_run(&self, run_id: String) {
+        let addr = self.client.get_connection_info().addr().to_string();
+        self.runs.saw(&addr, run_id);
+    }
+
+    fn switched_at(&self, _slot: u16) -> Option<Instant> {
+        self.runs.restarted_at()
     }
 
     fn eviction(&self) -> Option<&Eviction> {

@@ -270,6 +270,38 @@ async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
     assert_eq!(owner(&server), None);
 }
 
+/// A restart empties the server: a waiting task could take the lock at once, while the holder
+/// learns of it only at its next renewal. Taken, it is held back until the holder's lease,
+/// renewed nowhere since, has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let lock = || {
+        aio::Lock::builder(&client, "l")
+            .expire(secs(2))
+            .auto_renewal(true)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (Arc::new(lock()), lock());
+    let guard = holder.lock().await.unwrap();
+    let watched = Arc::clone(&holder);
+    let taking = tokio::spawn(async move {
+        let taken = waiter.try_lock_for(secs(30)).await.unwrap();
+        let holder_lost = watched.lost();
+        taken.expect("no lock in 30 s").unlock().await.unwrap();
+        holder_lost
+    });
+    server.until_blocked(1, BLOCK_LIMIT, || taking.is_finished());
+    server.restart_after(Duration::ZERO);
+    assert!(
+        taking.await.unwrap(),
+        "the task holds, and the holder believes it does"
+    );
+    assert!(guard.lost());
+}
+
 /// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.
 fn kills(server: &RedisServer) -> u64 {
     server.calls("client|kill")

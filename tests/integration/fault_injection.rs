@@ -276,6 +276,69 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
     assert!(overlaps(&sections).is_empty(), "{:?}", overlaps(&sections));
 }
 
+/// A restart empties the server: the waiter could take the lock at once, while the holder
+/// learns of it only at its next renewal. Taken, it is held back until the holder's lease,
+/// renewed nowhere since, has ended.
+#[test]
+fn a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let lock = || {
+        Lock::builder(&client, "restarted")
+            .expire(secs(2))
+            .auto_renewal(true)
+            .build()
+            .unwrap()
+    };
+    let holder = Arc::new(lock());
+    holder.acquire().unwrap();
+    let (waiter, watched) = (lock(), Arc::clone(&holder));
+    let since = tries_run(&server);
+    let taking = thread::spawn(move || {
+        assert!(waiter.acquire_timeout(secs(30)).unwrap(), "no lock in 30 s");
+        let holder_lost = watched.lost();
+        waiter.release().unwrap();
+        holder_lost
+    });
+    server.until_in_line(1, since, secs(30), || taking.is_finished());
+    server.restart_after(Duration::ZERO);
+    assert!(
+        taking.join().unwrap(),
+        "the waiter holds, and the holder believes it does"
+    );
+}
+
+/// After a restart, a handle takes nothing it could not hand over before its call ends: a
+/// single try is turned down with nothing left held, a wait that reaches past the pause
+/// gets the lock at its end, and `after_failover(ZERO)` hands over at once.
+#[test]
+fn after_a_restart_a_lock_is_handed_over_once_the_pause_has_passed() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let lock = |pause: Option<Duration>| {
+        let builder = Lock::builder(&client, "restarted").expire(secs(2));
+        (match pause {
+            Some(pause) => builder.after_failover(pause),
+            None => builder,
+        })
+        .build()
+        .unwrap()
+    };
+    let (paused, at_once) = (lock(None), lock(Some(Duration::ZERO)));
+    drop(paused.lock().unwrap());
+    server.restart_after(Duration::ZERO);
+    assert!(
+        !paused.try_acquire().unwrap(),
+        "handed over within the pause"
+    );
+    let owner: Option<String> = server.conn().get("lock:restarted").unwrap();
+    assert_eq!(owner, None, "a lock turned down is left held");
+    assert!(at_once.try_acquire().unwrap());
+    at_once.release().unwrap();
+    assert!(paused.acquire_timeout(secs(10)).unwrap());
+    assert!(!paused.lost());
+}
+
 #[test]
 fn an_outage_longer_than_a_waiters_timeout_ends_its_wait_near_the_timeout() {
     let mut server = RedisServer::start();

@@ -109,14 +109,17 @@ fn every_primitives_tokens_grow_across_a_failover_to_a_replica_that_missed_the_l
     assert_tokens_grew(&primitives, set.primary(), taken, missed);
 }
 
-#[cfg(feature = "sentinel")]
-#[test]
-fn a_holder_whose_grant_the_new_primary_never_saw_never_shares_its_token() {
+/// A holder takes lock `name` on `backend` (in the grant that `fail_over` makes the replica
+/// miss before it promotes it), and a waiter takes it after the promotion: they never share
+/// a token, and the holder has lost it before the waiter holds.
+fn a_holder_that_the_promoted_replica_never_saw<B: redis_blpop_lock::Backend + ?Sized>(
+    backend: &B,
+    name: &str,
+    fail_over: impl FnOnce(&mut dyn FnMut()),
+) {
     use redis_blpop_lock::Lock;
-    let mut set = SentinelSet::start();
-    let backend = set.backend();
     let lock = |id: &str| {
-        (Lock::builder(&backend, "ledger").fencing(true))
+        (Lock::builder(backend, name).fencing(true))
             .id(id)
             .expire(secs(6))
             .auto_renewal(true)
@@ -127,14 +130,51 @@ fn a_holder_whose_grant_the_new_primary_never_saw_never_shares_its_token() {
     // A token the replica sees, so that its counter is one grant behind, not empty.
     drop(waiter.lock().unwrap());
     let mut token = 0;
-    fail_over_to_a_replica_that_missed(&mut set, || {
+    fail_over(&mut || {
         holder.acquire().unwrap();
         token = holder.fencing_token().unwrap();
     });
-    // The new primary never saw the holder's grant: the waiter takes the lock at once.
+    // The new primary never saw the holder's grant: the waiter takes the lock there at once,
+    // and has it once the holder's lease, renewed nowhere, has ended.
     let guard = waiter.lock().unwrap();
+    assert!(
+        holder.lost(),
+        "the waiter holds, and the holder believes it does"
+    );
     let taken = guard.fencing_token().unwrap();
     assert!(taken > token, "the holder has {token}, the waiter {taken}");
+}
+
+#[cfg(feature = "sentinel")]
+#[test]
+fn a_holder_whose_grant_the_new_primary_never_saw_never_shares_its_token() {
+    let mut set = SentinelSet::start();
+    let backend = set.backend();
+    a_holder_that_the_promoted_replica_never_saw(&backend, "ledger", |grant| {
+        fail_over_to_a_replica_that_missed(&mut set, grant)
+    });
+}
+
+/// Makes the replica of the primary of slot `f` miss what `grant` writes ([`cut_off`]), kills
+/// the primary, and has the replica take over (`CLUSTER FAILOVER FORCE`): its port.
+#[cfg(feature = "cluster")]
+fn force_a_failover_to_a_replica_that_missed(
+    cluster: &mut crate::support::RedisCluster,
+    grant: impl FnOnce(),
+) -> u16 {
+    let primary = cluster.primary_for("f");
+    let (port, replica_port) = (primary.port, cluster.replica_of(primary).port);
+    let reached = cut_off(primary, cluster.node(replica_port), grant);
+    cluster.kill(port);
+    let replica = cluster.node(replica_port);
+    resumed_behind(replica, reached);
+    let forced: redis::RedisResult<()> = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query(&mut replica.conn());
+    forced.unwrap();
+    cluster.until_replaced(port, replica_port);
+    replica_port
 }
 
 #[cfg(feature = "cluster")]
@@ -146,20 +186,19 @@ fn on_a_cluster_every_primitives_tokens_grow_across_a_replica_promoted_after_mis
     // Every primitive's keys in the slot of `f`, so that one failover moves them all.
     let primitives = every_primitive(&client, "fencing-cluster", "{f}");
     let taken = take_each(&primitives);
-    let primary = cluster.primary_for("f");
-    let (port, replica_port) = (primary.port, cluster.replica_of(primary).port);
     let mut missed = Vec::new();
-    let reached = cut_off(primary, cluster.node(replica_port), || {
-        missed = take_each(&primitives)
+    let replica =
+        force_a_failover_to_a_replica_that_missed(&mut cluster, || missed = take_each(&primitives));
+    assert_tokens_grew(&primitives, cluster.node(replica), taken, missed);
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn on_a_cluster_a_holder_whose_grant_the_promoted_replica_never_saw_lost_it_before_the_next_holds()
+{
+    let mut cluster = crate::support::RedisCluster::start();
+    let client = cluster.client();
+    a_holder_that_the_promoted_replica_never_saw(&client, "{f}ledger", |grant| {
+        force_a_failover_to_a_replica_that_missed(&mut cluster, grant);
     });
-    cluster.kill(port);
-    let replica = cluster.node(replica_port);
-    resumed_behind(replica, reached);
-    let forced: redis::RedisResult<()> = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .arg("FORCE")
-        .query(&mut replica.conn());
-    forced.unwrap();
-    cluster.until_replaced(port, replica_port);
-    assert_tokens_grew(&primitives, cluster.node(replica_port), taken, missed);
 }

@@ -16,6 +16,8 @@ mod bench_smoke;
 mod cluster;
 #[cfg(feature = "sentinel")]
 mod election_sentinel;
+#[cfg(feature = "sentinel")]
+mod failover_holders;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 mod fencing_failover;
 #[cfg(feature = "tokio")]

@@ -12,6 +12,7 @@ use super::{AsyncTransport, BoxFuture};
 use crate::protocol::request::Request;
 use crate::transport::admin::{admin_outcome, client_id, kill_cmd};
 use crate::transport::conn;
+use crate::transport::runs::run_id;
 use crate::transport::send::{send_repeatable, AnyTransport};
 use crate::transport::{Admin, ConnId, Fault, Primary, Transport};
 use crate::Error;
@@ -76,8 +77,13 @@ impl Native {
         let mut con = by(deadline, connecting).await??;
         let mut setup = redis::pipe();
         setup.cmd("CLIENT").arg("ID");
-        let replies = by(deadline, con.send_packed_commands(&setup, 0, 1)).await??;
-        let id = client_id(replies.into_iter().next().unwrap_or(Value::Nil))?;
+        setup.cmd("INFO").arg("server");
+        let replies = by(deadline, con.send_packed_commands(&setup, 0, 2)).await??;
+        let mut replies = replies.into_iter();
+        let id = client_id(replies.next().unwrap_or(Value::Nil))?;
+        if let Some(run_id) = replies.next().as_ref().and_then(run_id) {
+            self.blocking.saw_run(run_id);
+        }
         Ok(Short {
             id: id.map(|id| ConnId { node: 0, id }),
             con,

@@ -1,7 +1,12 @@
 //! Every primitive that hands out a fencing token, as a way to take one: the fencing tests'
 //! (`fencing.rs`, `observe.rs`, and the failovers of the slow group).
 
+use std::time::Duration;
+
 use redis_blpop_lock::{Backend, Election, Error, Lock, RwLock, Semaphore};
+
+/// The queue primitives' expiry.
+const EXPIRE: Duration = Duration::from_secs(2);
 
 /// A primitive's name here, how to take one token (held, then given back) and its counter.
 pub struct Fenced {
@@ -28,22 +33,28 @@ pub fn every_primitive<B: Backend + ?Sized>(
         .metrics_label(label)
         .build()
         .unwrap();
+    // The queue primitives' expiry is short: after a failover, what a handle takes is held
+    // back for one expiry (`after_failover`).
     let fair = (Lock::builder(backend, name("fair")).fair(true))
+        .expire(EXPIRE)
         .metrics_label(label)
         .build()
         .unwrap();
     let semaphore = (Semaphore::builder(backend, name("permits"), 2))
+        .expire(EXPIRE)
         .metrics_label(label)
         .build()
         .unwrap();
     // A handle for each guard: a handle reports a token below one any of its guards had.
     let [reading, writing] = [(); 2].map(|()| {
         (RwLock::builder(backend, name("rw")))
+            .expire(EXPIRE)
             .metrics_label(label)
             .build()
             .unwrap()
     });
     let election = (Election::builder(backend, name("leader")))
+        .expire(EXPIRE)
         .metrics_label(label)
         .build()
         .unwrap();
