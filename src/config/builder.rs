@@ -385,6 +385,8 @@ impl<K> LockBuilder<K> {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {
+    /// # #[cfg(feature = "sentinel")]
+    /// # {
     /// use std::time::Duration;
     ///
     /// let backend = redis_blpop_lock::Sentinel::new(["redis://10.0.0.1:26379"], "primary")?;
@@ -394,6 +396,7 @@ impl<K> LockBuilder<K> {
     ///     // Other holders of "ledger" renew a 30 s lease.
     ///     .after_failover(Duration::from_secs(30))
     ///     .build()?;
+    /// # }
     /// # Ok(())
     /// # }
     /// ```
