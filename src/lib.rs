@@ -963,7 +963,8 @@
 //! only once that has passed: by then a holder of the old primary whose lease is no longer has
 //! lost it, or kept it by renewing on the new primary. A `Sentinel` backend learns of a switch
 //! at the sentinels' `+switch-master`, a cluster when a slot's primary is a node that served
-//! none, and one server when a new connection finds another `run_id` (a restart). The cost
+//! none, and one server when a new connection finds another `run_id` (a restart). Every
+//! renewing holder of the process then renews at once, on the new server. The cost
 //! and what remains (a holder partitioned from the sentinels but not from the old primary) are
 //! in docs/faults.md, "A failover, or a restart".
 //!

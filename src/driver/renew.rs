@@ -21,11 +21,13 @@
 //! business: this is only the scheduling.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock, Once, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::transport::switch;
 
 /// What the renewal threads are called (Linux shows the first 15 bytes).
 const THREAD_NAME: &str = "redis-lock-renew";
@@ -103,6 +105,8 @@ impl Renewal {
             let target = weak.upgrade()?;
             Some((renew(&target)?, server(&target)))
         });
+        static HOOKED: Once = Once::new();
+        HOOKED.call_once(|| switch::on_switch(all_now));
         let mut state = SCHEDULE.state.lock();
         if !state.scheduling {
             spawn(schedule)?;
@@ -153,6 +157,26 @@ impl super::Renewing for Renewal {
             SCHEDULE.changed.notify_all();
         }
     }
+}
+
+/// Makes every scheduled renewal due now: another server took over some lock's keys (a
+/// failover, a restart), and a holder's renewals acknowledged by the old one meanwhile may be
+/// missing there. Renewed now, on the new server, it keeps its lock, or learns it lost it.
+fn all_now() {
+    let mut state = SCHEDULE.state.lock();
+    let now = Instant::now();
+    let later: Vec<(Instant, u64)> = state
+        .due
+        .range((now, u64::MAX)..)
+        .map(|(k, _)| *k)
+        .collect();
+    for (at, key) in later {
+        if let Some(renewal) = state.due.remove(&(at, key)) {
+            state.due.insert((now, key), renewal);
+            state.at.insert(key, At::Due(now));
+        }
+    }
+    SCHEDULE.changed.notify_all();
 }
 
 /// Starts a renewal thread (the scheduler or a lane), detached.

@@ -2,7 +2,7 @@
 //! [hub](super::hub)), renewal is a task, and a dropped handle settles on a task.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use super::hub::{Mailbox, Told};
@@ -10,7 +10,7 @@ use super::{Inner, Renewing, Runtime};
 use crate::protocol::request::Request;
 use crate::transport::aio::{finish, AsyncTransport};
 use crate::transport::send::{send_repeatable, AnyTransport};
-use crate::transport::{ConnId, Transport};
+use crate::transport::{switch, ConnId, Transport};
 use crate::{CancelToken, Error};
 
 /// The runtime the async API spawns its tasks on: the caller's.
@@ -113,12 +113,18 @@ impl Runtime for Tokio {
     }
 
     fn renewal(inner: &Arc<Inner<Self>>, first: Duration) -> Result<Box<dyn Renewing>, Error> {
+        static HOOKED: Once = Once::new();
+        HOOKED.call_once(|| switch::on_switch(|| SWITCHED.notify_waiters()));
         let runtime = runtime()?;
         let weak = Arc::downgrade(inner);
         let task = runtime.spawn(async move {
             let mut wait = first;
             loop {
-                tokio::time::sleep(wait).await;
+                // Renewed at once after a switch (see `transport::switch`).
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = SWITCHED.notified() => {}
+                }
                 let Some(inner) = weak.upgrade() else { return };
                 match inner.renew().await {
                     Some(next) => wait = next,
@@ -177,6 +183,9 @@ impl Drop for Abandon {
         self.0.cancel();
     }
 }
+
+/// Told at each switch: renewal tasks renew at once.
+static SWITCHED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// The renewal task of one acquisition.
 struct RenewalTask(tokio::task::AbortHandle);

@@ -109,15 +109,20 @@ impl Topology for Slots {
                     let now = Instant::now();
                     let mut owners = self.owners.write();
                     let mut switched = self.switched.write();
+                    let mut any = false;
                     for (slot, (old, new)) in owners.iter().zip(&map).enumerate() {
                         if let (Some(old), Some(new), Ok(slot)) = (old, new, u16::try_from(slot))
                             && old != new
                             && failed_over(&owners, new)
                         {
                             switched.insert(slot, now);
+                            any = true;
                         }
                     }
                     *owners = map;
+                    if any {
+                        super::switch::switched();
+                    }
                     return Ok(());
                 }
                 Err(e) => last = e,
@@ -131,6 +136,7 @@ impl Topology for Slots {
         let was = owners.get(usize::from(slot)).cloned().flatten();
         if was.is_some_and(|was| &*was != addr) && failed_over(&owners, addr) {
             self.switched.write().insert(slot, Instant::now());
+            super::switch::switched();
         }
         if let Some(owner) = owners.get_mut(usize::from(slot)) {
             *owner = Some(addr.into());

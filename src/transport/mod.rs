@@ -21,6 +21,7 @@ pub(crate) mod send;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
+pub(crate) mod switch;
 pub(crate) mod timer;
 
 use std::sync::Arc;

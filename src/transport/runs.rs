@@ -25,6 +25,7 @@ impl Runs {
             Some(known) => {
                 log::warn!("the server at {addr} restarted (run id {known}, now {run_id})");
                 seen.1 = Some(Instant::now());
+                super::switch::switched();
             }
             None => {}
         }

@@ -82,10 +82,15 @@ impl Primary {
             self.service,
             known.as_deref().unwrap_or("not yet known")
         );
-        if known.is_some() {
+        let replaced = known.is_some();
+        if replaced {
             *self.switched.write() = Some(Instant::now());
         }
         *known = Some(addr);
+        drop(known);
+        if replaced {
+            super::switch::switched();
+        }
         true
     }
 

@@ -302,6 +302,27 @@ async fn a_waiting_task_has_a_restarted_servers_lock_only_once_its_holder_knows_
     assert!(guard.lost());
 }
 
+/// A restart that any call of the process finds makes every renewal task renew at once: a
+/// holder whose key the restart took learns it then, not at its next renewal, 20 s away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_found_by_another_call_tells_an_async_holder_at_once_that_it_lost_its_lock() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let holder = aio::Lock::builder(&client, "l")
+        .expire(secs(30))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    let guard = holder.lock().await.unwrap();
+    let other = aio::Lock::builder(&client, "other").build().unwrap();
+    server.restart_after(Duration::ZERO);
+    // Its new connection finds the server's new run id.
+    assert!(!other.locked().await.unwrap());
+    tokio::time::timeout(secs(10), guard.when_lost())
+        .await
+        .expect("the holder never learned the restart took its lock");
+}
+
 /// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.
 fn kills(server: &RedisServer) -> u64 {
     server.calls("client|kill")

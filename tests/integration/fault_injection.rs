@@ -308,6 +308,29 @@ fn a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it()
     );
 }
 
+/// A restart that any call of the process finds makes every holder renew at once: one whose
+/// key the restart took learns it then, not at its next renewal, 20 s away here.
+#[test]
+fn a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::builder(&client, "restarted")
+        .expire(secs(30))
+        .auto_renewal(true)
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let other = Lock::new(&client, "other").unwrap();
+    server.restart_after(Duration::ZERO);
+    // Its new connection finds the server's new run id.
+    assert!(!other.locked().unwrap());
+    eventually(
+        secs(10),
+        "the holder to learn the restart took its lock",
+        || holder.lost(),
+    );
+}
+
 /// After a restart, a handle takes nothing it could not hand over before its call ends: a
 /// single try is turned down with nothing left held, a wait that reaches past the pause
 /// gets the lock at its end, and `after_failover(ZERO)` hands over at once.
