@@ -338,14 +338,16 @@ impl<R: Runtime> Inner<R> {
                 return Ok(None);
             }
             self.state.lock().token_floor = self.tokens.floor();
+            // Boxed: an acquire's future is large (debug builds most of all), and the blocking
+            // API polls it on the caller's thread, whose stack may be small.
             let taken = match &self.place {
-                Some(place) => self.acquire_in_line(place, wait, cancel).await?,
-                None => self.acquire(wait, cancel).await?,
+                Some(place) => Box::pin(self.acquire_in_line(place, wait, cancel)).await?,
+                None => Box::pin(self.acquire(wait, cancel)).await?,
             };
             let Some(taken) = taken else {
                 return Ok(None);
             };
-            match self.hand_over(taken, wait, cancel).await? {
+            match Box::pin(self.hand_over(taken, wait, cancel)).await? {
                 Handed::Over(taken) => return Ok(Some(taken)),
                 Handed::Nothing => return Ok(None),
                 Handed::Again => {}

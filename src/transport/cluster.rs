@@ -2,7 +2,7 @@
 //! corrected by `MOVED`, over the seed nodes of a `redis::cluster::ClusterClient`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -63,12 +63,12 @@ struct Slots {
     switched: RwLock<HashMap<u16, Instant>>,
 }
 
-/// Whether a slot whose primary is `new` now, and was another one, failed over, as far as
-/// `owners` (the slot map before) tells: `new` served no slot then, so it was a replica (a
-/// node that joined empty and took slots in a rebalance looks the same, and costs its
-/// slots' acquisitions one pause). A slot migrated to a primary moves its keys with it.
-fn failed_over(owners: &[Option<Arc<str>>], new: &str) -> bool {
-    !owners.iter().flatten().any(|owner| &**owner == new)
+/// The primaries that serve a slot in `owners`: a slot whose primary is another now, one
+/// that was not among them, failed over to what was a replica then (a node that joined empty
+/// and took slots in a rebalance looks the same, and costs its slots' acquisitions one
+/// pause). A slot migrated to a primary moves its keys with it.
+fn primaries_in(owners: &[Option<Arc<str>>]) -> HashSet<&str> {
+    owners.iter().flatten().map(|owner| &**owner).collect()
 }
 
 impl Topology for Slots {
@@ -110,15 +110,17 @@ impl Topology for Slots {
                     let mut owners = self.owners.write();
                     let mut switched = self.switched.write();
                     let mut any = false;
+                    let primaries = primaries_in(&owners);
                     for (slot, (old, new)) in owners.iter().zip(&map).enumerate() {
                         if let (Some(old), Some(new), Ok(slot)) = (old, new, u16::try_from(slot))
                             && old != new
-                            && failed_over(&owners, new)
+                            && !primaries.contains(&**new)
                         {
                             switched.insert(slot, now);
                             any = true;
                         }
                     }
+                    drop(primaries);
                     *owners = map;
                     if any {
                         super::switch::switched();
@@ -134,7 +136,7 @@ impl Topology for Slots {
     fn moved(&self, slot: u16, addr: &str) {
         let mut owners = self.owners.write();
         let was = owners.get(usize::from(slot)).cloned().flatten();
-        if was.is_some_and(|was| &*was != addr) && failed_over(&owners, addr) {
+        if was.is_some_and(|was| &*was != addr) && !primaries_in(&owners).contains(addr) {
             self.switched.write().insert(slot, Instant::now());
             super::switch::switched();
         }
