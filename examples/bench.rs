@@ -1374,8 +1374,8 @@ struct Turns {
     last_release: Arc<AtomicU64>,
 }
 
-/// The loop every impl shares: take the lock, hold it, let go, and time it all; every
-/// [`PING_EVERY`]th turn, one `PING` on `pinger` if there is one. Async, so that the async
+/// The loop every impl shares: take the lock, hold it, let go, and time it all; on the first
+/// turn and every [`PING_EVERY`]th after it, one `PING` on `pinger` if there is one. Async, so that the async
 /// impls run it as tokio tasks; the threads run it with [`run_blocking`], their steps blocking
 /// until done and returning a ready future. The steps are plain closures, not `async` ones:
 /// a task must be `Send`, and the futures of an `async` closure, which borrow the closure, are
@@ -1424,7 +1424,9 @@ where
             .push((Instant::now() - before).as_micros() as u64);
         if let Some(pinger) = pinger
             .as_mut()
-            .filter(|_| stats.acquisitions % PING_EVERY == 0)
+            // From the first turn: a short cell on a loaded machine may make fewer than
+            // PING_EVERY, and would then have no round trip to compare with.
+            .filter(|_| stats.acquisitions % PING_EVERY == 1)
         {
             stats
                 .pings
