@@ -347,6 +347,10 @@ impl<R: Runtime> Inner<R> {
             let Some(taken) = taken else {
                 return Ok(None);
             };
+            // Nearly always: no switch was seen, and the hand-over needs no future (boxed).
+            if self.handover(wait) == Handover::Now {
+                return Ok(Some(taken));
+            }
             match Box::pin(self.hand_over(taken, wait, cancel)).await? {
                 Handed::Over(taken) => return Ok(Some(taken)),
                 Handed::Nothing => return Ok(None),
