@@ -1289,6 +1289,7 @@ mod cancel;
 mod config;
 mod driver;
 mod error;
+pub mod handle;
 pub mod inspect;
 #[cfg(feature = "model")]
 #[doc(hidden)]
@@ -1307,6 +1308,14 @@ pub use cancel::CancelToken;
 pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
+pub use handle::{Blocking, Runtime};
+
+/// A semaphore, blocking: [`handle::Semaphore`] on the [`Blocking`] runtime.
+pub type Semaphore = handle::Semaphore<Blocking>;
+/// A permit of a blocking [`Semaphore`].
+pub type SemaphorePermit<'a> = handle::SemaphorePermit<'a, Blocking>;
+/// A blocking permit that owns an `Arc` of its [`Semaphore`].
+pub type ArcSemaphorePermit = handle::ArcSemaphorePermit<Blocking>;
 pub use inspect::reset_all::reset_all;
 pub use protocol::election::{Leader, Watched};
 

@@ -47,14 +47,20 @@ pub mod inspect;
 mod lock;
 mod reset_all;
 mod rwlock;
-mod semaphore;
 mod turn;
 
+pub use crate::handle::Tokio;
 pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
 pub use lock::{with_lock, Lock, LockGuard};
 pub use reset_all::reset_all;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
+
+/// A semaphore, async: [`handle::Semaphore`](crate::handle::Semaphore) on [`Tokio`].
+pub type Semaphore = crate::handle::Semaphore<Tokio>;
+/// A permit of an async [`Semaphore`].
+pub type SemaphorePermit<'a> = crate::handle::SemaphorePermit<'a, Tokio>;
+/// An async permit that owns an `Arc` of its [`Semaphore`].
+pub type ArcSemaphorePermit = crate::handle::ArcSemaphorePermit<Tokio>;
 
 use crate::driver::tokio::runtime;

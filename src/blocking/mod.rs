@@ -6,10 +6,8 @@ mod cache;
 mod election;
 pub(crate) mod lock;
 mod rwlock;
-mod semaphore;
 
 pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
 pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

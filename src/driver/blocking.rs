@@ -16,10 +16,24 @@ use crate::transport::send::{now, send_repeatable};
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
 
-/// The blocking runtime: the caller's thread blocks in each round trip.
-pub(crate) struct Blocking;
+/// The blocking runtime, the handles' default: each call blocks the calling thread in its
+/// round trips, and renewals run on the process's renewal thread.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_blpop_lock::Error> {
+/// # let client = redis::Client::open("redis://127.0.0.1/")?;
+/// use redis_blpop_lock::{handle, Blocking};
+///
+/// // The crate root's `Semaphore` is this type.
+/// let exports: handle::Semaphore<Blocking> = redis_blpop_lock::Semaphore::new(&client, "exports", 4)?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Blocking;
 
 impl Runtime for Blocking {
+    const API: &'static str = "";
     type Transport = dyn Transport;
     fn over(transport: Arc<dyn Transport>) -> Arc<dyn Transport> {
         transport

@@ -61,6 +61,9 @@ pub use hold::Holder;
 /// How the driver runs on one API: where its requests go, how it waits for the lock, pauses
 /// while a server is away, renews, and does work apart from the caller.
 pub(crate) trait Runtime: Sized + Send + Sync + 'static {
+    /// How the API's names start, from the crate root (`Debug` shows them).
+    const API: &'static str;
+
     /// Where requests go. `'static`: the background settle keeps it beyond the call.
     type Transport: AnyTransport + ?Sized + 'static;
 

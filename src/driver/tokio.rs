@@ -19,10 +19,26 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Handle, Error> {
         .map_err(|_| Error::invalid(crate::transport::aio::NO_RUNTIME))
 }
 
-/// The async runtime: tokio's.
-pub(crate) struct Tokio;
+/// The async runtime, tokio's (feature `tokio`): each call is a future, and renewals and
+/// releases on drop are tasks on the caller's runtime. The handles in [`crate::aio`] are the
+/// crate's handles on it.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// # let client = redis::Client::open("redis://127.0.0.1/")?;
+/// use redis_blpop_lock::{aio::Tokio, handle};
+///
+/// // `aio::Semaphore` is this type.
+/// let exports: handle::Semaphore<Tokio> = redis_blpop_lock::aio::Semaphore::new(&client, "exports", 4)?;
+/// let permit = exports.acquire().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Tokio;
 
 impl Runtime for Tokio {
+    const API: &'static str = "aio::";
     type Transport = dyn AsyncTransport;
     fn over(transport: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
         transport.to_async()

@@ -13,7 +13,6 @@ pub(crate) mod cache;
 pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod rwlock;
-pub(crate) mod semaphore;
 
 /// What a wait without a deadline that ended without a hold is: against the protocol.
 pub(crate) fn ended() -> crate::Error {
