@@ -1316,6 +1316,18 @@ pub type Semaphore = handle::Semaphore<Blocking>;
 pub type SemaphorePermit<'a> = handle::SemaphorePermit<'a, Blocking>;
 /// A blocking permit that owns an `Arc` of its [`Semaphore`].
 pub type ArcSemaphorePermit = handle::ArcSemaphorePermit<Blocking>;
+/// A read-write lock, blocking: [`handle::RwLock`] on the [`Blocking`] runtime.
+pub type RwLock = handle::RwLock<Blocking>;
+/// A read lock of a blocking [`RwLock`].
+pub type RwLockReadGuard<'a> = handle::RwLockReadGuard<'a, Blocking>;
+/// The write lock of a blocking [`RwLock`].
+pub type RwLockWriteGuard<'a> = handle::RwLockWriteGuard<'a, Blocking>;
+/// A leader election, blocking: [`handle::Election`] on the [`Blocking`] runtime.
+pub type Election = handle::Election<Blocking>;
+/// A term of office won through a blocking [`Election`].
+pub type Leadership = handle::Leadership<Blocking>;
+/// A blocking watch of an [`Election`]'s leader: an iterator of its changes.
+pub type Watch = handle::Watch<Blocking>;
 pub use inspect::reset_all::reset_all;
 pub use protocol::election::{Leader, Watched};
 

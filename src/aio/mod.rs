@@ -42,19 +42,15 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 mod cache;
-mod election;
 pub mod inspect;
 mod lock;
 mod reset_all;
-mod rwlock;
 mod turn;
 
 pub use crate::handle::Tokio;
 pub use cache::Cache;
-pub use election::{Election, Leadership, Watch};
 pub use lock::{with_lock, Lock, LockGuard};
 pub use reset_all::reset_all;
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A semaphore, async: [`handle::Semaphore`](crate::handle::Semaphore) on [`Tokio`].
 pub type Semaphore = crate::handle::Semaphore<Tokio>;
@@ -62,5 +58,17 @@ pub type Semaphore = crate::handle::Semaphore<Tokio>;
 pub type SemaphorePermit<'a> = crate::handle::SemaphorePermit<'a, Tokio>;
 /// An async permit that owns an `Arc` of its [`Semaphore`].
 pub type ArcSemaphorePermit = crate::handle::ArcSemaphorePermit<Tokio>;
+/// A read-write lock, async: [`handle::RwLock`](crate::handle::RwLock) on [`Tokio`].
+pub type RwLock = crate::handle::RwLock<Tokio>;
+/// A read lock of an async [`RwLock`].
+pub type RwLockReadGuard<'a> = crate::handle::RwLockReadGuard<'a, Tokio>;
+/// The write lock of an async [`RwLock`].
+pub type RwLockWriteGuard<'a> = crate::handle::RwLockWriteGuard<'a, Tokio>;
+/// A leader election, async: [`handle::Election`](crate::handle::Election) on [`Tokio`].
+pub type Election = crate::handle::Election<Tokio>;
+/// A term of office won through an async [`Election`].
+pub type Leadership = crate::handle::Leadership<Tokio>;
+/// An async watch of an [`Election`]'s leader.
+pub type Watch = crate::handle::Watch<Tokio>;
 
 use crate::driver::tokio::runtime;

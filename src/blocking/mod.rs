@@ -3,11 +3,7 @@
 //! runtime.
 
 mod cache;
-mod election;
 pub(crate) mod lock;
-mod rwlock;
 
 pub use cache::Cache;
-pub use election::{Election, Leadership, Watch};
 pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

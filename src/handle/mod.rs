@@ -15,8 +15,12 @@
 //! }
 //! ```
 
+mod election;
+mod rwlock;
 mod semaphore;
 
+pub use election::{Election, Leadership, Watch};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 
 pub use crate::driver::blocking::Blocking;

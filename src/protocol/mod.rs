@@ -13,6 +13,7 @@ pub(crate) mod lock;
 pub(crate) mod primitive;
 pub(crate) mod queue;
 pub(crate) mod quorum;
+pub(crate) mod readers;
 pub(crate) mod redirect;
 pub(crate) mod request;
 pub(crate) mod scripts;

@@ -10,9 +10,7 @@
 //! imports, re-exported by the API's file; what only one API has stays in that file.
 
 pub(crate) mod cache;
-pub(crate) mod election;
 pub(crate) mod lock;
-pub(crate) mod rwlock;
 
 /// What a wait without a deadline that ended without a hold is: against the protocol.
 pub(crate) fn ended() -> crate::Error {
