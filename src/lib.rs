@@ -1322,6 +1322,8 @@ pub type RwLock = handle::RwLock<Blocking>;
 pub type RwLockReadGuard<'a> = handle::RwLockReadGuard<'a, Blocking>;
 /// The write lock of a blocking [`RwLock`].
 pub type RwLockWriteGuard<'a> = handle::RwLockWriteGuard<'a, Blocking>;
+/// A dogpile cache, blocking: [`handle::Cache`] on the [`Blocking`] runtime.
+pub type Cache = handle::Cache<Blocking>;
 /// A leader election, blocking: [`handle::Election`] on the [`Blocking`] runtime.
 pub type Election = handle::Election<Blocking>;
 /// A term of office won through a blocking [`Election`].

@@ -41,14 +41,12 @@
 //! `BLPOP` per name and which connections a process holds: the crate docs'
 //! [Async (tokio)](crate#async-tokio) section.
 
-mod cache;
 pub mod inspect;
 mod lock;
 mod reset_all;
 mod turn;
 
 pub use crate::handle::Tokio;
-pub use cache::Cache;
 pub use lock::{with_lock, Lock, LockGuard};
 pub use reset_all::reset_all;
 
@@ -64,6 +62,8 @@ pub type RwLock = crate::handle::RwLock<Tokio>;
 pub type RwLockReadGuard<'a> = crate::handle::RwLockReadGuard<'a, Tokio>;
 /// The write lock of an async [`RwLock`].
 pub type RwLockWriteGuard<'a> = crate::handle::RwLockWriteGuard<'a, Tokio>;
+/// A dogpile cache, async: [`handle::Cache`](crate::handle::Cache) on [`Tokio`].
+pub type Cache = crate::handle::Cache<Tokio>;
 /// A leader election, async: [`handle::Election`](crate::handle::Election) on [`Tokio`].
 pub type Election = crate::handle::Election<Tokio>;
 /// A term of office won through an async [`Election`].

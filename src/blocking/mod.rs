@@ -2,8 +2,6 @@
 //! its round trips. The same files as [`crate::aio`], each the same shell on the blocking
 //! runtime.
 
-mod cache;
 pub(crate) mod lock;
 
-pub use cache::Cache;
 pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};

@@ -15,10 +15,13 @@
 //! }
 //! ```
 
+mod cache;
+mod dogpile;
 mod election;
 mod rwlock;
 mod semaphore;
 
+pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};

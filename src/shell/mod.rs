@@ -9,13 +9,7 @@
 //! wait. A shell's items expand in a module of their own (`semaphore_api`, ...) with their
 //! imports, re-exported by the API's file; what only one API has stays in that file.
 
-pub(crate) mod cache;
 pub(crate) mod lock;
-
-/// What a wait without a deadline that ended without a hold is: against the protocol.
-pub(crate) fn ended() -> crate::Error {
-    crate::Error::unexpected(&"a wait without deadline that ended")
-}
 
 /// Runs a driver future on the blocking API: the caller's thread blocks in each round trip.
 macro_rules! run_blocking {
