@@ -25,7 +25,7 @@ LAYERS = [
     ("base", ["error", "observe", "config", "cancel", "protocol", "model"]),
     ("transport", ["transport"]),
     ("driver", ["driver"]),
-    ("handles", ["lib", "backend", "config/builder", "handle", "shell", "blocking", "inspect", "aio"]),
+    ("handles", ["lib", "backend", "config/builder", "handle", "inspect", "aio"]),
 ]
 
 

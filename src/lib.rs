@@ -1284,7 +1284,6 @@
 #[cfg(feature = "tokio")]
 pub mod aio;
 mod backend;
-mod blocking;
 mod cancel;
 mod config;
 mod driver;
@@ -1296,19 +1295,20 @@ pub mod inspect;
 pub mod model;
 pub mod observe;
 mod protocol;
-mod shell;
 mod transport;
 
 pub use backend::quorum::Quorum;
 #[cfg(feature = "sentinel")]
 pub use backend::sentinel::Sentinel;
 pub use backend::Backend;
-pub use blocking::*;
 pub use cancel::CancelToken;
 pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
-pub use handle::{Blocking, Runtime};
+pub use handle::{with_lock, ArcLockGuard, Blocking, LockGuard, Runtime};
+
+/// A distributed lock, blocking: [`handle::Lock`] on the [`Blocking`] runtime.
+pub type Lock = handle::Lock<Blocking>;
 
 /// A semaphore, blocking: [`handle::Semaphore`] on the [`Blocking`] runtime.
 pub type Semaphore = handle::Semaphore<Blocking>;

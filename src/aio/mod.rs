@@ -42,12 +42,18 @@
 //! [Async (tokio)](crate#async-tokio) section.
 
 pub mod inspect;
-mod lock;
 mod reset_all;
-mod turn;
 
 pub use crate::handle::Tokio;
-pub use lock::{with_lock, Lock, LockGuard};
+
+use std::future::Future;
+
+use crate::{Backend, Error};
+
+/// A distributed lock, async: [`handle::Lock`](crate::handle::Lock) on [`Tokio`].
+pub type Lock = crate::handle::Lock<Tokio>;
+/// One acquisition of an async [`Lock`], owned: `'static` and `Send`.
+pub type LockGuard = crate::handle::OwnedLockGuard;
 pub use reset_all::reset_all;
 
 /// A semaphore, async: [`handle::Semaphore`](crate::handle::Semaphore) on [`Tokio`].
@@ -72,3 +78,28 @@ pub type Leadership = crate::handle::Leadership<Tokio>;
 pub type Watch = crate::handle::Watch<Tokio>;
 
 use crate::driver::tokio::runtime;
+
+/// Runs `work` while holding the lock `name`, and returns its output: the async
+/// [`crate::with_lock`], with the same safe defaults (a 30 s expiry kept alive by a renewal
+/// task, a wait as long as it takes). If the lock is lost while `work` runs, `work` is dropped
+/// and the result is [`Error::Lost`]; dropping this future drops `work` and releases.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_blpop_lock::Error> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let total = redis_blpop_lock::aio::with_lock(&client, "ledger", async { 2 + 2 }).await?;
+/// assert_eq!(total, 4);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn with_lock<F: Future>(
+    backend: &(impl Backend + ?Sized),
+    name: impl Into<String>,
+    work: F,
+) -> Result<F::Output, Error> {
+    let lock = Lock::builder(backend, name)
+        .expire(crate::handle::WITH_LOCK_EXPIRE)
+        .auto_renewal(true)
+        .build()?;
+    lock.with_lock(work).await
+}

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{transport_of, Backend};
-use crate::blocking::lock::Lock;
 use crate::config::id;
 use crate::config::settings::{
     millis, Settings, DEFAULT_HEARTBEAT, DEFAULT_IO_TIMEOUT, DEFAULT_QUEUE_EXPIRE,
@@ -14,6 +13,7 @@ use crate::config::settings::{
 use crate::observe::Label;
 use crate::protocol::primitive::Primitive;
 use crate::transport::Transport;
+use crate::Lock;
 use crate::{CancelToken, Error};
 
 /// Builds a [`Lock`] with an expiry, auto-renewal, a chosen owner id, and so on.
@@ -465,5 +465,3 @@ impl<K> LockBuilder<K> {
         Ok((settings, transport))
     }
 }
-
-crate::shell::for_api!(lock::lock_builder, blocking);

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::hub::Hub;
 use super::tokens::TokensSeen;
@@ -129,6 +129,17 @@ impl<R: Runtime> Acquisition<R> {
             }))
         };
         R::apart(&name, cancel, acquire).await
+    }
+
+    /// Leaves what it holds to its handle (a plain lock's `acquire`), with nothing to give it
+    /// back on drop.
+    pub(crate) fn keep(mut self) {
+        self.armed = false;
+    }
+
+    /// Gives the lock it holds a new expiry: `expire`, or the handle's.
+    pub(crate) async fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
+        self.inner.extend(expire).await
     }
 
     pub(crate) fn lost(&self) -> bool {

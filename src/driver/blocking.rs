@@ -34,6 +34,7 @@ pub struct Blocking;
 
 impl Runtime for Blocking {
     const API: &'static str = "";
+    type Turns = ();
     type Transport = dyn Transport;
     fn over(transport: Arc<dyn Transport>) -> Arc<dyn Transport> {
         transport

@@ -31,6 +31,8 @@ mod tests;
 mod tokens;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
+#[cfg(feature = "tokio")]
+pub(crate) mod turn;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -63,6 +65,11 @@ pub use hold::Holder;
 pub(crate) trait Runtime: Sized + Send + Sync + 'static {
     /// How the API's names start, from the crate root (`Debug` shows them).
     const API: &'static str;
+
+    /// What makes a plain lock handle's calls take turns: nothing where each call blocks its
+    /// thread; on tokio, [`turn::Turns`], so that a call never meets what a dropped one left
+    /// in flight.
+    type Turns: Default + Clone + Send + Sync + 'static;
 
     /// Where requests go. `'static`: the background settle keeps it beyond the call.
     type Transport: AnyTransport + ?Sized + 'static;

@@ -39,6 +39,7 @@ pub struct Tokio;
 
 impl Runtime for Tokio {
     const API: &'static str = "aio::";
+    type Turns = super::turn::Turns;
     type Transport = dyn AsyncTransport;
     fn over(transport: Arc<dyn Transport>) -> Arc<dyn AsyncTransport> {
         transport.to_async()

@@ -18,11 +18,15 @@
 mod cache;
 mod dogpile;
 mod election;
+mod lock;
 mod rwlock;
 mod semaphore;
 
 pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
+#[cfg(feature = "tokio")]
+pub use lock::OwnedLockGuard;
+pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{ArcSemaphorePermit, Semaphore, SemaphorePermit};
 
@@ -51,6 +55,9 @@ impl Runtime for Blocking {}
 
 #[cfg(feature = "tokio")]
 impl Runtime for Tokio {}
+
+#[cfg(feature = "tokio")]
+pub(crate) use lock::WITH_LOCK_EXPIRE;
 
 /// What a wait without a deadline that ended without a hold is: against the protocol.
 pub(crate) fn ended() -> crate::Error {

@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::driver::tokio::Tokio;
-use crate::driver::Inner;
+use super::{Inner, Runtime};
 use crate::transport::aio::finish;
 use crate::Error;
 
@@ -43,8 +42,8 @@ impl Turns {
 ///
 /// Finishing a release its runtime dropped, it takes the turn only if it is free: what holds
 /// it is being dropped with the runtime, and there is no timer left to wait by.
-pub(crate) async fn release(
-    inner: Arc<Inner<Tokio>>,
+pub(crate) async fn release<R: Runtime>(
+    inner: Arc<Inner<R>>,
     turns: Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
@@ -64,8 +63,8 @@ pub(crate) async fn release(
 /// Releases as [`release`] does, for a caller that is gone (a dropped guard, a dropped
 /// release): from a task, or, should the runtime end first, from the thread that drops it; a
 /// failure is logged.
-pub(crate) fn release_unattended(
-    inner: Arc<Inner<Tokio>>,
+pub(crate) fn release_unattended<R: Runtime>(
+    inner: Arc<Inner<R>>,
     turns: Turns,
     held: Option<Turn>,
     epoch: Option<u64>,
@@ -74,7 +73,12 @@ pub(crate) fn release_unattended(
     finish::spawn_or_block(releasing, move || logged(inner, turns, None, epoch));
 }
 
-async fn logged(inner: Arc<Inner<Tokio>>, turns: Turns, held: Option<Turn>, epoch: Option<u64>) {
+async fn logged<R: Runtime>(
+    inner: Arc<Inner<R>>,
+    turns: Turns,
+    held: Option<Turn>,
+    epoch: Option<u64>,
+) {
     let name = inner.name().to_string();
     match release(inner, turns, held, epoch).await {
         // Released already: by the attempt its runtime dropped, or that acquisition is over.
