@@ -241,7 +241,7 @@ local function keep(s, grants)
 end
 
 -- Tells the first live waiter in line with a ticket of `from` or after (a ZRANGEBYSCORE
--- bound) to ask again (`head:<id>` in its process's inbox), unless it is `told` already,
+-- bound) to ask again (`ask:<id>` in its process's inbox), unless it is `told` already,
 -- passing over entries without a live heartbeat, which the next grant pass removes: its id,
 -- or nil when there is none. An older version's waiter (its own process) is not told: it asks
 -- by itself every half lapse window.
@@ -258,7 +258,7 @@ local function wake_behind(s, from, told)
                 -- A wake is a hint (the waiter asks again at its own time anyway), pushed
                 -- after the writes: an inbox of another type goes without it.
                 local list = KEYS[8] .. process(id)
-                if type(redis.pcall("lpush", list, "head:" .. id)) == "number" then
+                if type(redis.pcall("lpush", list, "ask:" .. id)) == "number" then
                     redis.call("pexpire", list, int(math.max(1, beat - NOW)))
                 end
                 return id

@@ -802,6 +802,11 @@
 //! it is how an async wait is cancelled. The calls run on the caller's tokio runtime, either
 //! flavour, with its I/O and timers on (`#[tokio::main]` or `enable_all()`).
 //!
+//! Each handle is one type with both APIs, generic over its [`Runtime`]: `Lock` is
+//! [`handle::Lock`]`<`[`Blocking`]`>` and `aio::Lock` is `handle::Lock<`[`aio::Tokio`]`>`,
+//! as `parking_lot`'s types are `lock_api`'s. Code for both names `handle::Lock<R>` with
+//! `R: Runtime`; rustdoc shows each type's two APIs on one page.
+//!
 //! ```toml
 //! [dependencies]
 //! redis-blpop-lock = { version = "0.1", features = ["tokio"] }
@@ -1245,12 +1250,13 @@
 //!
 //! - **lock**: python-redis-lock's mutex on `lock:<name>` ([`Lock`]).
 //! - **queue engine**: the fair queue on the server (`scripts/queue_*.lua`) under the three
-//!   **primitives** ([`inspect::Primitive`]): the semaphore, the fair lock and the read-write
-//!   lock. A primitive has a **capacity**, and each acquisition asks for **units** of it.
+//!   **primitives** ([`inspect::Primitive`]): the semaphore, the fair lock, the read-write
+//!   lock and the election. A primitive has a **capacity**, and each acquisition asks for **units** of it.
 //! - **fair**: served in arrival order. A **fair lock** is a [`Lock`] built with
 //!   `.fair(true)`, on the queue engine.
-//! - **handle**: a [`Lock`], [`Semaphore`], [`RwLock`] or [`Cache`] value; many handles, in
-//!   many processes, may name one lock.
+//! - **handle**: a [`Lock`], [`Semaphore`], [`RwLock`], [`Election`] or [`Cache`] value;
+//!   many handles, in many processes, may name one lock. Each is one type ([`handle`]) on
+//!   either **runtime** ([`Runtime`]): [`Blocking`] or `Tokio`.
 //! - **acquisition**: one take of a lock or of units; it is given back once. A **guard** (a
 //!   **permit**, for a semaphore) stands for one and gives it back when dropped.
 //! - **lease**: what an acquisition holds on the server, with its expiry; a **renewal**

@@ -370,7 +370,7 @@ impl<K: Clone> Hub<K> {
                 }
             }
             Mail::Wake => self.ask_again(Some(inbox)),
-            Mail::Head(waiter) => {
+            Mail::Ask(waiter) => {
                 if self.names[inbox].seats.contains(&waiter) {
                     self.tell(inbox, waiter, Told::AskAgain);
                 }

@@ -2,8 +2,8 @@
 //! rule and the words for its units. The keys, the handles, `inspect` and the CLI all read it
 //! from here. Every primitive runs the engine's scripts (`scripts/queue_*.lua`, through
 //! [`protocol::queue`](super::queue)) and only turns its operations into units of a capacity,
-//! as tokio's primitives do over one semaphore: a new one is a variant here, and two thin
-//! handles (see `docs/design.md`).
+//! as tokio's primitives do over one semaphore: a new one is a variant here, and one handle,
+//! generic over its runtime (see `docs/design.md`).
 
 use crate::Error;
 
@@ -11,7 +11,7 @@ use crate::Error;
 pub const WRITER_UNITS: u64 = 1_000_000;
 
 /// A kind of primitive on the fair queue engine, as [`inspect::queues`](crate::inspect::queues)
-/// reports it; its keys start with `semaphore:`, `fair-lock:` or `rwlock:`.
+/// reports it; its keys start with `semaphore:`, `fair-lock:`, `rwlock:` or `election:`.
 ///
 /// ```
 /// use redis_blpop_lock::inspect::Primitive;

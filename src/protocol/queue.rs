@@ -192,8 +192,8 @@ pub(crate) fn parse_beat(keys: &QueueKeys, reply: &Value) -> Result<Option<u64>,
     }
 }
 
-/// What a process's inbox holds: a grant to one of its waiters, a wake for them all, or an
-/// election's word that its leader changed.
+/// What a process's inbox holds: a grant to one of its waiters, a wake for them all, a word
+/// to one waiter to ask again, or an election's word that its leader changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Mail {
     /// Waiter `waiter` was granted, with this fencing token, held until `expiry` (server ms)
@@ -208,14 +208,16 @@ pub(crate) enum Mail {
     /// The leader of the election changed, with the news (see
     /// [`election::parse_news`](super::election::parse_news)).
     Watch(Vec<u8>),
-    /// Waiter `0` had timed its next ask to the lapse of the waiter ahead of it, which left
-    /// the line first (granted with a lease that ends before that lapse, or gone of its own
-    /// accord): it asks again.
-    Head(String),
+    /// `ask:<waiter id>`: waiter `0` had timed its next ask to the lapse of the waiter ahead
+    /// of it, which left the line first (granted with a lease that ends before that lapse, or
+    /// gone of its own accord): it asks again. (`head:<waiter id>` from a server whose scripts
+    /// are older.)
+    Ask(String),
 }
 
-/// An element popped from a process's inbox: `<token>:<expiry>:<waiter id>`, or anything else
-/// (the wake of `reset_all`, or of the process itself), which wakes its waiters.
+/// An element popped from a process's inbox: `<token>:<expiry>:<waiter id>` (a grant),
+/// `ask:<waiter id>` (or the older `head:<waiter id>`), `watch...` (an election's news), or
+/// anything else (the wake of `reset_all`, or of the process itself), which wakes its waiters.
 pub(crate) fn parse_mail(element: &[u8]) -> Mail {
     let text = String::from_utf8_lossy(element);
     let granted = text.split_once(':').and_then(|(token, rest)| {
@@ -226,9 +228,10 @@ pub(crate) fn parse_mail(element: &[u8]) -> Mail {
             waiter: waiter.to_owned(),
         })
     });
-    match (granted, text.strip_prefix("head:")) {
+    let ask = (text.strip_prefix("ask:")).or_else(|| text.strip_prefix("head:"));
+    match (granted, ask) {
         (Some(granted), _) => granted,
-        (None, Some(waiter)) => Mail::Head(waiter.to_owned()),
+        (None, Some(waiter)) => Mail::Ask(waiter.to_owned()),
         (None, None) if element.starts_with(b"watch") => Mail::Watch(element.to_vec()),
         (None, None) => Mail::Wake,
     }
@@ -695,8 +698,13 @@ mod tests {
         assert_eq!(parse_mail(b"reset"), Mail::Wake);
         assert_eq!(parse_mail(b"watch:3"), Mail::Watch(b"watch:3".to_vec()));
         assert_eq!(
+            parse_mail(b"ask:w:3@0123456789abcdef"),
+            Mail::Ask("w:3@0123456789abcdef".into())
+        );
+        // From a server whose scripts are older.
+        assert_eq!(
             parse_mail(b"head:w:3@0123456789abcdef"),
-            Mail::Head("w:3@0123456789abcdef".into())
+            Mail::Ask("w:3@0123456789abcdef".into())
         );
         assert_eq!(parse_mail(b"12:w:3"), Mail::Wake);
         assert_eq!(parse_mail(b"x:1:w"), Mail::Wake);

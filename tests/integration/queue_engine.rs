@@ -733,7 +733,7 @@ fn a_waiter_that_leaves_the_line_wakes_the_waiter_behind_it() {
     assert!(behind[2] > 1_000, "timed to a's lapse: {behind:?}");
     assert_eq!(q.leave(&of_process("a", 1), 1), Value::Int(0));
     let woken: Vec<String> = q.conn.lrange(inbox(2), 0, -1).unwrap();
-    assert_eq!(woken, [format!("head:{}", of_process("b", 2))]);
+    assert_eq!(woken, [format!("ask:{}", of_process("b", 2))]);
     // Asked again, b is first, timed to the holder's expiry.
     let first = ints(&q.ask(&of_process("b", 2), 1, 1, 60_000, LONG, "wait"));
     assert_eq!(first[1], 1);

@@ -11,9 +11,10 @@
 //!
 //! A waiter's id ends in the hub's process id ([`queue::waiter_id`]). A grant to it is pushed
 //! to the process's inbox of that primitive (`<base>signal:<process id>`, in the
-//! primitive's hash slot) as `<token>:<waiter id>`. The hub's thread blocks in one `BLPOP`
-//! over the inboxes of every primitive its waiters wait on (and the plain locks' signal
-//! lists), with an `LPOP` of each inbox behind it that takes the grants already there, hands
+//! primitive's hash slot) as `<token>:<expiry>:<waiter id>`; a word to ask again as
+//! `ask:<waiter id>`, and an election's news as `watch...` ([`queue::parse_mail`]). The hub's
+//! thread blocks in one `BLPOP` over the inboxes of every primitive its waiters wait on (and
+//! the plain locks' signal lists), with an `LPOP` of each inbox behind it that takes the grants already there, hands
 //! each grant to its waiter's [`Mailbox`], and sends each primitive's heartbeat
 //! (`queue_beat.lua`) every half lapse window, all over its one connection. A waiter on a key
 //! it does not listen on yet pushes a wake to the hub's own list ([`keys::hub_home`]), which

@@ -352,8 +352,8 @@ fn parse_news(text: &str) -> News {
 }
 
 fn parse_mail(text: &str) -> Mail {
-    if let Some(waiter) = text.strip_prefix("head:") {
-        return Mail::Head(parse_id(waiter));
+    if let Some(waiter) = text.strip_prefix("ask:") {
+        return Mail::Ask(parse_id(waiter));
     }
     if let Some(news) = text.strip_prefix("watch:") {
         return Mail::Watch(parse_news(news));
@@ -1140,7 +1140,7 @@ impl Run {
                 self.seen.grants_without_expiry_popped +=
                     u64::from((waiter.client, waiter.epoch) == NO_EXPIRY);
             }
-            Reply::Popped(Some(Element::Mail(Mail::Head(_)))) => self.seen.head_wakes_popped += 1,
+            Reply::Popped(Some(Element::Mail(Mail::Ask(_)))) => self.seen.head_wakes_popped += 1,
             Reply::Popped(Some(Element::Wake)) => self.seen.reset_wakes_popped += 1,
             Reply::Popped(Some(Element::Mail(Mail::Watch(News::Leader { .. })))) => {
                 self.seen.leader_news_popped += 1
@@ -1210,7 +1210,7 @@ impl Run {
                     let from_line = |w: &&Waiter| (w.id.client, w.id.epoch) == NO_EXPIRY;
                     let heads = |m: &Server| {
                         (m.inboxes.iter().flat_map(|i| &i.mail))
-                            .filter(|m| matches!(m, Mail::Head(_)))
+                            .filter(|m| matches!(m, Mail::Ask(_)))
                             .count()
                     };
                     if let Some(w) = model.queue.iter().find(from_line)

@@ -102,8 +102,8 @@ pub struct Waiter {
 pub enum Mail {
     /// "<token>:<claim expiry>:<waiter>"
     Granted { token: u64, expiry: Ms, waiter: Id },
-    /// "head:<waiter>"
-    Head(Id),
+    /// "ask:<waiter>"
+    Ask(Id),
     /// "watch:...": an election's news to a watching process (the explored model sends no
     /// election script, so its hubs never pop one).
     Watch(News),
@@ -633,7 +633,7 @@ impl Server {
             && let Some((head, beat)) = self.first_live(s, 0, now)
         {
             notes.note(|| format!("head wake to {head}: a grant's lease ends before its lapse"));
-            self.push_mail(head.process(), Mail::Head(head), beat - now, now);
+            self.push_mail(head.process(), Mail::Ask(head), beat - now, now);
             woken = Some(head);
         }
         // The first live waiter behind one that left while live, of any process, past
@@ -652,7 +652,7 @@ impl Server {
                 && woken != Some(behind)
             {
                 notes.note(|| format!("head wake to {behind}: {leaving} ahead of it left"));
-                self.push_mail(behind.process(), Mail::Head(behind), beat - now, now);
+                self.push_mail(behind.process(), Mail::Ask(behind), beat - now, now);
             }
         }
         if left_queue && self.queue.is_empty() {

@@ -776,7 +776,7 @@ impl QueueModel {
             .iter()
             .any(|m| match *m {
                 Mail::Granted { waiter, .. } => waiter == id,
-                Mail::Head(waiter) => waiter == id,
+                Mail::Ask(waiter) => waiter == id,
                 Mail::Watch(_) => false,
             })
     }
@@ -1068,7 +1068,7 @@ impl QueueModel {
                         expiry,
                         waiter,
                     } => format!("{token}:{expiry}:{waiter}"),
-                    Mail::Head(waiter) => format!("head:{waiter}"),
+                    Mail::Ask(waiter) => format!("ask:{waiter}"),
                     Mail::Watch(News::Nobody(fence)) => format!("watch:{fence}"),
                     Mail::Watch(News::Leader { record, left }) => {
                         let id = record.id.to_string();
@@ -1466,7 +1466,7 @@ impl Model for QueueModel {
                     .any(|c| matches!(c.mailbox, Some(Told::Granted(..))))
             }),
             Property::sometimes(HEAD_WAKE, |_, s: &State| {
-                (s.server.inboxes.iter()).any(|i| i.mail.iter().any(|m| matches!(m, Mail::Head(_))))
+                (s.server.inboxes.iter()).any(|i| i.mail.iter().any(|m| matches!(m, Mail::Ask(_))))
             }),
             Property::sometimes(LAPSED, |m: &QueueModel, s: &State| {
                 (0..s.clients.len()).any(|c| m.stale(s, c))
