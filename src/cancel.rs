@@ -141,7 +141,7 @@ impl CancelToken {
 
     /// Resolves once the token is cancelled, at once if it is already (feature `tokio`).
     /// Safe to drop at any `.await`. For `select!`ing work against a cancel, or against the
-    /// loss of a lock through a guard's [`lost_token`](crate::aio::LockGuard::lost_token):
+    /// loss of a lock through a guard's [`lost_token`](crate::handle::Hold::lost_token):
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), redis_blpop_lock::Error> {

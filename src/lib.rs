@@ -129,7 +129,7 @@
 //!
 //! An expiring lock can be **lost** without its holder doing anything wrong: a pause (GC, swap, a
 //! stopped VM) or a network stall outlasts the expiry, or the server restarts without the key.
-//! [`Lock::lost`] (and [`LockGuard::lost`]) is what the handle knows, with no round trip: it is
+//! [`Lock::lost`] (and [`LockGuard::lost`](handle::Hold::lost)) is what the handle knows, with no round trip: it is
 //! true once the expiry passed without a renewal getting through, or a renewal or `extend` found
 //! another id in the key, and it stays true until the handle releases or acquires again. The
 //! expiry is counted from when the request that took the lock was *sent*, never from when its

@@ -134,7 +134,7 @@ impl<K> LockBuilder<K> {
     /// the last, so the lock expires `max_hold` after the grant at the latest (give or take a
     /// network trip) and the next waiter takes it then. The holder is told as for any loss:
     /// [`lost()`](crate::Lock::lost) turns true and the guard's
-    /// [`lost_token`](crate::LockGuard::lost_token) is cancelled at that expiry. An explicit
+    /// [`lost_token`](crate::handle::Hold::lost_token) is cancelled at that expiry. An explicit
     /// [`extend`](crate::Lock::extend) is the caller's own choice and is not bounded.
     ///
     /// Needs [`expire`](Self::expire), and is at least as long (a first lease longer than

@@ -131,6 +131,31 @@ impl<R: Runtime> Acquisition<R> {
         R::apart(&name, cancel, acquire).await
     }
 
+    #[cfg(feature = "tokio")]
+    /// What `inner` took (`taken`), given back by its guard rather than by this (an async
+    /// plain lock's, which releases in its handle's turn).
+    pub(crate) fn released_by_guard(inner: Arc<Inner<R>>, taken: Taken) -> Self {
+        Acquisition {
+            inner,
+            epoch: taken.epoch,
+            notice: taken.notice,
+            armed: false,
+            then: None,
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    /// The handle's engine it is of.
+    pub(crate) fn inner(&self) -> &Arc<Inner<R>> {
+        &self.inner
+    }
+
+    #[cfg(feature = "tokio")]
+    /// Which acquisition of its handle it is.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Leaves what it holds to its handle (a plain lock's `acquire`), with nothing to give it
     /// back on drop.
     pub(crate) fn keep(mut self) {

@@ -433,7 +433,7 @@ impl<R: Runtime> Leadership<R> {
     /// reset), or the lease ran out (renewals failed, a pause, or
     /// [`max_hold`](crate::LockBuilder::max_hold) was reached). Never while this leader leads,
     /// nor by its resignation; cancelled already when taken after the loss. When and how, as
-    /// for a lock: [`LockGuard::lost_token`](crate::LockGuard::lost_token).
+    /// for a lock: [`LockGuard::lost_token`](crate::handle::Hold::lost_token).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redis_blpop_lock::Error> {

@@ -18,12 +18,14 @@
 mod cache;
 mod dogpile;
 mod election;
+mod hold;
 mod lock;
 mod rwlock;
 mod semaphore;
 
 pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
+pub use hold::Hold;
 #[cfg(feature = "tokio")]
 pub use lock::OwnedLockGuard;
 pub use lock::{with_lock, ArcLockGuard, Lock, LockGuard};

@@ -2,10 +2,11 @@
 //! [`Acquirer`](crate::driver::acquirer::Acquirer), a writer all of them, on either API.
 
 use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-use super::{ended, Blocking, Runtime};
-use crate::driver::acquirer::{Acquirer, Acquisition};
+use super::{ended, Blocking, Hold, Runtime};
+use crate::driver::acquirer::Acquirer;
 use crate::protocol::lease::Wait;
 use crate::protocol::primitive::{Primitive, WRITER_UNITS};
 use crate::protocol::readers::{Reader, Readers, Reading};
@@ -46,7 +47,7 @@ pub struct RwLock<R: Runtime = Blocking> {
 /// A read lock held: given back by [`unlock`](Self::unlock), or when dropped.
 #[must_use = "the read lock is released as soon as the guard is dropped"]
 pub struct RwLockReadGuard<'a, R: Runtime = Blocking> {
-    held: Acquisition<R>,
+    hold: Hold<R>,
     _reading: Reading<'a>,
 }
 
@@ -54,7 +55,7 @@ pub struct RwLockReadGuard<'a, R: Runtime = Blocking> {
 #[must_use = "the write lock is released as soon as the guard is dropped"]
 pub struct RwLockWriteGuard<'a, R: Runtime = Blocking> {
     lock: &'a RwLock<R>,
-    held: Acquisition<R>,
+    hold: Hold<R>,
 }
 
 impl RwLock {
@@ -403,12 +404,12 @@ impl<R: Runtime> RwLock<R> {
     async fn reading(&self, wait: Wait) -> Result<Option<RwLockReadGuard<'_, R>>, Error> {
         let reader = Reader::current();
         let held = self.acquirer.take(1, wait).await?;
-        Ok(held.map(|held| self.read_guard(held, reader)))
+        Ok(held.map(|held| self.read_guard(Hold::new(held), reader)))
     }
 
-    fn read_guard(&self, held: Acquisition<R>, reader: Reader) -> RwLockReadGuard<'_, R> {
+    fn read_guard(&self, hold: Hold<R>, reader: Reader) -> RwLockReadGuard<'_, R> {
         RwLockReadGuard {
-            held,
+            hold,
             _reading: self.readers.enter(reader),
         }
     }
@@ -421,7 +422,10 @@ impl<R: Runtime> RwLock<R> {
             });
         }
         let held = self.acquirer.take(WRITER_UNITS, wait).await?;
-        Ok(held.map(|held| RwLockWriteGuard { lock: self, held }))
+        Ok(held.map(|held| RwLockWriteGuard {
+            lock: self,
+            hold: Hold::new(held),
+        }))
     }
 }
 
@@ -462,108 +466,15 @@ impl<R: Runtime> LockBuilder<RwLock<R>> {
     }
 }
 
-impl<R: Runtime> RwLockReadGuard<'_, R> {
-    /// Whether the hold may have slipped away (its lease expired unrenewed, or it was reset).
-    /// Once true, it stays true. No round trip.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(!config.read()?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when the hold is lost: a renewal finds it gone (it was reset), its
-    /// lease runs out (renewals failed, or [`max_hold`](crate::LockBuilder::max_hold) was
-    /// reached). Never while it holds, nor by its release; cancelled already when taken after
-    /// the loss. A write lock downgraded keeps its token. When and how, as for a lock:
-    /// [`LockGuard::lost_token`](crate::LockGuard::lost_token).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(!config.read()?.lost_token().is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// This hold's fencing token, larger for every grant of this lock.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(config.read()?.fencing_token().is_some());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
-}
-
-impl<R: Runtime> RwLockWriteGuard<'_, R> {
-    /// Whether the hold may have slipped away; see [`RwLockReadGuard::lost`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(!config.write()?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when the hold is lost; see [`RwLockReadGuard::lost_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(!config.write()?.lost_token().is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// This hold's fencing token, larger for every grant of this lock.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let config = redis_blpop_lock::RwLock::new(&client, "config")?;
-    /// assert!(config.write()?.fencing_token().is_some());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
-}
-
 impl<'a, R: Runtime> RwLockWriteGuard<'a, R> {
     /// Keeps one reader's share and gives back the rest: the guard of the read lock left.
     async fn downgraded(self) -> Result<RwLockReadGuard<'a, R>, Error> {
-        if !self.held.shrink(1).await? {
+        if !self.hold.acquisition.shrink(1).await? {
             return Err(Error::NotAcquired {
                 name: self.lock.name().into(),
             });
         }
-        Ok(self.lock.read_guard(self.held, Reader::current()))
+        Ok(self.lock.read_guard(self.hold, Reader::current()))
     }
 }
 
@@ -579,7 +490,7 @@ impl RwLockReadGuard<'_> {
     /// # }
     /// ```
     pub fn unlock(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
     }
 }
 
@@ -595,7 +506,7 @@ impl<'a> RwLockWriteGuard<'a> {
     /// # }
     /// ```
     pub fn unlock(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
     }
 
     /// Turns the write lock into a read lock without letting a writer in between; the
@@ -631,27 +542,7 @@ impl RwLockReadGuard<'_, super::Tokio> {
     /// # }
     /// ```
     pub async fn unlock(self) -> Result<(), Error> {
-        self.held.release().await
-    }
-
-    /// Resolves once the read lock is lost, as its [`lost_token`](Self::lost_token) is
-    /// cancelled: for `select!`ing work against losing it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let config = redis_blpop_lock::aio::RwLock::new(&client, "config")?;
-    /// let read = config.read().await?;
-    /// tokio::select! {
-    ///     () = tokio::time::sleep(Duration::from_secs(30)) => read.unlock().await?,
-    ///     () = read.when_lost() => println!("lost the read lock: stopped reading"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn when_lost(&self) {
-        self.held.when_lost().await;
+        self.hold.acquisition.release().await
     }
 }
 
@@ -669,7 +560,7 @@ impl<'a> RwLockWriteGuard<'a, super::Tokio> {
     /// # }
     /// ```
     pub async fn unlock(self) -> Result<(), Error> {
-        self.held.release().await
+        self.hold.acquisition.release().await
     }
 
     /// Turns the write lock into a read lock without letting a writer in between; see
@@ -686,25 +577,24 @@ impl<'a> RwLockWriteGuard<'a, super::Tokio> {
     pub async fn downgrade(self) -> Result<RwLockReadGuard<'a, super::Tokio>, Error> {
         self.downgraded().await
     }
+}
 
-    /// Resolves once the write lock is lost, as its [`lost_token`](Self::lost_token) is
-    /// cancelled: for `select!`ing work against losing it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let config = redis_blpop_lock::aio::RwLock::new(&client, "config")?;
-    /// let write = config.write().await?;
-    /// tokio::select! {
-    ///     () = tokio::time::sleep(Duration::from_secs(30)) => write.unlock().await?,
-    ///     () = write.when_lost() => println!("lost the write lock: stopped writing"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn when_lost(&self) {
-        self.held.when_lost().await;
+/// The acquisition it holds, and what it knows of it: [`Hold::lost`], [`Hold::lost_token`],
+/// [`Hold::fencing_token`], and for an async guard [`Hold::when_lost`].
+impl<R: Runtime> Deref for RwLockReadGuard<'_, R> {
+    type Target = Hold<R>;
+
+    fn deref(&self) -> &Hold<R> {
+        &self.hold
+    }
+}
+
+/// The acquisition it holds; see [`RwLockReadGuard`]'s.
+impl<R: Runtime> Deref for RwLockWriteGuard<'_, R> {
+    type Target = Hold<R>;
+
+    fn deref(&self) -> &Hold<R> {
+        &self.hold
     }
 }
 

@@ -2,11 +2,12 @@
 //! [`Acquirer`](crate::driver::acquirer::Acquirer), each a lease of its own, on either API.
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ended, Blocking, Runtime};
-use crate::driver::acquirer::{Acquirer, Acquisition};
+use super::{ended, Blocking, Hold, Runtime};
+use crate::driver::acquirer::Acquirer;
 use crate::protocol::lease::Wait;
 use crate::protocol::primitive::Primitive;
 use crate::transport::send::now;
@@ -46,7 +47,7 @@ pub struct Semaphore<R: Runtime = Blocking> {
 #[must_use = "the permit is given back as soon as it is dropped"]
 pub struct SemaphorePermit<'a, R: Runtime = Blocking> {
     semaphore: &'a Semaphore<R>,
-    held: Acquisition<R>,
+    hold: Hold<R>,
     permits: u32,
 }
 
@@ -54,7 +55,7 @@ pub struct SemaphorePermit<'a, R: Runtime = Blocking> {
 #[must_use = "the permit is given back as soon as it is dropped"]
 pub struct ArcSemaphorePermit<R: Runtime = Blocking> {
     semaphore: Arc<Semaphore<R>>,
-    held: Acquisition<R>,
+    hold: Hold<R>,
     permits: u32,
 }
 
@@ -527,7 +528,7 @@ impl<R: Runtime> Semaphore<R> {
         let held = self.acquirer.take(u64::from(n), wait).await?;
         Ok(held.map(|held| SemaphorePermit {
             semaphore: self,
-            held,
+            hold: Hold::new(held),
             permits: n,
         }))
     }
@@ -594,7 +595,7 @@ impl<'a, R: Runtime> SemaphorePermit<'a, R> {
     fn into_arc(self, semaphore: Arc<Semaphore<R>>) -> ArcSemaphorePermit<R> {
         ArcSemaphorePermit {
             semaphore,
-            held: self.held,
+            hold: self.hold,
             permits: self.permits,
         }
     }
@@ -632,54 +633,6 @@ impl<R: Runtime> SemaphorePermit<'_, R> {
     pub fn permits(&self) -> u32 {
         self.permits
     }
-
-    /// Whether the permit may have slipped away: its lease expired without a renewal (a
-    /// pause, a server away), or it was reset. Once true, it stays true. No round trip.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = redis_blpop_lock::Semaphore::new(&client, "exports", 4)?;
-    /// assert!(!semaphore.acquire()?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when the permit is lost: a renewal finds it gone (it was reset), its
-    /// lease runs out (renewals failed, or [`max_hold`](crate::LockBuilder::max_hold) was
-    /// reached). Never while the permit holds, nor by its release; cancelled already when
-    /// taken after the loss. When and how, as for a lock:
-    /// [`LockGuard::lost_token`](crate::LockGuard::lost_token).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = redis_blpop_lock::Semaphore::new(&client, "exports", 4)?;
-    /// assert!(!semaphore.acquire()?.lost_token().is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// The permit's fencing token: larger for every grant of this semaphore, so a store can
-    /// refuse writes from a holder whose permit was given to someone else since.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = redis_blpop_lock::Semaphore::new(&client, "exports", 4)?;
-    /// assert!(semaphore.acquire()?.fencing_token().is_some());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
 }
 
 impl<R: Runtime> ArcSemaphorePermit<R> {
@@ -696,48 +649,6 @@ impl<R: Runtime> ArcSemaphorePermit<R> {
     pub fn permits(&self) -> u32 {
         self.permits
     }
-
-    /// Whether the permit may have slipped away; see [`SemaphorePermit::lost`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = std::sync::Arc::new(redis_blpop_lock::Semaphore::new(&client, "cpu", 8)?);
-    /// assert!(!semaphore.acquire_arc()?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when the permit is lost; see [`SemaphorePermit::lost_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = std::sync::Arc::new(redis_blpop_lock::Semaphore::new(&client, "cpu", 8)?);
-    /// assert!(!semaphore.acquire_arc()?.lost_token().is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// The permit's fencing token; see [`SemaphorePermit::fencing_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let semaphore = std::sync::Arc::new(redis_blpop_lock::Semaphore::new(&client, "cpu", 8)?);
-    /// assert!(semaphore.acquire_arc()?.fencing_token().is_some());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
 }
 
 impl SemaphorePermit<'_> {
@@ -752,7 +663,7 @@ impl SemaphorePermit<'_> {
     /// # }
     /// ```
     pub fn release(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
     }
 }
 
@@ -768,7 +679,7 @@ impl ArcSemaphorePermit {
     /// # }
     /// ```
     pub fn release(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
     }
 }
 
@@ -786,28 +697,7 @@ impl SemaphorePermit<'_, super::Tokio> {
     /// # }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        self.held.release().await
-    }
-
-    /// Resolves once the permit is lost, as its [`lost_token`](Self::lost_token) is cancelled
-    /// (and as [`LockGuard::when_lost`](crate::aio::LockGuard::when_lost) does for a lock):
-    /// for `select!`ing work against losing it.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let semaphore = redis_blpop_lock::aio::Semaphore::new(&client, "exports", 4)?;
-    /// let permit = semaphore.acquire().await?;
-    /// tokio::select! {
-    ///     () = tokio::time::sleep(Duration::from_secs(30)) => permit.release().await?,
-    ///     () = permit.when_lost() => println!("lost the permit: stopped exporting"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn when_lost(&self) {
-        self.held.when_lost().await;
+        self.hold.acquisition.release().await
     }
 }
 
@@ -825,23 +715,26 @@ impl ArcSemaphorePermit<super::Tokio> {
     /// # }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        self.held.release().await
+        self.hold.acquisition.release().await
     }
+}
 
-    /// Resolves once the permit is lost; see [`SemaphorePermit::when_lost`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::sync::Arc;
-    /// let semaphore = Arc::new(redis_blpop_lock::aio::Semaphore::new(&client, "exports", 4)?);
-    /// let permit = semaphore.acquire_arc().await?;
-    /// tokio::spawn(async move { permit.when_lost().await });
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn when_lost(&self) {
-        self.held.when_lost().await;
+/// The acquisition it holds, and what it knows of it: [`Hold::lost`], [`Hold::lost_token`],
+/// [`Hold::fencing_token`], and for an async permit [`Hold::when_lost`].
+impl<R: Runtime> Deref for SemaphorePermit<'_, R> {
+    type Target = Hold<R>;
+
+    fn deref(&self) -> &Hold<R> {
+        &self.hold
+    }
+}
+
+/// The acquisition it holds; see [`SemaphorePermit`]'s.
+impl<R: Runtime> Deref for ArcSemaphorePermit<R> {
+    type Target = Hold<R>;
+
+    fn deref(&self) -> &Hold<R> {
+        &self.hold
     }
 }
 

@@ -3,8 +3,10 @@
 //! and what `lead` campaigns for, the leadership of an election. One shape for the waiting and
 //! the watching of each.
 
+use std::ops::Deref;
 use std::time::Duration;
 
+use redis_blpop_lock::handle;
 use redis_blpop_lock::inspect::{self, Primitive};
 use redis_blpop_lock::{
     CancelToken, Election, Error, Leadership, Lock, LockBuilder, RwLock, RwLockReadGuard,
@@ -67,44 +69,40 @@ impl Hold for LockHold<'_> {
     }
 }
 
-impl Hold for SemaphorePermit<'_> {
+/// A guard or permit: what it knows is its [`handle::Hold`]'s; how it gives itself back is
+/// its own.
+trait Guard: Deref<Target = handle::Hold> + Send {
+    fn give_back(self) -> Result<(), Error>;
+}
+
+impl<G: Guard> Hold for G {
     fn lost(&self) -> bool {
-        SemaphorePermit::lost(self)
+        (**self).lost()
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        SemaphorePermit::fencing_token(self)
+        (**self).fencing_token()
     }
 
     fn release(self: Box<Self>) -> Result<(), Error> {
-        SemaphorePermit::release(*self)
+        (*self).give_back()
     }
 }
 
-impl Hold for RwLockReadGuard<'_> {
-    fn lost(&self) -> bool {
-        RwLockReadGuard::lost(self)
+impl Guard for SemaphorePermit<'_> {
+    fn give_back(self) -> Result<(), Error> {
+        self.release()
     }
+}
 
-    fn fencing_token(&self) -> Option<u64> {
-        RwLockReadGuard::fencing_token(self)
-    }
-
-    fn release(self: Box<Self>) -> Result<(), Error> {
+impl Guard for RwLockReadGuard<'_> {
+    fn give_back(self) -> Result<(), Error> {
         self.unlock()
     }
 }
 
-impl Hold for RwLockWriteGuard<'_> {
-    fn lost(&self) -> bool {
-        RwLockWriteGuard::lost(self)
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        RwLockWriteGuard::fencing_token(self)
-    }
-
-    fn release(self: Box<Self>) -> Result<(), Error> {
+impl Guard for RwLockWriteGuard<'_> {
+    fn give_back(self) -> Result<(), Error> {
         self.unlock()
     }
 }

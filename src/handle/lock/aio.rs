@@ -4,13 +4,16 @@
 //! flight.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Lock;
+use crate::driver::acquirer::Acquisition;
 use crate::driver::tokio::Tokio;
 use crate::driver::turn::{self, Turn, Turns};
 use crate::driver::{Inner, Runtime, Taken};
+use crate::handle::Hold;
 use crate::protocol::lease::Wait;
 use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
 
@@ -267,7 +270,7 @@ impl Lock<Tokio> {
 
     /// Runs `work` while holding this lock, and returns its output. The lock is released
     /// after it, and when this future is dropped. If the lock is lost while `work` runs (see
-    /// [`OwnedLockGuard::when_lost`]), `work` is dropped where it stands and the result is
+    /// [`OwnedLockGuard::when_lost`](Hold::when_lost)), `work` is dropped where it stands and the result is
     /// [`Error::Lost`]; a failed release is returned as the error.
     ///
     /// ```no_run
@@ -388,11 +391,8 @@ impl Drop for Unfinished {
 /// ```
 #[must_use = "if unused the lock is released at once"]
 pub struct OwnedLockGuard {
-    inner: Arc<Inner<Tokio>>,
+    hold: Hold<Tokio>,
     turns: Turns,
-    epoch: u64,
-    /// Cancelled when the acquisition is lost.
-    notice: CancelToken,
     /// Whether dropping it releases; not once it has been released or handed to its handle.
     armed: bool,
     /// The handle's turn, while the guard is on its way from the acquiring task to the caller.
@@ -402,13 +402,15 @@ pub struct OwnedLockGuard {
 impl OwnedLockGuard {
     pub(crate) fn new(inner: Arc<Inner<Tokio>>, turns: Turns, taken: Taken, turn: Turn) -> Self {
         OwnedLockGuard {
-            inner,
+            hold: Hold::new(Acquisition::released_by_guard(inner, taken)),
             turns,
-            epoch: taken.epoch,
-            notice: taken.notice,
             armed: true,
             turn: Some(turn),
         }
+    }
+
+    fn inner(&self) -> &Arc<Inner<Tokio>> {
+        self.hold.acquisition.inner()
     }
 
     /// The guard, arrived: the handle's next call may start.
@@ -440,54 +442,7 @@ impl OwnedLockGuard {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// assert!(!lock.lock().await?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.inner.lost_since(self.epoch)
-    }
-
-    /// A token cancelled when this acquisition is lost; when and how:
-    /// [`LockGuard::lost_token`](crate::LockGuard::lost_token).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock().await?;
-    /// let lost = guard.lost_token();
-    /// tokio::spawn(async move { lost.cancelled().await });
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.inner.watched(self.epoch);
-        self.notice.clone()
-    }
-
-    /// This acquisition's fencing token, when the lock was built with
-    /// [`fencing(true)`](crate::LockBuilder::fencing); see [`Lock::fencing_token`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::aio::Lock::new(&client, "tickets")?;
-    /// println!("token {:?}", lock.lock().await?.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.inner.fencing_token()
+        self.inner().name()
     }
 
     /// Gives the held lock a new expiry; see [`Lock::extend`].
@@ -502,34 +457,7 @@ impl OwnedLockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        self.inner.extend(expire).await
-    }
-
-    /// Resolves once this acquisition is lost, as its [`lost_token`](Self::lost_token) is
-    /// cancelled (see there for when): a renewal found another id in the key or failed until
-    /// the expiry passed, an [`extend`](Self::extend) found it not ours, the expiry passed
-    /// without a renewal, or [`max_hold`](crate::LockBuilder::max_hold) was reached. Never
-    /// resolves while the lock is held, nor for a release, nor for a lock without an expiry
-    /// that nobody takes away. For `select!`ing work against losing the lock:
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let lock = redis_blpop_lock::aio::Lock::builder(&client, "ledger")
-    ///     .expire(Duration::from_secs(10))
-    ///     .auto_renewal(true)
-    ///     .build()?;
-    /// let guard = lock.lock().await?;
-    /// tokio::select! {
-    ///     () = tokio::time::sleep(Duration::from_secs(30)) => guard.unlock().await?,
-    ///     () = guard.when_lost() => println!("lost the lock: stopped writing"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn when_lost(&self) {
-        self.lost_token().cancelled().await;
+        self.hold.acquisition.extend(expire).await
     }
 
     /// Releases the lock now and returns the error, if any, instead of logging it. The
@@ -547,7 +475,8 @@ impl OwnedLockGuard {
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.armed = false;
         let turn = self.release_turn();
-        release(&self.inner, &self.turns, turn, Some(self.epoch)).await
+        let epoch = self.hold.acquisition.epoch();
+        release(self.inner(), &self.turns, turn, Some(epoch)).await
     }
 
     /// Runs `work` under this acquisition, dropping it if the lock is lost; then releases.
@@ -556,7 +485,7 @@ impl OwnedLockGuard {
             output = work => output,
             () = self.when_lost() => {
                 // Not ours any more: dropping the guard releases only if it still is.
-                return Err(self.inner.error(|name| Error::Lost { name }));
+                return Err(self.inner().error(|name| Error::Lost { name }));
             }
         };
         self.unlock().await?;
@@ -570,19 +499,25 @@ impl Drop for OwnedLockGuard {
             return;
         }
         let turn = self.release_turn();
-        turn::release_unattended(
-            Arc::clone(&self.inner),
-            self.turns.clone(),
-            turn,
-            Some(self.epoch),
-        );
+        let (inner, epoch) = (Arc::clone(self.inner()), self.hold.acquisition.epoch());
+        turn::release_unattended(inner, self.turns.clone(), turn, Some(epoch));
+    }
+}
+
+/// The acquisition it holds, and what it knows of it: [`Hold::lost`], [`Hold::lost_token`],
+/// [`Hold::fencing_token`], [`Hold::when_lost`].
+impl Deref for OwnedLockGuard {
+    type Target = Hold<Tokio>;
+
+    fn deref(&self) -> &Hold<Tokio> {
+        &self.hold
     }
 }
 
 impl std::fmt::Debug for OwnedLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("aio::LockGuard")
-            .field("name", &self.inner.name())
+            .field("name", &self.name())
             .field("lost", &self.lost())
             .finish_non_exhaustive()
     }

@@ -5,15 +5,17 @@
 //! later acquisition.
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Lock, WITH_LOCK_EXPIRE};
 use crate::driver::acquirer::Acquisition;
 use crate::driver::blocking::Blocking;
+use crate::handle::Hold;
 use crate::protocol::lease::Wait;
 use crate::transport::send::now;
-use crate::{Backend, CancelToken, Error, Holder, LockBuilder};
+use crate::{Backend, Error, Holder, LockBuilder};
 
 impl Lock {
     /// A handle on the lock `name` on `backend` (one server, a cluster, a Sentinel-managed
@@ -458,7 +460,7 @@ pub fn with_lock<T>(
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard<'a> {
     lock: &'a Lock,
-    held: Acquisition<Blocking>,
+    hold: Hold<Blocking>,
 }
 
 /// A [`LockGuard`] that owns an `Arc` of its lock, so it is `'static` and can move into a
@@ -481,23 +483,26 @@ pub struct LockGuard<'a> {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct ArcLockGuard {
     lock: Arc<Lock>,
-    held: Acquisition<Blocking>,
+    hold: Hold<Blocking>,
 }
 
 impl<'a> LockGuard<'a> {
     pub(super) fn new(lock: &'a Lock, held: Acquisition<Blocking>) -> Self {
-        LockGuard { lock, held }
+        LockGuard {
+            lock,
+            hold: Hold::new(held),
+        }
     }
 
     /// Leaves the lock held by its handle, with no guard to release it.
     pub(super) fn keep(self) {
-        self.held.keep();
+        self.hold.acquisition.keep();
     }
 
     pub(super) fn into_arc(self, lock: Arc<Lock>) -> ArcLockGuard {
         ArcLockGuard {
             lock,
-            held: self.held,
+            hold: self.hold,
         }
     }
 
@@ -516,74 +521,6 @@ impl<'a> LockGuard<'a> {
         self.lock
     }
 
-    /// Whether this acquisition is over or lost; see [`Lock::lost`]. No round trip.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock()?;
-    /// assert!(!guard.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when this acquisition is lost: for work to check
-    /// ([`CancelToken::is_cancelled`]), or in async code to `select!` on
-    /// (`CancelToken::cancelled`, feature `tokio`). Taking it costs no round trip.
-    ///
-    /// It is cancelled when the loss becomes knowable, within one renewal interval (two
-    /// thirds of the expiry) at most:
-    /// - a renewal, or an [`extend`](Self::extend), finds another owner in the key, or none
-    ///   (someone reset the lock, or took it after it expired): at that renewal;
-    /// - the lease runs out: renewals failed until then (the server is away), the lock does
-    ///   not renew, or the hold reached [`max_hold`](crate::LockBuilder::max_hold): at the
-    ///   expiry, by the process's timer thread.
-    ///
-    /// It is never cancelled while the acquisition holds, nor by its release (an unlock, the
-    /// guard's drop, the handle's release): a released acquisition's token stays as it was.
-    /// Once cancelled it stays so, and [`lost`](Self::lost) is true; a token taken after the
-    /// loss is cancelled already. Each acquisition has its own: the handle's next one comes
-    /// with a fresh token.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock()?;
-    /// let lost = guard.lost_token();
-    /// for batch in 0..100 {
-    ///     if lost.is_cancelled() {
-    ///         break; // someone else may hold the lock now: stop writing
-    ///     }
-    ///     println!("batch {batch}");
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// This acquisition's fencing token, when the lock was built with
-    /// [`fencing(true)`](crate::LockBuilder::fencing); see [`Lock::fencing_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = redis_blpop_lock::Lock::new(&client, "tickets")?;
-    /// let guard = lock.lock()?;
-    /// println!("token {:?}", guard.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
-
     /// Gives the held lock a new expiry; see [`Lock::extend`].
     ///
     /// ```no_run
@@ -596,7 +533,7 @@ impl<'a> LockGuard<'a> {
     /// # }
     /// ```
     pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        now(self.held.extend(expire))
+        now(self.hold.acquisition.extend(expire))
     }
 
     /// Releases now and reports how that went, instead of logging it in drop.
@@ -611,7 +548,7 @@ impl<'a> LockGuard<'a> {
     /// # }
     /// ```
     pub fn unlock(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
     }
 }
 
@@ -631,48 +568,6 @@ impl ArcLockGuard {
         &self.lock
     }
 
-    /// Whether this acquisition is over or lost; see [`LockGuard::lost`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
-    /// assert!(!lock.lock_arc()?.lost());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost(&self) -> bool {
-        self.held.lost()
-    }
-
-    /// A token cancelled when this acquisition is lost; see [`LockGuard::lost_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
-    /// assert!(!lock.lock_arc()?.lost_token().is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_token(&self) -> CancelToken {
-        self.held.lost_token()
-    }
-
-    /// This acquisition's fencing token; see [`LockGuard::fencing_token`].
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), redis_blpop_lock::Error> {
-    /// # let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let lock = std::sync::Arc::new(redis_blpop_lock::Lock::new(&client, "tickets")?);
-    /// println!("token {:?}", lock.lock_arc()?.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token()
-    }
-
     /// Gives the held lock a new expiry; see [`Lock::extend`].
     ///
     /// ```no_run
@@ -684,7 +579,7 @@ impl ArcLockGuard {
     /// # }
     /// ```
     pub fn extend(&self, expire: Option<Duration>) -> Result<(), Error> {
-        now(self.held.extend(expire))
+        now(self.hold.acquisition.extend(expire))
     }
 
     /// Releases now and reports how that went, instead of logging it in drop.
@@ -698,7 +593,26 @@ impl ArcLockGuard {
     /// # }
     /// ```
     pub fn unlock(self) -> Result<(), Error> {
-        now(self.held.release())
+        now(self.hold.acquisition.release())
+    }
+}
+
+/// The acquisition it holds, and what it knows of it: [`Hold::lost`], [`Hold::lost_token`],
+/// [`Hold::fencing_token`].
+impl Deref for LockGuard<'_> {
+    type Target = Hold;
+
+    fn deref(&self) -> &Hold {
+        &self.hold
+    }
+}
+
+/// The acquisition it holds; see [`LockGuard`]'s.
+impl Deref for ArcLockGuard {
+    type Target = Hold;
+
+    fn deref(&self) -> &Hold {
+        &self.hold
     }
 }
 
