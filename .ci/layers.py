@@ -5,6 +5,10 @@ The library (src/ less src/bin/): each module uses only modules of its own layer
 below it (LAYERS, bottom first), no modules use each other in a cycle, every module has a
 layer, and every name in LAYERS is a module (so a stale entry cannot linger).
 
+The same one level up, folder by folder (a top-level folder or file of src/; FOLDERS, bottom
+first): no folders use each other in a cycle, and at most MAX_UPWARD imports run from a folder
+up to one above it in FOLDERS (each is listed).
+
 Each binary with modules of its own (src/bin/NAME/main.rs): no modules use each other in a
 cycle. There `crate::x` is that binary's module x; the library (`redis_blpop_lock::...`) is
 another crate and may be used from anywhere.
@@ -25,8 +29,14 @@ LAYERS = [
     ("base", ["error", "observe", "config", "cancel", "protocol", "model"]),
     ("transport", ["transport"]),
     ("driver", ["driver"]),
-    ("handles", ["lib", "backend", "config/builder", "handle", "inspect", "aio"]),
+    ("handles", ["lib", "backend", "handle", "inspect", "aio"]),
 ]
+
+# The top-level folders and files of the library, bottom first, finer than LAYERS: a folder
+# should use only those before it.
+FOLDERS = ["error", "cancel", "observe", "config", "protocol", "model", "transport", "driver",
+           "backend", "handle", "inspect", "aio", "lib"]
+MAX_UPWARD = 5
 
 
 def modules_in(folder, skip=None):
@@ -234,6 +244,25 @@ for m in sorted(edges):
             problems.append(f"upward: {m} ({LAYERS[a][0]}) uses {t} ({LAYERS[b][0]})")
 problems += ["cycle: " + " <-> ".join(group) for group in cycles(edges, "lib")]
 summary = [f"library: {len(lib)} modules, {sum(map(len, edges.values()))} imports"]
+
+# Folder by folder: cycles, and imports that run up FOLDERS.
+problems += [f"stale: FOLDERS lists {f}, which is no module of {src}/"
+             for f in FOLDERS if f not in tops]
+problems += [f"no place: {t} (add it to FOLDERS)" for t in sorted(tops - set(FOLDERS))]
+rank = {f: i for i, f in enumerate(FOLDERS)}
+folder_edges, upward = {t: set() for t in tops}, []
+for m in sorted(edges):
+    for t in sorted(edges[m] - {"lib"}):
+        a, b = m.split("/")[0], t.split("/")[0]
+        if a != b:
+            folder_edges[a].add(b)
+            if rank.get(b, 0) > rank.get(a, 0):
+                upward.append(f"{m} uses {t}")
+problems += ["folder cycle: " + " <-> ".join(g) for g in cycles(folder_edges, "lib")]
+if len(upward) > MAX_UPWARD:
+    problems.append(f"{len(upward)} imports run up FOLDERS, more than {MAX_UPWARD}")
+summary += [f"upward: {u}" for u in upward]
+summary.append(f"folders: {len(tops)}, {len(upward)} imports up (at most {MAX_UPWARD})")
 
 # Each binary with modules of its own: cycles.
 bins = os.path.join(src, "bin")

@@ -1308,9 +1308,9 @@ pub use backend::quorum::Quorum;
 pub use backend::sentinel::Sentinel;
 pub use backend::Backend;
 pub use cancel::CancelToken;
-pub use config::builder::LockBuilder;
 pub use driver::Holder;
 pub use error::Error;
+pub use handle::LockBuilder;
 pub use handle::{with_lock, ArcLockGuard, Blocking, LockGuard, Runtime};
 
 /// A distributed lock, blocking: [`handle::Lock`] on the [`Blocking`] runtime.

@@ -184,10 +184,10 @@ pub(crate) fn settle(label: &Label, name: &str, settled: bool) {
     let _ = (label, name, outcome);
 }
 
-/// `server` was found to evict keys under `policy`: warned once per server, and counted in
-/// the `redis_lock_evicting_servers` gauge.
-pub(crate) fn evicting_server(server: &str, policy: &str) {
-    log::warn!("{}", crate::protocol::eviction::warning(server, policy));
+/// A server was found to evict keys under `policy` (`warning` says which, and the fix):
+/// warned once per server, and counted in the `redis_lock_evicting_servers` gauge.
+pub(crate) fn evicting_server(policy: &str, warning: &str) {
+    log::warn!("{warning}");
     #[cfg(feature = "metrics")]
     metrics::gauge!("redis_lock_evicting_servers", "policy" => policy.to_owned()).increment(1.0);
 }

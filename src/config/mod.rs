@@ -1,6 +1,5 @@
 //! A handle's configuration: the public builder, the checked settings every layer reads, and
 //! owner ids.
 
-pub(crate) mod builder;
 pub(crate) mod id;
 pub(crate) mod settings;

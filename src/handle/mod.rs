@@ -15,6 +15,7 @@
 //! }
 //! ```
 
+mod builder;
 mod cache;
 mod dogpile;
 mod election;
@@ -23,6 +24,7 @@ mod lock;
 mod rwlock;
 mod semaphore;
 
+pub use builder::LockBuilder;
 pub use cache::Cache;
 pub use election::{Election, Leadership, Watch};
 pub use hold::Hold;

@@ -46,7 +46,7 @@ impl Eviction {
         if self.read.set(policy).is_ok()
             && let Some(policy) = warn
         {
-            observe::evicting_server(&self.server, &policy);
+            observe::evicting_server(&policy, &eviction::warning(&self.server, &policy));
         }
     }
 }

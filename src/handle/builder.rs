@@ -1,4 +1,5 @@
-//! Building a lock handle: `Lock::new`, `Lock::builder` and the builder's settings.
+//! [`LockBuilder`]: the settings every handle is built with, checked once. Each handle's
+//! `builder` and `build` are beside the handle, in its own file.
 
 use std::borrow::Cow;
 use std::sync::Arc;
