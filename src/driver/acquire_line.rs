@@ -1,7 +1,7 @@
 //! The acquire path of the queue primitives (a semaphore's permits, a fair lock, a read-write
 //! lock's holds): a place in the primitive's queue instead of the lock's try-and-wait. What
 //! follows a grant (the lease, its renewal, release, `lost()`) is the lock's, through
-//! [`QueueLeasing`](super::leasing::QueueLeasing).
+//! [`QueueLeasing`](crate::protocol::leasing::QueueLeasing).
 
 use std::sync::Arc;
 use std::time::Instant;

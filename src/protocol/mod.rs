@@ -9,6 +9,7 @@ pub(crate) mod eviction;
 pub(crate) mod hub;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod leasing;
 pub(crate) mod lock;
 pub(crate) mod primitive;
 pub(crate) mod queue;
