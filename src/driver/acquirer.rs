@@ -70,7 +70,7 @@ impl<R: Runtime> Acquirer<R> {
     /// Takes `units` as `wait` allows: `None` when the wait ended first. Stopped before its
     /// end (a dropped future), the wait leaves the line and gives back a grant that came
     /// meanwhile.
-    pub(crate) async fn take(
+    pub(crate) async fn acquire(
         &self,
         units: u64,
         wait: Wait,
@@ -96,7 +96,7 @@ impl<R: Runtime> Acquirer<R> {
             Arc::clone(&self.transport),
             place,
         ));
-        Acquisition::take(inner, wait, &self.settings.cancel).await
+        Acquisition::take_apart(inner, wait, &self.settings.cancel).await
     }
 
     /// How many units are free now, by this handle's capacity (a read; it may change at once).
@@ -112,7 +112,7 @@ impl<R: Runtime> Acquirer<R> {
 impl<R: Runtime> Acquisition<R> {
     /// Takes what `inner` is a handle on as `wait` allows, apart from the caller (see
     /// [`Runtime::apart`]): `None` when the wait ended first.
-    pub(crate) async fn take(
+    pub(crate) async fn take_apart(
         inner: Arc<Inner<R>>,
         wait: Wait,
         cancel: &CancelToken,

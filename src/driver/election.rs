@@ -27,7 +27,7 @@ impl<R: Runtime> Acquirer<R> {
     /// no term: the campaign goes on, in line again.
     pub(crate) async fn campaign(&self, info: &str, wait: Wait) -> Result<Option<Term<R>>, Error> {
         loop {
-            let Some(mut held) = self.take(1, wait).await? else {
+            let Some(mut held) = self.acquire(1, wait).await? else {
                 return Ok(None);
             };
             let term = held

@@ -259,7 +259,7 @@ impl<R: Runtime> CacheCore<R> {
                 .checked()?;
         let cancel = settings.cancel.clone();
         let inner = Arc::new(Inner::<R>::of_lock(settings, transport)?);
-        Acquisition::take(inner, wait, &cancel).await
+        Acquisition::take_apart(inner, wait, &cancel).await
     }
 
     /// The entry's lock if it is free now, for a refresh; a failure is logged, and leaves

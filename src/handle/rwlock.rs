@@ -403,7 +403,7 @@ impl<R: Runtime> RwLock<R> {
 
     async fn reading(&self, wait: Wait) -> Result<Option<RwLockReadGuard<'_, R>>, Error> {
         let reader = Reader::current();
-        let held = self.acquirer.take(1, wait).await?;
+        let held = self.acquirer.acquire(1, wait).await?;
         Ok(held.map(|held| self.read_guard(Hold::new(held), reader)))
     }
 
@@ -421,7 +421,7 @@ impl<R: Runtime> RwLock<R> {
                 name: self.name().into(),
             });
         }
-        let held = self.acquirer.take(WRITER_UNITS, wait).await?;
+        let held = self.acquirer.acquire(WRITER_UNITS, wait).await?;
         Ok(held.map(|held| RwLockWriteGuard {
             lock: self,
             hold: Hold::new(held),

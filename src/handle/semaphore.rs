@@ -525,7 +525,7 @@ impl<R: Runtime> Semaphore<R> {
     }
 
     async fn permit(&self, n: u32, wait: Wait) -> Result<Option<SemaphorePermit<'_, R>>, Error> {
-        let held = self.acquirer.take(u64::from(n), wait).await?;
+        let held = self.acquirer.acquire(u64::from(n), wait).await?;
         Ok(held.map(|held| SemaphorePermit {
             semaphore: self,
             hold: Hold::new(held),

@@ -398,7 +398,7 @@ impl Lock {
     /// The acquire path, into a guard.
     async fn guard(&self, wait: Wait) -> Result<Option<LockGuard<'_>>, Error> {
         let cancel = &self.inner.settings.cancel;
-        let held = Acquisition::take(Arc::clone(&self.inner), wait, cancel).await?;
+        let held = Acquisition::take_apart(Arc::clone(&self.inner), wait, cancel).await?;
         Ok(held.map(|held| LockGuard::new(self, held)))
     }
 
