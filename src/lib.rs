@@ -1147,7 +1147,7 @@
 //!
 //! # Least privilege
 //!
-//! A Redis user needs exactly this (`tests/integration/security.rs` removes each right in turn
+//! A Redis user needs exactly this (`tests/integration/ops/security.rs` removes each right in turn
 //! and shows an operation that then fails):
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The integration tests, in one test binary with a module per suite. Every test starts its
+//! The integration tests, in one test binary with a folder per area and a module per suite. Every test starts its
 //! own private `redis-server` (`support`); a test that needs another process re-runs this
 //! binary as a child playing one of the roles below. Soaks, failovers by a killed node and the
 //! bench's smoke test are in the slow group, `tests/slow/`, a binary of their own.
@@ -7,73 +7,16 @@
 #[allow(dead_code, unused_imports)]
 mod support;
 
-mod admin_commands;
-// The async API's suites.
+// The suites, in a folder per area.
 #[cfg(feature = "tokio")]
-mod aio_backends;
-#[cfg(feature = "tokio")]
-mod aio_cancel;
-#[cfg(feature = "tokio")]
-mod aio_faults;
-#[cfg(feature = "tokio")]
-mod aio_lock;
-#[cfg(feature = "tokio")]
-mod aio_queue;
-#[cfg(feature = "tokio")]
-mod aio_seams;
-#[cfg(feature = "tokio")]
-mod aio_shared;
-#[cfg(feature = "tokio")]
-mod aio_waiting;
-mod bounded_waits;
-mod cache;
-mod chaos;
-#[cfg(feature = "cluster")]
-mod cluster;
-mod election;
-// The `redis-lock` binary is built only with this feature.
+mod aio;
 #[cfg(feature = "cli")]
 mod cli;
-#[cfg(feature = "cli")]
-mod cli_election;
-#[cfg(feature = "cli")]
-mod cli_queues;
-mod eviction;
-mod fair_lock;
-mod fault_injection;
 mod faults;
-mod fencing;
-mod hostile_input;
-mod inspect;
-mod interop;
-mod lease;
 mod lock;
-mod loss_notice;
-#[cfg(all(feature = "metrics", feature = "tracing"))]
-mod observe;
-mod outcomes;
-#[cfg(feature = "cluster")]
-mod queue_backends;
-mod queue_count;
-mod queue_deadlines;
-mod queue_engine;
-mod queue_ops;
-mod queue_process;
-mod quorum;
-mod quorum_faults;
-mod renewals;
-mod replicas;
-mod rwlock;
-mod seams_conn;
-mod security;
-mod semaphore;
-#[cfg(feature = "sentinel")]
-mod sentinel;
-mod threads;
-// Tests of the cluster support itself.
-#[cfg(feature = "cluster")]
+mod ops;
+mod queue;
 mod topology;
-mod waiting;
 
 /// Runs the other side of a multi-process test when this binary was started as a child (and
 /// does nothing in a normal run). A role is named after the module that owns it.
@@ -85,29 +28,33 @@ fn child_process_role() {
     let client = redis::Client::open(url).expect("a valid URL");
     match role.as_str() {
         #[cfg(feature = "tokio")]
-        "aio_seams::main_returns" => aio_seams::main_returns(&client, &args),
-        "chaos::contend" => chaos::contend(&client, &args),
-        "bounded_waits::hold" => bounded_waits::hold(&client, &args),
-        "bounded_waits::stand_in_line" => bounded_waits::stand_in_line(&client, &args),
-        "cache::compute" => cache::compute_until_killed(&client, &args),
-        "election::candidate" => election::candidate(&client, &args),
+        "aio::seams::main_returns" => aio::seams::main_returns(&client, &args),
+        "faults::chaos::contend" => faults::chaos::contend(&client, &args),
+        "faults::bounded_waits::hold" => faults::bounded_waits::hold(&client, &args),
+        "faults::bounded_waits::stand_in_line" => {
+            faults::bounded_waits::stand_in_line(&client, &args)
+        }
+        "lock::cache::compute" => lock::cache::compute_until_killed(&client, &args),
+        "queue::election::candidate" => queue::election::candidate(&client, &args),
         #[cfg(feature = "cluster")]
-        "cluster::increment" => cluster::increment(&client, &args),
-        "fault_injection::paused_holder" => fault_injection::paused_holder(&client, &args),
-        "quorum_faults::paused_holder" => quorum_faults::paused_holder(&client, &args),
-        "renewals::crowded" => renewals::crowded(&client, &args),
+        "topology::cluster::increment" => topology::cluster::increment(&client, &args),
+        "faults::injected::paused_holder" => faults::injected::paused_holder(&client, &args),
+        "topology::quorum_faults::paused_holder" => {
+            topology::quorum_faults::paused_holder(&client, &args)
+        }
+        "lock::renewals::crowded" => lock::renewals::crowded(&client, &args),
         #[cfg(feature = "tokio")]
-        "renewals::crowded_aio" => renewals::crowded_aio(&client, &args),
-        "renewals::frozen" => renewals::frozen(&client, &args),
-        "seams_conn::call" => seams_conn::call(&client, &args),
-        "semaphore::hold" => semaphore::hold(&client, &args),
-        "semaphore::wait" => semaphore::wait(&client, &args),
+        "lock::renewals::crowded_aio" => lock::renewals::crowded_aio(&client, &args),
+        "lock::renewals::frozen" => lock::renewals::frozen(&client, &args),
+        "faults::seams_conn::call" => faults::seams_conn::call(&client, &args),
+        "queue::semaphore::hold" => queue::semaphore::hold(&client, &args),
+        "queue::semaphore::wait" => queue::semaphore::wait(&client, &args),
         #[cfg(feature = "sentinel")]
-        "sentinel::listeners_end" => sentinel::listeners_end(&args),
-        "threads::renewal_threads_end" => threads::renewal_threads_end(&client),
-        "waiting::hold" => waiting::hold(&client, &args),
-        "waiting::wait" => waiting::wait(&client, &args),
-        "waiting::stress" => waiting::stress(&client, &args),
+        "topology::sentinel::listeners_end" => topology::sentinel::listeners_end(&args),
+        "lock::threads::renewal_threads_end" => lock::threads::renewal_threads_end(&client),
+        "lock::waiting::hold" => lock::waiting::hold(&client, &args),
+        "lock::waiting::wait" => lock::waiting::wait(&client, &args),
+        "lock::waiting::stress" => lock::waiting::stress(&client, &args),
         other => panic!("unknown role {other}"),
     }
 }

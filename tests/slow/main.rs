@@ -10,10 +10,10 @@
 mod support;
 
 #[cfg(feature = "tokio")]
-mod aio_lock;
+mod aio_with_lock_defaults;
 mod bench_smoke;
 #[cfg(feature = "cluster")]
-mod cluster;
+mod cluster_failover;
 #[cfg(feature = "sentinel")]
 mod election_sentinel;
 #[cfg(feature = "sentinel")]
@@ -25,13 +25,13 @@ mod hub_faults;
 #[cfg(feature = "sentinel")]
 mod queue_sentinel;
 mod quorum_soak;
-mod renewals;
+mod renewal_scale;
 #[cfg(feature = "sentinel")]
-mod sentinel;
+mod sentinel_failover;
 mod soak;
 // Tests of the cluster and sentinel support itself.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
-mod topology;
+mod failover_topology;
 
 /// Runs the other side of a multi-process test when this binary was started as a child (and
 /// does nothing in a normal run). A role is named after the module that owns it.
@@ -45,7 +45,7 @@ fn child_process_role() {
         #[cfg(feature = "tokio")]
         "hub_faults::waiters" => hub_faults::waiters(&client, &args),
         "quorum_soak::worker" => quorum_soak::worker(&client, &args),
-        "renewals::many" => renewals::many(&client),
+        "renewal_scale::many" => renewal_scale::many(&client),
         "soak::worker" => soak::worker(&client, &args),
         other => panic!("unknown role {other}"),
     }

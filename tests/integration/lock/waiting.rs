@@ -1,0 +1,270 @@
+//! Waiting across processes: wake-ups on release and reset, a crashed holder, and a stress run
+//! that checks no two owners are ever inside the lock at once.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::{reset_all, Lock};
+
+use crate::support::{spawn_waiter, tries_run, ChildProcess, RedisServer};
+
+/// How long a test waits for its waiters to block before it gives up.
+const BLOCK_LIMIT: Duration = Duration::from_secs(20);
+
+/// Takes lock `args[0]` (expiry `args[1]` ms, 0 for none), says so, and releases when told.
+pub fn hold(client: &redis::Client, args: &[String]) {
+    let expire: u64 = args[1].parse().unwrap();
+    let mut builder = Lock::builder(client, &args[0]).signal_expire(Duration::from_secs(60));
+    if expire > 0 {
+        builder = builder.expire(Duration::from_millis(expire));
+    }
+    let lock = builder.build().unwrap();
+    lock.acquire().unwrap();
+    println!("acquired {}", lock.id());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    lock.release().unwrap();
+    println!("released");
+}
+
+/// Waits up to `args[1]` ms for lock `args[0]` and reports whether it came and when.
+pub fn wait(client: &redis::Client, args: &[String]) {
+    let lock = Lock::new(client, &args[0]).unwrap();
+    let timeout = Duration::from_millis(args[1].parse().unwrap());
+    println!("waiting");
+    let acquired = lock.acquire_timeout(timeout).unwrap();
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    println!("result {acquired} {at}");
+}
+
+/// `args[1]` threads each take lock `args[0]` `args[2]` times; inside, a Redis counter must
+/// show nobody else. Prints the number of overlaps seen.
+pub fn stress(client: &redis::Client, args: &[String]) {
+    let threads: usize = args[1].parse().unwrap();
+    let rounds: usize = args[2].parse().unwrap();
+    let overlaps: usize = thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let lock = Lock::new(client, &args[0]).unwrap();
+                    let mut conn = client.get_connection().unwrap();
+                    let mut overlaps = 0;
+                    for _ in 0..rounds {
+                        let guard = lock.lock().unwrap();
+                        let inside: i64 = conn.incr("inside", 1).unwrap();
+                        overlaps += usize::from(inside != 1);
+                        let _: i64 = conn.incr("total", 1).unwrap();
+                        let _: i64 = conn.decr("inside", 1).unwrap();
+                        guard.unlock().unwrap();
+                    }
+                    overlaps
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    println!("overlaps {overlaps}");
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+#[test]
+fn a_release_in_another_process_wakes_the_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut holder = ChildProcess::spawn("lock::waiting::hold", &server.url(), &["l", "0"]);
+    holder.expect_line("acquired");
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    holder.send_line("release");
+    assert!(waiter.join().unwrap().unwrap());
+    // The holder's signal lives for 60 s: it is gone only because the waiter popped it.
+    assert!(!server.conn().exists::<_, bool>("lock-signal:l").unwrap());
+    holder.wait_success();
+}
+
+#[test]
+fn a_release_wakes_exactly_one_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::builder(&client, "l")
+        .signal_expire(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    holder.acquire().unwrap();
+    let since = tries_run(&server);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let client = client.clone();
+            thread::spawn(move || {
+                let lock = Lock::new(&client, "l").unwrap();
+                let got = lock.acquire_timeout(Duration::from_secs(4)).unwrap();
+                (got, lock)
+            })
+        })
+        .collect();
+    server.until_in_line(1, since, BLOCK_LIMIT, || false);
+    holder.release().unwrap();
+    let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(results.iter().filter(|(got, _)| *got).count(), 1);
+}
+
+#[test]
+fn reset_wakes_a_waiter_in_another_process() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let mut waiter = ChildProcess::spawn("lock::waiting::wait", &server.url(), &["l", "60000"]);
+    waiter.expect_line("waiting");
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    let operator = Lock::builder(&client, "l")
+        .signal_expire(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    assert!(operator.reset().unwrap());
+    let line = waiter.expect_line("result");
+    assert!(line.starts_with("result true"), "{line}");
+    assert!(
+        !server.conn().exists::<_, bool>("lock-signal:l").unwrap(),
+        "signal not consumed"
+    );
+}
+
+#[test]
+fn reset_all_wakes_waiters_in_another_process() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holders: Vec<Lock> = ["a", "b"]
+        .iter()
+        .map(|n| Lock::new(&client, *n).unwrap())
+        .collect();
+    for holder in &holders {
+        holder.acquire().unwrap();
+    }
+    let mut waiters: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| ChildProcess::spawn("lock::waiting::wait", &server.url(), &[n, "60000"]))
+        .collect();
+    for waiter in &mut waiters {
+        waiter.expect_line("waiting");
+    }
+    server.until_blocked(2, BLOCK_LIMIT, || false);
+    let reset_at = now_ms();
+    assert_eq!(reset_all(&client).unwrap(), 2);
+    for waiter in &mut waiters {
+        let line = waiter.expect_line("result");
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[1], "true", "{line}");
+        // Well under the 5 s after which a waiter that missed its signal tries again anyway.
+        let after: u128 = fields[2].parse::<u128>().unwrap().saturating_sub(reset_at);
+        assert!(after < 3000, "woke {after} ms after reset_all");
+    }
+}
+
+#[test]
+fn a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut holder = ChildProcess::spawn("lock::waiting::hold", &server.url(), &["l", "1500"]);
+    holder.expect_line("acquired");
+    holder.child.kill().unwrap();
+    let pttl: u64 = server.conn().pttl("lock:l").unwrap();
+    let expires_at = Instant::now() + Duration::from_millis(pttl);
+    let waiter = Lock::new(&client, "l").unwrap();
+    assert!(waiter.acquire_timeout(Duration::from_secs(60)).unwrap());
+    let late = Instant::now().saturating_duration_since(expires_at);
+    // python-redis-lock oversleeps by most of a BLPOP timeout here; this waits for the TTL.
+    assert!(
+        late < Duration::from_millis(750),
+        "took the lock {late:?} after it expired"
+    );
+}
+
+#[test]
+fn no_two_owners_ever_overlap_across_processes() {
+    let server = RedisServer::start();
+    let workers: Vec<_> = (0..2)
+        .map(|_| ChildProcess::spawn("lock::waiting::stress", &server.url(), &["l", "8", "200"]))
+        .collect();
+    for mut worker in workers {
+        assert_eq!(worker.expect_line("overlaps"), "overlaps 0");
+        worker.wait_success();
+    }
+    let total: u64 = server.conn().get("total").unwrap();
+    assert_eq!(total, 2 * 8 * 200);
+}
+
+#[test]
+fn a_waiter_whose_connection_is_killed_reconnects_and_gets_the_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(killed >= 1);
+    server.until_blocked(1, BLOCK_LIMIT, || false);
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn a_waiter_that_missed_its_signal_still_gets_the_lock() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Lock::new(&client, "l").unwrap();
+    holder.acquire().unwrap();
+    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    // Free the lock behind the waiter's back: no signal is ever pushed.
+    let _: () = server.conn().del("lock:l").unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+}
+
+#[test]
+fn threads_waiting_on_many_names_share_one_waiting_connection() {
+    const NAMES: usize = 10;
+    const THREADS: usize = 40;
+    let server = RedisServer::start();
+    let client = server.client();
+    let holders: Vec<Lock> = (0..NAMES)
+        .map(|n| {
+            let holder = Lock::new(&client, format!("l{n}")).unwrap();
+            holder.acquire().unwrap();
+            holder
+        })
+        .collect();
+    let since = tries_run(&server);
+    let waiters: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let lock = Lock::new(&client, format!("l{}", i % NAMES)).unwrap();
+            thread::spawn(move || {
+                let got = lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                lock.release().unwrap();
+                got
+            })
+        })
+        .collect();
+    server.until_in_line(NAMES as u64, since, BLOCK_LIMIT, || false);
+    assert_eq!(server.blocked_clients(), 1, "one BLPOP for every name");
+    for holder in &holders {
+        holder.release().unwrap();
+    }
+    for waiter in waiters {
+        assert!(waiter.join().unwrap(), "a waiter was never served");
+    }
+}

@@ -1,0 +1,552 @@
+//! The semaphore against real servers: never more holders than permits, first come first
+//! served, k permits released wake k waiters, and crashed holders and waiters do not keep
+//! the others waiting.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_blpop_lock::inspect::Primitive;
+use redis_blpop_lock::{Error, Quorum, Semaphore};
+
+use crate::support::{
+    eventually, lasting_keys, secs, strip_process, ChildProcess, Proxy, RedisServer,
+};
+
+/// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
+/// server to show it there.
+const BLOCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Longer than any key the queue engine leaves to expire by itself here lasts: a process's
+/// heartbeats and inbox (a lapse window, 2 s by default), a wake (10 s).
+const EXPIRES_WITHIN: Duration = Duration::from_secs(10);
+
+/// Holds permit(s) of semaphore `args[0]` (`args[1]` permits, expiry `args[2]` ms, renewed
+/// when `args[3]` is "renew"), says so, and holds until told (or killed).
+pub fn hold(client: &redis::Client, args: &[String]) {
+    let permits: u32 = args[1].parse().unwrap();
+    let semaphore = Semaphore::builder(client, &args[0], permits)
+        .expire(Duration::from_millis(args[2].parse().unwrap()))
+        .auto_renewal(args[3] == "renew")
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    println!("acquired");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    permit.release().unwrap();
+    println!("released");
+}
+
+/// Waits for a permit of semaphore `args[0]` (`args[1]` permits), says when it starts to
+/// wait (from the outside: in the queue) and when it got one.
+/// With `args[2]`, its heartbeat in ms.
+pub fn wait(client: &redis::Client, args: &[String]) {
+    let permits: u32 = args[1].parse().unwrap();
+    let mut builder = Semaphore::builder(client, &args[0], permits);
+    if let Some(ms) = args.get(2) {
+        builder = builder.heartbeat(Duration::from_millis(ms.parse().unwrap()));
+    }
+    let semaphore = builder.build().unwrap();
+    println!("waiting");
+    let permit = semaphore.acquire().unwrap();
+    println!("acquired");
+    drop(permit);
+}
+
+/// Waits until semaphore `s` has `n` waiters in its line, as the server shows it, or
+/// `gave_up()` says there is no point.
+fn until_in_line(server: &RedisServer, n: u64, gave_up: impl FnMut() -> bool) {
+    server.until_queued(Primitive::Semaphore, "s", n, BLOCK_LIMIT, gave_up);
+}
+
+/// A thread that takes a permit of `semaphore` within 60 s and reports it on `done`, with
+/// its name, then holds it until `release` says so.
+fn waiter(
+    semaphore: &Arc<Semaphore>,
+    name: &'static str,
+    done: &mpsc::Sender<&'static str>,
+    release: mpsc::Receiver<()>,
+) -> thread::JoinHandle<()> {
+    let (semaphore, done) = (Arc::clone(semaphore), done.clone());
+    thread::spawn(move || {
+        let permit = semaphore.try_acquire_for(secs(60)).unwrap().unwrap();
+        done.send(name).unwrap();
+        let _ = release.recv();
+        permit.release().unwrap();
+    })
+}
+
+/// A [`waiter`] for each of `names`, in line in that order: each with the sender that tells
+/// it to release.
+fn in_line(
+    server: &RedisServer,
+    semaphore: &Arc<Semaphore>,
+    names: &[&'static str],
+    done: &mpsc::Sender<&'static str>,
+) -> Vec<(mpsc::Sender<()>, thread::JoinHandle<()>)> {
+    (names.iter().enumerate())
+        .map(|(n, name)| {
+            let (release, released) = mpsc::channel();
+            let thread = waiter(semaphore, name, done, released);
+            until_in_line(server, n as u64 + 1, || false);
+            (release, thread)
+        })
+        .collect()
+}
+
+#[test]
+fn no_more_holders_than_permits_at_once() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (semaphore, inside, most) = (semaphore.clone(), inside.clone(), most.clone());
+            thread::spawn(move || {
+                for _ in 0..10 {
+                    let permit = semaphore.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+    // Nothing is left but the fencing counter, and keys that expire by themselves.
+    let keys = lasting_keys(&mut server.conn(), "semaphore:*", EXPIRES_WITHIN);
+    assert_eq!(keys, ["semaphore:{s}:fence"]);
+}
+
+#[test]
+fn a_name_and_the_same_name_in_braces_are_two_semaphores() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let plain = Semaphore::new(&client, "x", 1).unwrap();
+    let braced = Semaphore::new(&client, "{x}", 1).unwrap();
+    let held = plain.try_acquire().unwrap().expect("x is free");
+    let other = braced
+        .try_acquire()
+        .unwrap()
+        .expect("{x} is another semaphore");
+    assert!(plain.try_acquire().unwrap().is_none(), "x has 1 permit");
+    let mut keys: Vec<String> = server.conn().keys("semaphore:*:holders").unwrap();
+    keys.sort();
+    assert_eq!(keys, ["semaphore:={x}:holders", "semaphore:{x}:holders"]);
+    held.release().unwrap();
+    other.release().unwrap();
+}
+
+#[test]
+fn waiters_are_served_in_the_order_they_came() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 1).unwrap());
+    let first = semaphore.acquire().unwrap();
+    let (done, order) = mpsc::channel();
+    let mut releases = Vec::new();
+    let mut threads = Vec::new();
+    for (n, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let (release, released) = mpsc::channel();
+        threads.push(waiter(&semaphore, name, &done, released));
+        releases.push(release);
+        until_in_line(&server, n as u64 + 1, || false);
+    }
+    first.release().unwrap();
+    let mut served = Vec::new();
+    for release in releases {
+        served.push(order.recv_timeout(secs(30)).unwrap());
+        release.send(()).unwrap();
+    }
+    assert_eq!(served, ["a", "b", "c", "d"]);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn permits_released_together_wake_as_many_waiters() {
+    let server = RedisServer::start();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
+    let all = semaphore.acquire_many(3).unwrap();
+    let (done, woken) = mpsc::channel();
+    let releases = in_line(&server, &semaphore, &["a", "b", "c"], &done);
+    all.release().unwrap();
+    let mut names: Vec<_> = (0..3)
+        .map(|_| woken.recv_timeout(secs(30)).unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
+/// Grants pushed together reach the process's waiters in one round trip of its waiting
+/// connection: the `LPOP` behind its `BLPOP` takes those the `BLPOP` did not, where a `BLPOP`
+/// each would take a round trip per grant.
+#[test]
+fn grants_pushed_together_reach_the_process_in_one_round_trip() {
+    let server = RedisServer::start();
+    // The holder is of another process (client): the waiters' hub waits alone.
+    let holder = Semaphore::new(&server.client(), "s", 4).unwrap();
+    let all = holder.acquire_many(4).unwrap();
+    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 4).unwrap());
+    let (done, woken) = mpsc::channel();
+    let releases = in_line(&server, &semaphore, &["a", "b", "c", "d"], &done);
+    let (blpops, lpops) = (server.calls("blpop"), server.calls("lpop"));
+    // One script grants all four.
+    all.release().unwrap();
+    let mut names: Vec<_> = (0..4)
+        .map(|_| woken.recv_timeout(secs(30)).unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    let blpops = server.calls("blpop") - blpops;
+    assert!(blpops < 4, "{blpops} BLPOPs for 4 grants");
+    assert!(server.calls("lpop") > lpops, "no LPOP took a grant");
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
+/// A process's first heartbeat (an `EVAL` on its waiting connection) runs once it has joined
+/// a line, not half a lapse window (here 30 s) after: the hub dates the grants it pops by its
+/// heartbeats, and a grant it cannot date costs its waiter another ask.
+#[test]
+fn a_process_sends_its_first_heartbeat_once_it_has_joined() {
+    let server = RedisServer::start();
+    let holder = Semaphore::new(&server.client(), "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .heartbeat(secs(30))
+        .build()
+        .unwrap();
+    let beats = server.calls("eval");
+    let (done, woken) = mpsc::channel();
+    let releases = in_line(&server, &Arc::new(semaphore), &["a"], &done);
+    eventually(secs(10), "the process's first heartbeat", || {
+        server.calls("eval") > beats
+    });
+    permit.release().unwrap();
+    assert_eq!(woken.recv_timeout(secs(30)).unwrap(), "a");
+    for (release, thread) in releases {
+        release.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = Arc::new(Semaphore::new(&client, "s", 2).unwrap());
+    let one = semaphore.acquire().unwrap();
+    let big = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            semaphore
+                .try_acquire_many_for(2, secs(60))
+                .unwrap()
+                .is_some()
+        })
+    };
+    until_in_line(&server, 1, || big.is_finished());
+    // One permit is free, but the request for two came first.
+    assert!(semaphore
+        .try_acquire_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(semaphore.try_acquire().unwrap().is_none());
+    one.release().unwrap();
+    assert!(big.join().unwrap());
+}
+
+#[test]
+fn a_try_takes_a_free_permit_at_once() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
+    let a = semaphore.try_acquire().unwrap().unwrap();
+    let b = semaphore.try_acquire().unwrap().unwrap();
+    assert!(semaphore.try_acquire().unwrap().is_none());
+    assert_eq!(semaphore.available().unwrap(), 0);
+    assert!(b.fencing_token() > a.fencing_token());
+    drop(a);
+    assert_eq!(semaphore.available().unwrap(), 1);
+    drop(b);
+}
+
+#[test]
+fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
+    let server = RedisServer::start();
+    let mut holder = ChildProcess::spawn(
+        "queue::semaphore::hold",
+        &server.url(),
+        &["s", "1", "1500", "-"],
+    );
+    holder.expect_line("acquired");
+    holder.child.kill().unwrap();
+    let left: Vec<(String, f64)> = server
+        .conn()
+        .zrange_withscores("semaphore:{s}:holders", 0, 0)
+        .unwrap();
+    let time: (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let server_now_ms = time.0 * 1000 + time.1 / 1000;
+    let expires_at =
+        Instant::now() + Duration::from_millis((left[0].1 as u64).saturating_sub(server_now_ms));
+    let semaphore = Semaphore::new(&server.client(), "s", 1).unwrap();
+    let permit = semaphore.try_acquire_for(secs(60)).unwrap();
+    assert!(permit.is_some());
+    let late = Instant::now().saturating_duration_since(expires_at);
+    assert!(
+        late < Duration::from_millis(750),
+        "took it {late:?} after the expiry"
+    );
+}
+
+#[test]
+fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    // A waiter process, first in line, killed while it waits.
+    let mut dead = ChildProcess::spawn("queue::semaphore::wait", &server.url(), &["s", "1"]);
+    dead.expect_line("waiting");
+    until_in_line(&server, 1, || false);
+    let live = Arc::new(
+        Semaphore::builder(&client, "s", 1)
+            .heartbeat(Duration::from_millis(500))
+            .build()
+            .unwrap(),
+    );
+    let next = {
+        let live = live.clone();
+        thread::spawn(move || live.try_acquire_for(secs(60)).unwrap().map(|p| p.release()))
+    };
+    until_in_line(&server, 2, || next.is_finished());
+    dead.child.kill().unwrap();
+    let killed = Instant::now();
+    permit.release().unwrap();
+    assert!(next.join().unwrap().is_some());
+    // The dead waiter's default heartbeat is 1 s: it lapses 2 s after its last one.
+    let waited = killed.elapsed();
+    assert!(waited < secs(8), "the queue was held up {waited:?}");
+}
+
+#[test]
+fn a_semaphore_on_a_quorum_is_refused_with_the_reason() {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = Quorum::new(servers.iter().map(RedisServer::client)).unwrap();
+    match Semaphore::new(&quorum, "s", 2) {
+        Err(Error::Unsupported(why)) => assert!(why.contains("independent servers"), "{why}"),
+        other => panic!("not refused: {:?}", other.map(|s| s.permits())),
+    }
+}
+
+#[test]
+fn a_frozen_server_ends_a_wait_by_its_deadline() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(700));
+    let took = started.elapsed();
+    server.resume();
+    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
+    assert!(took < secs(3), "the wait took {took:?}");
+    drop(permit);
+}
+
+#[test]
+fn zero_permits_or_asking_for_more_than_there_are_is_an_error() {
+    let server = RedisServer::start();
+    assert!(matches!(
+        Semaphore::new(&server.client(), "s", 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
+    assert!(matches!(
+        semaphore.try_acquire_many(3),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_granted() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let mut stopped =
+        ChildProcess::spawn("queue::semaphore::wait", &server.url(), &["s", "1", "200"]);
+    stopped.expect_line("waiting");
+    until_in_line(&server, 1, || false);
+    let line = || -> Vec<String> { server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap() };
+    let stopped_id = line().remove(0);
+    stopped.signal("STOP");
+    // Its entry lapses 400 ms after its last heartbeat; a waiter that comes later is first.
+    thread::sleep(Duration::from_millis(1200));
+    let next = Arc::new(Semaphore::new(&client, "s", 1).unwrap());
+    let (got, taken) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let later = {
+        let next = next.clone();
+        thread::spawn(move || {
+            let permit = next.try_acquire_for(secs(60)).unwrap().unwrap();
+            got.send(()).unwrap();
+            released.recv().unwrap();
+            permit.release().unwrap();
+        })
+    };
+    // The stopped waiter's lapsed entry stays in the queue until a script purges it: the later
+    // one is in line once the queue holds another id.
+    eventually(BLOCK_LIMIT, "the later waiter in line", || {
+        line().iter().any(|id| *id != stopped_id) || later.is_finished()
+    });
+    permit.release().unwrap();
+    taken.recv_timeout(secs(30)).unwrap();
+    stopped.signal("CONT");
+    // Back, it finds itself out of the queue and joins behind the holder: it does not hold.
+    let state = || -> Vec<String> {
+        server
+            .conn()
+            .zrange("semaphore:{s}:holders", 0, -1)
+            .unwrap()
+    };
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(state().len(), 1, "two holders of one permit: {:?}", state());
+    release.send(()).unwrap();
+    later.join().unwrap();
+    stopped.expect_line("acquired");
+    stopped.wait_success();
+}
+
+#[test]
+fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 2)
+        .id("me")
+        .build()
+        .unwrap();
+    proxy.drop_reply_to("me:0");
+    let permit = semaphore.try_acquire().unwrap().expect("granted");
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
+    let holders: Vec<&str> = holders.iter().map(|id| strip_process(id)).collect();
+    assert_eq!(holders, ["me:0"]);
+    assert_eq!(semaphore.available().unwrap(), 1);
+    permit.release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_is_a_release() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = Semaphore::builder(&proxy.client(), "s", 1)
+        .id("me")
+        .auto_renewal(false)
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    proxy.drop_reply_to("me:0");
+    permit.release().unwrap();
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
+    assert!(holders.is_empty(), "{holders:?}");
+}
+
+#[test]
+fn a_cancelled_waiter_leaves_the_queue() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = Semaphore::new(&client, "s", 1).unwrap();
+    let permit = holder.acquire().unwrap();
+    let token = redis_blpop_lock::CancelToken::new();
+    let waiter = Semaphore::builder(&client, "s", 1)
+        .cancel_token(token.clone())
+        .build()
+        .unwrap();
+    let waiting = thread::spawn(move || waiter.acquire().map(drop));
+    until_in_line(&server, 1, || waiting.is_finished());
+    token.cancel();
+    assert!(matches!(
+        waiting.join().unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
+    let queued: Vec<String> = server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap();
+    assert!(queued.is_empty(), "{queued:?}");
+    drop(permit);
+}
+
+#[test]
+fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout() {
+    let server = RedisServer::start();
+    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+        .io_timeout(secs(20))
+        .build()
+        .unwrap();
+    let permit = semaphore.acquire().unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = semaphore.try_acquire_for(Duration::from_millis(500));
+    let took = started.elapsed();
+    server.resume();
+    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
+    // The deadline and the grace (250 ms), with room for a loaded machine; not 20 s.
+    assert!(took < secs(5), "the wait took {took:?}");
+    drop(permit);
+}
+
+#[test]
+fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = |name| {
+        Semaphore::builder(&client, name, 1)
+            .expire(secs(1))
+            .heartbeat(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let holder = semaphore("s");
+    let permit = holder.acquire().unwrap();
+    let waiter = Arc::new(semaphore("s"));
+    let waiting = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let permit = waiter.try_acquire_for(secs(60)).unwrap().unwrap();
+            // Three expiries after the hand-off, the pushed grant was claimed and renewed.
+            thread::sleep(Duration::from_millis(3000));
+            let lost = permit.lost();
+            let token = permit.fencing_token();
+            permit.release().map(|()| (lost, token))
+        })
+    };
+    until_in_line(&server, 1, || waiting.is_finished());
+    // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
+    thread::sleep(Duration::from_millis(1500));
+    permit.release().unwrap();
+    let (lost, token) = waiting.join().unwrap().expect("released as the holder");
+    assert!(!lost, "a permit taken after a wait was reported lost");
+    assert!(token.is_some());
+}
