@@ -11,12 +11,12 @@ use redis::Value;
 
 use super::hub::{Carried, Heard, Listener, Told};
 use super::settle::Claim;
-use super::{Confirmed, Inner, Runtime, Taken, Tried};
+use super::{Inner, Runtime, Taken, Tried};
 use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
 use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
-use crate::protocol::lock::{self, Attempt, Extended, Observed, Pttl};
+use crate::protocol::lock::{self, Attempt, Observed, Pttl};
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
@@ -78,10 +78,10 @@ impl<R: Runtime> Inner<R> {
         loop {
             match tried {
                 Tried::Acquired {
-                    mut valid_until,
+                    valid_until,
                     token,
                     attempt,
-                    mut acks,
+                    acks,
                 } => {
                     // A signal told meanwhile is stale: the lock is ours.
                     if let Some(listener) = listener.take() {
@@ -99,30 +99,11 @@ impl<R: Runtime> Inner<R> {
                                 self.settings.auto_renewal,
                             )
                     });
-                    if let Some(ms) = confirming {
-                        match self.confirm(wait, ms).await {
-                            Ok(Some(confirmed)) => {
-                                valid_until = confirmed.valid_until;
-                                if confirmed.acks.is_some() {
-                                    acks = Ok(confirmed.acks);
-                                }
-                            }
-                            Ok(None) => {
-                                tried = self.try_short(wait, cancel, false).await?;
-                                continue;
-                            }
-                            // Taken but not confirmed: give it back rather than leave it.
-                            Err(e) => {
-                                self.unlock_quietly().await;
-                                return Err(e);
-                            }
-                        }
-                    }
-                    if let Err(e) = self.replicated("acquire", acks) {
-                        // Not confirmed: a failover could hand it to someone else as well.
-                        self.unlock_quietly().await;
-                        return Err(e);
-                    }
+                    let confirmed = self.confirm_taken(wait, confirming, valid_until, acks);
+                    let Some(valid_until) = confirmed.await? else {
+                        tried = self.try_short(wait, cancel, false).await?;
+                        continue;
+                    };
                     if cancel.is_cancelled() {
                         // Granted just as the wait was cancelled: give it back, which also
                         // passes the wake-up on to the next waiter.
@@ -601,23 +582,6 @@ impl<R: Runtime> Inner<R> {
         }
         let valid_until = self.less_drift(lease::valid_from_read(sent, observed.pttl));
         self.acquired(valid_until, observed.fence).map(Some)
-    }
-
-    /// Restarts the expiry of a lock just taken; `None` if it is not ours. Says until when it
-    /// is valid, and how many replicas acknowledged it when that was asked.
-    pub(super) async fn confirm(&self, wait: Wait, ms: u64) -> Result<Option<Confirmed>, Error> {
-        let request = self.leasing.extend(ms).replicated(self.settings.replicas);
-        let mut answered = self.call_again(&request, self.io_deadline(wait)).await?;
-        let acks = request.acks(&mut answered.replies)?;
-        Ok(match self.leasing.extended(answered.first())? {
-            Extended::NotOurs => None,
-            Extended::Yes | Extended::NoExpiry => Some(Confirmed {
-                valid_until: self.less_drift(
-                    Attempting::new(answered.sent, false).valid_until(self.settings.expire()),
-                ),
-                acks,
-            }),
-        })
     }
 
     pub(super) fn acquired(

@@ -40,33 +40,18 @@ impl<R: Runtime> Inner<R> {
                 let LineEnd::Granted { token, valid_until } = end else {
                     return Ok(None);
                 };
-                let mut valid_until = self.less_drift(valid_until);
+                let valid_until = self.less_drift(valid_until);
                 // A grant asked to reach replicas is confirmed by an extend carrying the `WAIT`:
                 // the script that granted it had none.
                 let replicated = self.settings.replicas.is_some();
-                if let Some(ms) = self
-                    .settings
-                    .expire_ms
-                    .filter(|_| replicated || self.must_claim(valid_until))
-                {
-                    match self.confirm(wait, ms).await {
-                        Ok(Some(confirmed)) => {
-                            valid_until = confirmed.valid_until;
-                            if let Err(e) = self.replicated("acquire", Ok(confirmed.acks)) {
-                                // Not on enough replicas: a failover could grant it again.
-                                self.unlock_quietly().await;
-                                return Err(e);
-                            }
-                        }
-                        // Its lease ran out between the grant and now (the waiter was stopped): it
-                        // holds nothing, and asks anew.
-                        Ok(None) => continue,
-                        Err(e) => {
-                            self.unlock_quietly().await;
-                            return Err(e);
-                        }
-                    }
-                }
+                let confirming = (self.settings.expire_ms)
+                    .filter(|_| replicated || self.must_claim(valid_until));
+                let confirmed = self.confirm_taken(wait, confirming, valid_until, Ok(None));
+                // `None`: its lease ran out between the grant and now (the waiter was stopped):
+                // it holds nothing, and asks anew.
+                let Some(valid_until) = confirmed.await? else {
+                    continue;
+                };
                 if wait != Wait::Never {
                     observe::handoff(&self.settings.label);
                 }

@@ -18,6 +18,7 @@ mod acquire;
 mod acquire_line;
 pub(crate) mod acquirer;
 pub(crate) mod blocking;
+mod confirm;
 pub(crate) mod election;
 mod failover;
 mod hold;
@@ -223,13 +224,6 @@ pub(crate) enum Tried {
         /// When the reply came: the holder's TTL counts from no later than this.
         at: Instant,
     },
-}
-
-/// A lock just taken, confirmed by an extend.
-struct Confirmed {
-    valid_until: Option<Instant>,
-    /// How many replicas acknowledged the extend, when that was asked.
-    acks: Option<u64>,
 }
 
 impl<R: Runtime> Inner<R> {
