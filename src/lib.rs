@@ -798,109 +798,11 @@
 //! With the `tokio` feature, [`aio`] has the same locks for async code: the same names and
 //! semantics, built with the same [`LockBuilder`], on the same keys, scripts and outcome rules
 //! (one driver serves both APIs). An async lock and a blocking one of the same name are the
-//! same lock, and wake each other. Every future is safe to drop at any `.await`, and dropping
-//! it is how an async wait is cancelled. The calls run on the caller's tokio runtime, either
-//! flavour, with its I/O and timers on (`#[tokio::main]` or `enable_all()`).
-//!
-//! Each handle is one type with both APIs, generic over its [`Runtime`]: `Lock` is
-//! [`handle::Lock`]`<`[`Blocking`]`>` and `aio::Lock` is `handle::Lock<`[`aio::Tokio`]`>`,
-//! as `parking_lot`'s types are `lock_api`'s. Code for both names `handle::Lock<R>` with
-//! `R: Runtime`; rustdoc shows each type's two APIs on one page.
-//!
-//! ```toml
-//! [dependencies]
-//! redis-blpop-lock = { version = "0.1", features = ["tokio"] }
-//! ```
-//!
-//! ```no_run
-//! # #[cfg(feature = "tokio")]
-//! # async fn run() -> Result<(), redis_blpop_lock::Error> {
-//! use std::time::Duration;
-//! use redis_blpop_lock::aio;
-//!
-//! # async fn export() {}
-//! let client = redis::Client::open("redis://127.0.0.1/")?;
-//!
-//! // Closure style: a 30 s expiry kept alive by a renewal task. If the lock is lost while the
-//! // work runs, the work is dropped and the result is Error::Lost.
-//! let answer = aio::with_lock(&client, "report", async { 6 * 7 }).await?;
-//! assert_eq!(answer, 42);
-//!
-//! // Guard style. The guard is owned ('static + Send): it can move into tokio::spawn.
-//! let lock = aio::Lock::builder(&client, "exports")
-//!     .expire(Duration::from_secs(30))
-//!     .auto_renewal(true)
-//!     .build()?;
-//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5)).await? {
-//!     tokio::select! {
-//!         () = export() => guard.unlock().await?,
-//!         // Someone else may hold it now: stop writing.
-//!         () = guard.when_lost() => eprintln!("lost the lock; export stopped"),
-//!     }
-//! }
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! `cargo run --example quickstart_async --features tokio` runs a longer tour.
-//!
-//! **Cancel-safety.** What each call leaves behind when its future is dropped at any `.await`
-//! (a `tokio::time::timeout` that ran out, a `select!` that took another branch, an aborted
-//! task):
-//!
-//! | call | dropped at any `.await` |
-//! |---|---|
-//! | `acquire`, `try_acquire`, `acquire_timeout`, `lock`, `try_lock`, `try_lock_for`, `try_lock_until` | no lock held, no wake-up lost. The acquire runs on a task of its own, which stops at its next step: a try already sent completes, and a lock it took after the drop is released, which wakes the next waiter; a signal brought to the dropped wait goes to the next waiter of the process, or back to the signal list |
-//! | `release`, `LockGuard::unlock` | the release still happens: it is sent again from a task of its own, or, as the runtime ends, from the thread that drops it (releasing twice does no more than once) |
-//! | `extend`, `LockGuard::extend` | the extension may or may not have happened; the handle keeps believing the old expiry, so `lost()` is never late |
-//! | `reset` | it may or may not have reset; either way it deleted only the owner it read |
-//! | `holder`, `locked`, `owner_id`, `LockGuard::when_lost` | nothing to leave: they only read |
-//! | `with_lock`, `Lock::with_lock` | waiting: as `lock`; holding: the work is dropped and the lock released as by a dropped guard |
-//! | `Cache::get_or_set`, `Cache::get_or_revalidate` | waiting for the entry's lock: as `lock`; computing: the computation is dropped and the lock released as by a dropped guard (a value being written may or may not be stored); a background refresh already started runs on |
-//! | `reset_all` | it runs to its end on a task of its own |
-//!
-//! **Guards.** [`aio::LockGuard`] owns what it needs, so it can move into `tokio::spawn`.
-//! `unlock().await` releases and returns the error. Dropped without `unlock`, the guard sends
-//! the release from a task spawned on the current runtime and logs any error, so a guard
-//! dropped with a cancelled future still frees the lock; as in the blocking API, it releases
-//! only its own acquisition. A runtime's end drops its tasks unrun, and the process may exit
-//! right after it: so with no runtime left, or when the runtime ends before that task is done
-//! (a guard dropped as `#[tokio::main]` returns, or held by a task the runtime drops), the
-//! release is done on the thread that drops it, over a blocking connection, by the I/O timeout. `when_lost().await`
-//! resolves once the acquisition is lost (a renewal found another id or failed until the
-//! expiry, or the expiry passed), as its `lost_token()` is cancelled and never for a release,
-//! to `select!` the work against (see [Told when a lock is
-//! lost](#told-when-a-lock-is-lost-lost_token-when_lost-max_hold)). The renewal is a task holding
-//! only a weak reference, run when a third of the expiry is left: it stops once the handle and
-//! its guards are gone.
-//!
-//! **One handle's calls take turns.** The acquires and releases of one [`aio::Lock`] run one
-//! at a time: a call starts once the call before it on that handle has finished, dropped or not,
-//! so it never finds that call's grant still on its way back and takes it for its own. A timed
-//! call waits for its turn no longer than its timeout (`try_acquire` and `try_lock` at most
-//! 250 ms) and is then `false` or `None`; a release waits for it at most 250 ms too. Handles are
-//! cheap: tasks that should not wait on each other's calls each build their own.
-//!
-//! **Shared waiting.** Async tasks wait as blocking threads do, on their process's one waiting
-//! connection (see [One waiting connection per
-//! process](#one-waiting-connection-per-process)). On a [`redis::Client`], tries, releases
-//! and reads go over one multiplexed connection per server. So a process holds one
-//! multiplexed connection plus one waiting connection per server, however many tasks wait on
-//! however many names. What it costs: the repository's `docs/performance.md`.
-//!
-//! **Fairness.** Within a process, the waiters of a name (tasks and threads) get the lock in
-//! arrival order: a new acquisition does not try while a waiter of the process has been told
-//! the lock is free and has not tried yet, though its first try can still take a lock released
-//! before the hub told anyone. Between processes it is Redis's first come, first served among
-//! blocked clients, but a process's waiters are one blocked client: after each signal its
-//! connection blocks again behind the others, so processes take turns rather than every
-//! waiter of the fleet being served in its own arrival order.
-//!
-//! **Backends.** On a [`redis::Client`] requests run natively on tokio. On a
-//! [`redis::cluster::ClusterClient`], a [`Sentinel`] and a [`Quorum`] they run on tokio's
-//! blocking pool over the blocking API's transports and connection pools, with no
-//! multiplexing, and each name being waited on keeps one thread of that pool; waiting is
-//! shared all the same.
+//! same lock, and wake each other. Each handle is one type with both APIs, generic over its
+//! [`Runtime`]: `Lock` is [`handle::Lock`]`<`[`Blocking`]`>` and `aio::Lock` is
+//! `handle::Lock<`[`aio::Tokio`]`>`, as `parking_lot`'s types are `lock_api`'s. What each
+//! future does when it is dropped, the guards, one handle's turns, the shared waiting and the
+//! backends: the [`aio`] module's docs.
 //!
 //! # Redis Cluster and Sentinel
 //!

@@ -5,7 +5,7 @@
 //! `cargo test --all-features --test model`; `MODEL_DEPTH=<n>` explores deeper.
 
 // The integration tests' support: a private redis-server for the differential tests.
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../integration/support/mod.rs"]
 mod support;
 

@@ -5,7 +5,7 @@
 //! re-runs this binary as a child playing one of the roles below.
 
 // Each binary uses only part of the shared support.
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../integration/support/mod.rs"]
 mod support;
 

@@ -35,8 +35,8 @@ pub(crate) const WITH_LOCK_EXPIRE: Duration = Duration::from_secs(30);
 /// handle that owns the lock. A handle is `Send + Sync` and may be shared between threads and
 /// tasks, but the lock is not reentrant: acquiring it again under the same id is an error. An
 /// async handle's waiting tasks in one process share one `BLPOP` per name and queue for it in
-/// arrival order; every future is safe to drop at any `.await` (see the crate docs' *Async*
-/// section for what each one does when dropped).
+/// arrival order; every future is safe to drop at any `.await` (see [`crate::aio`] for what
+/// each one does when dropped).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), redis_blpop_lock::Error> {

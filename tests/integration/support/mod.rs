@@ -6,6 +6,7 @@
 
 #[cfg(feature = "tokio")]
 mod aio;
+mod apis;
 mod child;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -28,6 +29,8 @@ pub use aio::{
     assert_lost_and_dropped, assert_task_woken_by, blocked_task_waiter, client_list, connections,
     connections_after_a_wait, spawn_task_waiter,
 };
+pub(crate) use apis::both_apis;
+pub use apis::Api;
 pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
 pub use cluster::RedisCluster;

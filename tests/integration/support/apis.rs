@@ -1,0 +1,156 @@
+//! One behaviour suite for both APIs. [`Api`] makes each API's calls blocking calls (the
+//! async API's run on a runtime the suites share), so a suite written once over `A: Api` pins
+//! the blocking and the async handles alike, and [`both_apis!`] makes a test of each: the two
+//! APIs cannot drift.
+
+use std::time::Duration;
+
+use redis_blpop_lock::handle::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use redis_blpop_lock::{Blocking, Error, Runtime};
+
+/// The calls of one API, each run to its end on the calling thread.
+pub trait Api: Runtime + Sized {
+    fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self>;
+    fn read(lock: &RwLock<Self>) -> Result<RwLockReadGuard<'_, Self>, Error>;
+    fn try_read(lock: &RwLock<Self>) -> Result<Option<RwLockReadGuard<'_, Self>>, Error>;
+    fn try_read_for(
+        lock: &RwLock<Self>,
+        timeout: Duration,
+    ) -> Result<Option<RwLockReadGuard<'_, Self>>, Error>;
+    fn write(lock: &RwLock<Self>) -> Result<RwLockWriteGuard<'_, Self>, Error>;
+    fn try_write(lock: &RwLock<Self>) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error>;
+    fn try_write_for(
+        lock: &RwLock<Self>,
+        timeout: Duration,
+    ) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error>;
+    fn downgrade(write: RwLockWriteGuard<'_, Self>) -> Result<RwLockReadGuard<'_, Self>, Error>;
+    fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error>;
+}
+
+impl Api for Blocking {
+    fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
+        redis_blpop_lock::RwLock::new(client, name).unwrap()
+    }
+    fn read(lock: &RwLock<Self>) -> Result<RwLockReadGuard<'_, Self>, Error> {
+        lock.read()
+    }
+    fn try_read(lock: &RwLock<Self>) -> Result<Option<RwLockReadGuard<'_, Self>>, Error> {
+        lock.try_read()
+    }
+    fn try_read_for(
+        lock: &RwLock<Self>,
+        timeout: Duration,
+    ) -> Result<Option<RwLockReadGuard<'_, Self>>, Error> {
+        lock.try_read_for(timeout)
+    }
+    fn write(lock: &RwLock<Self>) -> Result<RwLockWriteGuard<'_, Self>, Error> {
+        lock.write()
+    }
+    fn try_write(lock: &RwLock<Self>) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error> {
+        lock.try_write()
+    }
+    fn try_write_for(
+        lock: &RwLock<Self>,
+        timeout: Duration,
+    ) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error> {
+        lock.try_write_for(timeout)
+    }
+    fn downgrade(write: RwLockWriteGuard<'_, Self>) -> Result<RwLockReadGuard<'_, Self>, Error> {
+        write.downgrade()
+    }
+    fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error> {
+        read.unlock()
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod on_tokio {
+    use std::future::Future;
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use redis_blpop_lock::aio::Tokio;
+    use redis_blpop_lock::handle::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+    use redis_blpop_lock::Error;
+
+    use super::Api;
+
+    /// Runs `future` on the calling thread, on the runtime the suites share (whose workers run
+    /// the renewals and the releases of dropped guards).
+    fn run<F: Future>(future: F) -> F::Output {
+        static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+        let runtime = RUNTIME.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        });
+        runtime.block_on(future)
+    }
+
+    impl Api for Tokio {
+        fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
+            redis_blpop_lock::aio::RwLock::new(client, name).unwrap()
+        }
+        fn read(lock: &RwLock<Self>) -> Result<RwLockReadGuard<'_, Self>, Error> {
+            run(lock.read())
+        }
+        fn try_read(lock: &RwLock<Self>) -> Result<Option<RwLockReadGuard<'_, Self>>, Error> {
+            run(lock.try_read())
+        }
+        fn try_read_for(
+            lock: &RwLock<Self>,
+            timeout: Duration,
+        ) -> Result<Option<RwLockReadGuard<'_, Self>>, Error> {
+            run(lock.try_read_for(timeout))
+        }
+        fn write(lock: &RwLock<Self>) -> Result<RwLockWriteGuard<'_, Self>, Error> {
+            run(lock.write())
+        }
+        fn try_write(lock: &RwLock<Self>) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error> {
+            run(lock.try_write())
+        }
+        fn try_write_for(
+            lock: &RwLock<Self>,
+            timeout: Duration,
+        ) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error> {
+            run(lock.try_write_for(timeout))
+        }
+        fn downgrade(
+            write: RwLockWriteGuard<'_, Self>,
+        ) -> Result<RwLockReadGuard<'_, Self>, Error> {
+            run(write.downgrade())
+        }
+        fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error> {
+            run(read.unlock())
+        }
+    }
+}
+
+/// A test of each API for each suite function named, generic over `A: Api`: `blocking::name`
+/// and, with the `tokio` feature, `aio::name`.
+macro_rules! both_apis {
+    ($($test:ident),* $(,)?) => {
+        mod blocking {
+            $(
+                #[test]
+                fn $test() {
+                    super::$test::<redis_blpop_lock::Blocking>();
+                }
+            )*
+        }
+
+        #[cfg(feature = "tokio")]
+        mod aio {
+            $(
+                #[test]
+                fn $test() {
+                    super::$test::<redis_blpop_lock::aio::Tokio>();
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use both_apis;
