@@ -1,6 +1,7 @@
 //! The semaphore against real servers: never more holders than permits, first come first
 //! served, k permits released wake k waiters, and crashed holders and waiters do not keep
-//! the others waiting.
+//! the others waiting. The suite run for both APIs (`blocking::` and `aio::`, over [`Api`])
+//! comes first; then what the blocking API's threads and processes show.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -12,7 +13,7 @@ use redis_blpop_lock::inspect::Primitive;
 use redis_blpop_lock::{Error, Quorum, Semaphore};
 
 use crate::support::{
-    eventually, lasting_keys, secs, strip_process, ChildProcess, Proxy, RedisServer,
+    both_apis, eventually, lasting_keys, secs, strip_process, Api, ChildProcess, Proxy, RedisServer,
 };
 
 /// Long enough for a waiter to join the line on a loaded machine; the tests wait for the
@@ -97,22 +98,30 @@ fn in_line(
         .collect()
 }
 
-#[test]
-fn no_more_holders_than_permits_at_once() {
+both_apis!(
+    no_more_holders_than_permits_at_once,
+    a_name_and_the_same_name_in_braces_are_two_semaphores,
+    a_request_for_many_is_not_passed_by_later_requests_for_one,
+    a_try_takes_a_free_permit_at_once,
+    a_frozen_server_ends_a_wait_by_its_deadline,
+    zero_permits_or_asking_for_more_than_there_are_is_an_error,
+);
+
+fn no_more_holders_than_permits_at_once<A: Api>() {
     let server = RedisServer::start();
-    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
+    let semaphore = Arc::new(A::semaphore(&server.client(), "s", 3).build().unwrap());
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let workers: Vec<_> = (0..8)
         .map(|_| {
             let (semaphore, inside, most) = (semaphore.clone(), inside.clone(), most.clone());
             thread::spawn(move || {
                 for _ in 0..10 {
-                    let permit = semaphore.acquire().unwrap();
+                    let permit = A::acquire(&semaphore).unwrap();
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     thread::sleep(Duration::from_millis(2));
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    permit.release().unwrap();
+                    A::release(permit).unwrap();
                 }
             })
         })
@@ -126,23 +135,85 @@ fn no_more_holders_than_permits_at_once() {
     assert_eq!(keys, ["semaphore:{s}:fence"]);
 }
 
-#[test]
-fn a_name_and_the_same_name_in_braces_are_two_semaphores() {
+fn a_name_and_the_same_name_in_braces_are_two_semaphores<A: Api>() {
     let server = RedisServer::start();
     let client = server.client();
-    let plain = Semaphore::new(&client, "x", 1).unwrap();
-    let braced = Semaphore::new(&client, "{x}", 1).unwrap();
-    let held = plain.try_acquire().unwrap().expect("x is free");
-    let other = braced
-        .try_acquire()
+    let plain = A::semaphore(&client, "x", 1).build().unwrap();
+    let braced = A::semaphore(&client, "{x}", 1).build().unwrap();
+    let held = A::try_acquire(&plain).unwrap().expect("x is free");
+    let other = A::try_acquire(&braced)
         .unwrap()
         .expect("{x} is another semaphore");
-    assert!(plain.try_acquire().unwrap().is_none(), "x has 1 permit");
+    assert!(A::try_acquire(&plain).unwrap().is_none(), "x has 1 permit");
     let mut keys: Vec<String> = server.conn().keys("semaphore:*:holders").unwrap();
     keys.sort();
     assert_eq!(keys, ["semaphore:={x}:holders", "semaphore:{x}:holders"]);
-    held.release().unwrap();
-    other.release().unwrap();
+    A::release(held).unwrap();
+    A::release(other).unwrap();
+}
+
+fn a_request_for_many_is_not_passed_by_later_requests_for_one<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = Arc::new(A::semaphore(&client, "s", 2).build().unwrap());
+    let one = A::acquire(&semaphore).unwrap();
+    let big = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            let permits = A::try_acquire_many_for(&semaphore, 2, secs(60)).unwrap();
+            permits.is_some()
+        })
+    };
+    until_in_line(&server, 1, || big.is_finished());
+    // One permit is free, but the request for two came first.
+    let late = A::try_acquire_for(&semaphore, Duration::from_millis(300)).unwrap();
+    assert!(late.is_none());
+    assert!(A::try_acquire(&semaphore).unwrap().is_none());
+    A::release(one).unwrap();
+    assert!(big.join().unwrap());
+}
+
+fn a_try_takes_a_free_permit_at_once<A: Api>() {
+    let server = RedisServer::start();
+    let semaphore = A::semaphore(&server.client(), "s", 2).build().unwrap();
+    let a = A::try_acquire(&semaphore).unwrap().unwrap();
+    let b = A::try_acquire(&semaphore).unwrap().unwrap();
+    assert!(A::try_acquire(&semaphore).unwrap().is_none());
+    assert_eq!(A::available(&semaphore).unwrap(), 0);
+    assert!(b.fencing_token() > a.fencing_token());
+    A::release(a).unwrap();
+    assert_eq!(A::available(&semaphore).unwrap(), 1);
+    A::release(b).unwrap();
+}
+
+fn a_frozen_server_ends_a_wait_by_its_deadline<A: Api>() {
+    let server = RedisServer::start();
+    let semaphore = A::semaphore(&server.client(), "s", 1)
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let permit = A::acquire(&semaphore).unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = A::try_acquire_for(&semaphore, Duration::from_millis(700));
+    let took = started.elapsed();
+    server.resume();
+    assert!(matches!(waited, Err(_) | Ok(None)));
+    assert!(took < secs(3), "the wait took {took:?}");
+    drop(permit);
+}
+
+fn zero_permits_or_asking_for_more_than_there_are_is_an_error<A: Api>() {
+    let server = RedisServer::start();
+    assert!(matches!(
+        A::semaphore(&server.client(), "s", 0).build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let semaphore = A::semaphore(&server.client(), "s", 2).build().unwrap();
+    assert!(matches!(
+        A::try_acquire_many(&semaphore, 3),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -246,46 +317,6 @@ fn a_process_sends_its_first_heartbeat_once_it_has_joined() {
 }
 
 #[test]
-fn a_request_for_many_is_not_passed_by_later_requests_for_one() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let semaphore = Arc::new(Semaphore::new(&client, "s", 2).unwrap());
-    let one = semaphore.acquire().unwrap();
-    let big = {
-        let semaphore = semaphore.clone();
-        thread::spawn(move || {
-            semaphore
-                .try_acquire_many_for(2, secs(60))
-                .unwrap()
-                .is_some()
-        })
-    };
-    until_in_line(&server, 1, || big.is_finished());
-    // One permit is free, but the request for two came first.
-    assert!(semaphore
-        .try_acquire_for(Duration::from_millis(300))
-        .unwrap()
-        .is_none());
-    assert!(semaphore.try_acquire().unwrap().is_none());
-    one.release().unwrap();
-    assert!(big.join().unwrap());
-}
-
-#[test]
-fn a_try_takes_a_free_permit_at_once() {
-    let server = RedisServer::start();
-    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
-    let a = semaphore.try_acquire().unwrap().unwrap();
-    let b = semaphore.try_acquire().unwrap().unwrap();
-    assert!(semaphore.try_acquire().unwrap().is_none());
-    assert_eq!(semaphore.available().unwrap(), 0);
-    assert!(b.fencing_token() > a.fencing_token());
-    drop(a);
-    assert_eq!(semaphore.available().unwrap(), 1);
-    drop(b);
-}
-
-#[test]
 fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
     let server = RedisServer::start();
     let mut holder = ChildProcess::spawn(
@@ -351,38 +382,6 @@ fn a_semaphore_on_a_quorum_is_refused_with_the_reason() {
         Err(Error::Unsupported(why)) => assert!(why.contains("independent servers"), "{why}"),
         other => panic!("not refused: {:?}", other.map(|s| s.permits())),
     }
-}
-
-#[test]
-fn a_frozen_server_ends_a_wait_by_its_deadline() {
-    let server = RedisServer::start();
-    let semaphore = Semaphore::builder(&server.client(), "s", 1)
-        .io_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let permit = semaphore.acquire().unwrap();
-    server.pause();
-    let started = Instant::now();
-    let waited = semaphore.try_acquire_for(Duration::from_millis(700));
-    let took = started.elapsed();
-    server.resume();
-    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
-    assert!(took < secs(3), "the wait took {took:?}");
-    drop(permit);
-}
-
-#[test]
-fn zero_permits_or_asking_for_more_than_there_are_is_an_error() {
-    let server = RedisServer::start();
-    assert!(matches!(
-        Semaphore::new(&server.client(), "s", 0),
-        Err(Error::InvalidArgument(_))
-    ));
-    let semaphore = Semaphore::new(&server.client(), "s", 2).unwrap();
-    assert!(matches!(
-        semaphore.try_acquire_many(3),
-        Err(Error::InvalidArgument(_))
-    ));
 }
 
 #[test]

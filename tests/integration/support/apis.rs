@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use redis_blpop_lock::handle::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-use redis_blpop_lock::{Blocking, Error, Runtime};
+use redis_blpop_lock::handle::{
+    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+};
+use redis_blpop_lock::{Blocking, Error, LockBuilder, Runtime};
 
 /// The calls of one API, each run to its end on the calling thread.
 pub trait Api: Runtime + Sized {
@@ -25,6 +27,26 @@ pub trait Api: Runtime + Sized {
     ) -> Result<Option<RwLockWriteGuard<'_, Self>>, Error>;
     fn downgrade(write: RwLockWriteGuard<'_, Self>) -> Result<RwLockReadGuard<'_, Self>, Error>;
     fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error>;
+
+    fn semaphore(client: &redis::Client, name: &str, permits: u32) -> LockBuilder<Semaphore<Self>>;
+    fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error>;
+    fn try_acquire(semaphore: &Semaphore<Self>)
+        -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
+    fn try_acquire_for(
+        semaphore: &Semaphore<Self>,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
+    fn try_acquire_many(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
+    fn try_acquire_many_for(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
+    fn available(semaphore: &Semaphore<Self>) -> Result<u32, Error>;
+    fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error>;
 }
 
 impl Api for Blocking {
@@ -61,6 +83,43 @@ impl Api for Blocking {
     fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error> {
         read.unlock()
     }
+
+    fn semaphore(client: &redis::Client, name: &str, permits: u32) -> LockBuilder<Semaphore<Self>> {
+        redis_blpop_lock::Semaphore::builder(client, name, permits)
+    }
+    fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error> {
+        semaphore.acquire()
+    }
+    fn try_acquire(
+        semaphore: &Semaphore<Self>,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+        semaphore.try_acquire()
+    }
+    fn try_acquire_for(
+        semaphore: &Semaphore<Self>,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+        semaphore.try_acquire_for(timeout)
+    }
+    fn try_acquire_many(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+        semaphore.try_acquire_many(n)
+    }
+    fn try_acquire_many_for(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+        semaphore.try_acquire_many_for(n, timeout)
+    }
+    fn available(semaphore: &Semaphore<Self>) -> Result<u32, Error> {
+        semaphore.available()
+    }
+    fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error> {
+        permit.release()
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -70,8 +129,10 @@ mod on_tokio {
     use std::time::Duration;
 
     use redis_blpop_lock::aio::Tokio;
-    use redis_blpop_lock::handle::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-    use redis_blpop_lock::Error;
+    use redis_blpop_lock::handle::{
+        RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+    };
+    use redis_blpop_lock::{Error, LockBuilder};
 
     use super::Api;
 
@@ -124,6 +185,47 @@ mod on_tokio {
         }
         fn unlock_read(read: RwLockReadGuard<'_, Self>) -> Result<(), Error> {
             run(read.unlock())
+        }
+
+        fn semaphore(
+            client: &redis::Client,
+            name: &str,
+            permits: u32,
+        ) -> LockBuilder<Semaphore<Self>> {
+            redis_blpop_lock::aio::Semaphore::builder(client, name, permits)
+        }
+        fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error> {
+            run(semaphore.acquire())
+        }
+        fn try_acquire(
+            semaphore: &Semaphore<Self>,
+        ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+            run(semaphore.try_acquire())
+        }
+        fn try_acquire_for(
+            semaphore: &Semaphore<Self>,
+            timeout: Duration,
+        ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+            run(semaphore.try_acquire_for(timeout))
+        }
+        fn try_acquire_many(
+            semaphore: &Semaphore<Self>,
+            n: u32,
+        ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+            run(semaphore.try_acquire_many(n))
+        }
+        fn try_acquire_many_for(
+            semaphore: &Semaphore<Self>,
+            n: u32,
+            timeout: Duration,
+        ) -> Result<Option<SemaphorePermit<'_, Self>>, Error> {
+            run(semaphore.try_acquire_many_for(n, timeout))
+        }
+        fn available(semaphore: &Semaphore<Self>) -> Result<u32, Error> {
+            run(semaphore.available())
+        }
+        fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error> {
+            run(permit.release())
         }
     }
 }
