@@ -1,6 +1,6 @@
-//! The async lock on one server, one process: the blocking suite's cases through `aio::Lock`,
-//! the guard's life across tasks and runtimes, `with_lock`, `reset_all`, the cache, and waits
-//! shared with the blocking API.
+//! The async lock on one server, one process, beyond the suite both APIs run
+//! (`lock/api.rs`): every call form at once, `when_lost`, the guard's life across tasks and
+//! runtimes, `with_lock`, `reset_all`, the cache, and waits shared with the blocking API.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -214,18 +214,6 @@ async fn extend_sets_a_new_expiry_for_the_owner_only() {
         forever.extend(Some(secs(1))).await,
         Err(Error::NotExpirable { .. })
     ));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reset_frees_anyones_lock() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let holder = aio::Lock::new(&client, "l").unwrap();
-    let operator = aio::Lock::new(&client, "l").unwrap();
-    holder.acquire().await.unwrap();
-    assert!(operator.reset().await.unwrap());
-    assert!(!holder.locked().await.unwrap());
-    assert!(!operator.reset().await.unwrap(), "nothing left to reset");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,21 +582,4 @@ async fn a_blocking_release_wakes_an_async_waiter() {
     holder.acquire().unwrap();
     let waiter = blocked_task_waiter(&server, aio::Lock::new(&client, "l").unwrap());
     assert_task_woken_by(async { holder.release().unwrap() }, waiter).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_settings_are_refused_at_build_time() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let invalid = |r: Result<aio::Lock, Error>| matches!(r, Err(Error::InvalidArgument(_)));
-    assert!(invalid(aio::Lock::new(&client, "")));
-    assert!(invalid(
-        aio::Lock::builder(&client, "l")
-            .expire(Duration::ZERO)
-            .build()
-    ));
-    assert!(invalid(
-        aio::Lock::builder(&client, "l").auto_renewal(true).build()
-    ));
-    assert!(invalid(aio::Lock::builder(&client, "l").id("").build()));
 }

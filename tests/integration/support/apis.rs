@@ -3,15 +3,37 @@
 //! the blocking and the async handles alike, and [`both_apis!`] makes a test of each: the two
 //! APIs cannot drift.
 
+use std::ops::Deref;
 use std::time::Duration;
 
 use redis_blpop_lock::handle::{
-    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Hold, Lock, LockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
-use redis_blpop_lock::{Blocking, Error, LockBuilder, Runtime};
+use redis_blpop_lock::{Blocking, Error, Holder, LockBuilder, Runtime};
 
 /// The calls of one API, each run to its end on the calling thread.
 pub trait Api: Runtime + Sized {
+    /// A plain lock's guard on this API.
+    type Guard<'a>: Deref<Target = Hold<Self>>;
+
+    fn lock_on(client: &redis::Client, name: &str) -> LockBuilder<Lock<Self>>;
+    fn acquire_lock(lock: &Lock<Self>) -> Result<(), Error>;
+    fn try_acquire_lock(lock: &Lock<Self>) -> Result<bool, Error>;
+    fn acquire_timeout(lock: &Lock<Self>, timeout: Duration) -> Result<bool, Error>;
+    fn release_lock(lock: &Lock<Self>) -> Result<(), Error>;
+    fn extend(lock: &Lock<Self>, expire: Option<Duration>) -> Result<(), Error>;
+    fn reset(lock: &Lock<Self>) -> Result<bool, Error>;
+    fn holder(lock: &Lock<Self>) -> Result<Option<Holder>, Error>;
+    fn locked(lock: &Lock<Self>) -> Result<bool, Error>;
+    fn owner_id(lock: &Lock<Self>) -> Result<Option<String>, Error>;
+    fn guard(lock: &Lock<Self>) -> Result<Self::Guard<'_>, Error>;
+    fn try_guard(lock: &Lock<Self>) -> Result<Option<Self::Guard<'_>>, Error>;
+    fn try_guard_for(
+        lock: &Lock<Self>,
+        timeout: Duration,
+    ) -> Result<Option<Self::Guard<'_>>, Error>;
+    fn unlock(guard: Self::Guard<'_>) -> Result<(), Error>;
+
     fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self>;
     fn read(lock: &RwLock<Self>) -> Result<RwLockReadGuard<'_, Self>, Error>;
     fn try_read(lock: &RwLock<Self>) -> Result<Option<RwLockReadGuard<'_, Self>>, Error>;
@@ -50,6 +72,51 @@ pub trait Api: Runtime + Sized {
 }
 
 impl Api for Blocking {
+    type Guard<'a> = LockGuard<'a>;
+
+    fn lock_on(client: &redis::Client, name: &str) -> LockBuilder<Lock<Self>> {
+        redis_blpop_lock::Lock::builder(client, name)
+    }
+    fn acquire_lock(lock: &Lock<Self>) -> Result<(), Error> {
+        lock.acquire()
+    }
+    fn try_acquire_lock(lock: &Lock<Self>) -> Result<bool, Error> {
+        lock.try_acquire()
+    }
+    fn acquire_timeout(lock: &Lock<Self>, timeout: Duration) -> Result<bool, Error> {
+        lock.acquire_timeout(timeout)
+    }
+    fn release_lock(lock: &Lock<Self>) -> Result<(), Error> {
+        lock.release()
+    }
+    fn extend(lock: &Lock<Self>, expire: Option<Duration>) -> Result<(), Error> {
+        lock.extend(expire)
+    }
+    fn reset(lock: &Lock<Self>) -> Result<bool, Error> {
+        lock.reset()
+    }
+    fn holder(lock: &Lock<Self>) -> Result<Option<Holder>, Error> {
+        lock.holder()
+    }
+    fn locked(lock: &Lock<Self>) -> Result<bool, Error> {
+        lock.locked()
+    }
+    fn owner_id(lock: &Lock<Self>) -> Result<Option<String>, Error> {
+        lock.owner_id()
+    }
+    fn guard(lock: &Lock<Self>) -> Result<LockGuard<'_>, Error> {
+        lock.lock()
+    }
+    fn try_guard(lock: &Lock<Self>) -> Result<Option<LockGuard<'_>>, Error> {
+        lock.try_lock()
+    }
+    fn try_guard_for(lock: &Lock<Self>, timeout: Duration) -> Result<Option<LockGuard<'_>>, Error> {
+        lock.try_lock_for(timeout)
+    }
+    fn unlock(guard: LockGuard<'_>) -> Result<(), Error> {
+        guard.unlock()
+    }
+
     fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
         redis_blpop_lock::RwLock::new(client, name).unwrap()
     }
@@ -130,9 +197,9 @@ mod on_tokio {
 
     use redis_blpop_lock::aio::Tokio;
     use redis_blpop_lock::handle::{
-        RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+        Lock, OwnedLockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
     };
-    use redis_blpop_lock::{Error, LockBuilder};
+    use redis_blpop_lock::{Error, Holder, LockBuilder};
 
     use super::Api;
 
@@ -151,6 +218,54 @@ mod on_tokio {
     }
 
     impl Api for Tokio {
+        type Guard<'a> = OwnedLockGuard;
+
+        fn lock_on(client: &redis::Client, name: &str) -> LockBuilder<Lock<Self>> {
+            redis_blpop_lock::aio::Lock::builder(client, name)
+        }
+        fn acquire_lock(lock: &Lock<Self>) -> Result<(), Error> {
+            run(lock.acquire())
+        }
+        fn try_acquire_lock(lock: &Lock<Self>) -> Result<bool, Error> {
+            run(lock.try_acquire())
+        }
+        fn acquire_timeout(lock: &Lock<Self>, timeout: Duration) -> Result<bool, Error> {
+            run(lock.acquire_timeout(timeout))
+        }
+        fn release_lock(lock: &Lock<Self>) -> Result<(), Error> {
+            run(lock.release())
+        }
+        fn extend(lock: &Lock<Self>, expire: Option<Duration>) -> Result<(), Error> {
+            run(lock.extend(expire))
+        }
+        fn reset(lock: &Lock<Self>) -> Result<bool, Error> {
+            run(lock.reset())
+        }
+        fn holder(lock: &Lock<Self>) -> Result<Option<Holder>, Error> {
+            run(lock.holder())
+        }
+        fn locked(lock: &Lock<Self>) -> Result<bool, Error> {
+            run(lock.locked())
+        }
+        fn owner_id(lock: &Lock<Self>) -> Result<Option<String>, Error> {
+            run(lock.owner_id())
+        }
+        fn guard(lock: &Lock<Self>) -> Result<OwnedLockGuard, Error> {
+            run(lock.lock())
+        }
+        fn try_guard(lock: &Lock<Self>) -> Result<Option<OwnedLockGuard>, Error> {
+            run(lock.try_lock())
+        }
+        fn try_guard_for(
+            lock: &Lock<Self>,
+            timeout: Duration,
+        ) -> Result<Option<OwnedLockGuard>, Error> {
+            run(lock.try_lock_for(timeout))
+        }
+        fn unlock(guard: OwnedLockGuard) -> Result<(), Error> {
+            run(guard.unlock())
+        }
+
         fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
             redis_blpop_lock::aio::RwLock::new(client, name).unwrap()
         }
