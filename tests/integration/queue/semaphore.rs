@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_blpop_lock::inspect::Primitive;
-use redis_blpop_lock::{Error, Quorum, Semaphore};
+use redis_blpop_lock::{handle, Error, Quorum, Semaphore};
 
 use crate::support::{
     both_apis, eventually, lasting_keys, secs, strip_process, Api, ChildProcess, Proxy, RedisServer,
@@ -65,26 +65,26 @@ fn until_in_line(server: &RedisServer, n: u64, gave_up: impl FnMut() -> bool) {
 
 /// A thread that takes a permit of `semaphore` within 60 s and reports it on `done`, with
 /// its name, then holds it until `release` says so.
-fn waiter(
-    semaphore: &Arc<Semaphore>,
+fn waiter<A: Api>(
+    semaphore: &Arc<handle::Semaphore<A>>,
     name: &'static str,
     done: &mpsc::Sender<&'static str>,
     release: mpsc::Receiver<()>,
 ) -> thread::JoinHandle<()> {
     let (semaphore, done) = (Arc::clone(semaphore), done.clone());
     thread::spawn(move || {
-        let permit = semaphore.try_acquire_for(secs(60)).unwrap().unwrap();
+        let permit = A::try_acquire_for(&semaphore, secs(60)).unwrap().unwrap();
         done.send(name).unwrap();
         let _ = release.recv();
-        permit.release().unwrap();
+        A::release(permit).unwrap();
     })
 }
 
 /// A [`waiter`] for each of `names`, in line in that order: each with the sender that tells
 /// it to release.
-fn in_line(
+fn in_line<A: Api>(
     server: &RedisServer,
-    semaphore: &Arc<Semaphore>,
+    semaphore: &Arc<handle::Semaphore<A>>,
     names: &[&'static str],
     done: &mpsc::Sender<&'static str>,
 ) -> Vec<(mpsc::Sender<()>, thread::JoinHandle<()>)> {
@@ -105,6 +105,12 @@ both_apis!(
     a_try_takes_a_free_permit_at_once,
     a_frozen_server_ends_a_wait_by_its_deadline,
     zero_permits_or_asking_for_more_than_there_are_is_an_error,
+    waiters_are_served_in_the_order_they_came,
+    permits_released_together_wake_as_many_waiters,
+    grants_pushed_together_reach_the_process_in_one_round_trip,
+    a_process_sends_its_first_heartbeat_once_it_has_joined,
+    a_cancelled_waiter_leaves_the_queue,
+    a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout,
 );
 
 fn no_more_holders_than_permits_at_once<A: Api>() {
@@ -216,11 +222,16 @@ fn zero_permits_or_asking_for_more_than_there_are_is_an_error<A: Api>() {
     ));
 }
 
-#[test]
-fn waiters_are_served_in_the_order_they_came() {
+/// Grants pushed together reach the process's waiters in one round trip of its waiting
+/// connection: the `LPOP` behind its `BLPOP` takes those the `BLPOP` did not, where a `BLPOP`
+/// each would take a round trip per grant.
+/// A process's first heartbeat (an `EVAL` on its waiting connection) runs once it has joined
+/// a line, not half a lapse window (here 30 s) after: the hub dates the grants it pops by its
+/// heartbeats, and a grant it cannot date costs its waiter another ask.
+fn waiters_are_served_in_the_order_they_came<A: Api>() {
     let server = RedisServer::start();
-    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 1).unwrap());
-    let first = semaphore.acquire().unwrap();
+    let semaphore = Arc::new(A::semaphore(&server.client(), "s", 1).build().unwrap());
+    let first = A::acquire(&semaphore).unwrap();
     let (done, order) = mpsc::channel();
     let mut releases = Vec::new();
     let mut threads = Vec::new();
@@ -230,7 +241,7 @@ fn waiters_are_served_in_the_order_they_came() {
         releases.push(release);
         until_in_line(&server, n as u64 + 1, || false);
     }
-    first.release().unwrap();
+    A::release(first).unwrap();
     let mut served = Vec::new();
     for release in releases {
         served.push(order.recv_timeout(secs(30)).unwrap());
@@ -241,15 +252,13 @@ fn waiters_are_served_in_the_order_they_came() {
         thread.join().unwrap();
     }
 }
-
-#[test]
-fn permits_released_together_wake_as_many_waiters() {
+fn permits_released_together_wake_as_many_waiters<A: Api>() {
     let server = RedisServer::start();
-    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 3).unwrap());
-    let all = semaphore.acquire_many(3).unwrap();
+    let semaphore = Arc::new(A::semaphore(&server.client(), "s", 3).build().unwrap());
+    let all = A::acquire_many(&semaphore, 3).unwrap();
     let (done, woken) = mpsc::channel();
     let releases = in_line(&server, &semaphore, &["a", "b", "c"], &done);
-    all.release().unwrap();
+    A::release(all).unwrap();
     let mut names: Vec<_> = (0..3)
         .map(|_| woken.recv_timeout(secs(30)).unwrap())
         .collect();
@@ -260,22 +269,17 @@ fn permits_released_together_wake_as_many_waiters() {
         thread.join().unwrap();
     }
 }
-
-/// Grants pushed together reach the process's waiters in one round trip of its waiting
-/// connection: the `LPOP` behind its `BLPOP` takes those the `BLPOP` did not, where a `BLPOP`
-/// each would take a round trip per grant.
-#[test]
-fn grants_pushed_together_reach_the_process_in_one_round_trip() {
+fn grants_pushed_together_reach_the_process_in_one_round_trip<A: Api>() {
     let server = RedisServer::start();
     // The holder is of another process (client): the waiters' hub waits alone.
-    let holder = Semaphore::new(&server.client(), "s", 4).unwrap();
-    let all = holder.acquire_many(4).unwrap();
-    let semaphore = Arc::new(Semaphore::new(&server.client(), "s", 4).unwrap());
+    let holder = A::semaphore(&server.client(), "s", 4).build().unwrap();
+    let all = A::acquire_many(&holder, 4).unwrap();
+    let semaphore = Arc::new(A::semaphore(&server.client(), "s", 4).build().unwrap());
     let (done, woken) = mpsc::channel();
     let releases = in_line(&server, &semaphore, &["a", "b", "c", "d"], &done);
     let (blpops, lpops) = (server.calls("blpop"), server.calls("lpop"));
     // One script grants all four.
-    all.release().unwrap();
+    A::release(all).unwrap();
     let mut names: Vec<_> = (0..4)
         .map(|_| woken.recv_timeout(secs(30)).unwrap())
         .collect();
@@ -289,16 +293,11 @@ fn grants_pushed_together_reach_the_process_in_one_round_trip() {
         thread.join().unwrap();
     }
 }
-
-/// A process's first heartbeat (an `EVAL` on its waiting connection) runs once it has joined
-/// a line, not half a lapse window (here 30 s) after: the hub dates the grants it pops by its
-/// heartbeats, and a grant it cannot date costs its waiter another ask.
-#[test]
-fn a_process_sends_its_first_heartbeat_once_it_has_joined() {
+fn a_process_sends_its_first_heartbeat_once_it_has_joined<A: Api>() {
     let server = RedisServer::start();
-    let holder = Semaphore::new(&server.client(), "s", 1).unwrap();
-    let permit = holder.acquire().unwrap();
-    let semaphore = Semaphore::builder(&server.client(), "s", 1)
+    let holder = A::semaphore(&server.client(), "s", 1).build().unwrap();
+    let permit = A::acquire(&holder).unwrap();
+    let semaphore = A::semaphore(&server.client(), "s", 1)
         .heartbeat(secs(30))
         .build()
         .unwrap();
@@ -308,12 +307,50 @@ fn a_process_sends_its_first_heartbeat_once_it_has_joined() {
     eventually(secs(10), "the process's first heartbeat", || {
         server.calls("eval") > beats
     });
-    permit.release().unwrap();
+    A::release(permit).unwrap();
     assert_eq!(woken.recv_timeout(secs(30)).unwrap(), "a");
     for (release, thread) in releases {
         release.send(()).unwrap();
         thread.join().unwrap();
     }
+}
+fn a_cancelled_waiter_leaves_the_queue<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = A::semaphore(&client, "s", 1).build().unwrap();
+    let permit = A::acquire(&holder).unwrap();
+    let token = redis_blpop_lock::CancelToken::new();
+    let waiter = A::semaphore(&client, "s", 1)
+        .cancel_token(token.clone())
+        .build()
+        .unwrap();
+    let waiting = thread::spawn(move || A::acquire(&waiter).map(drop));
+    until_in_line(&server, 1, || waiting.is_finished());
+    token.cancel();
+    assert!(matches!(
+        waiting.join().unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
+    let queued: Vec<String> = server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap();
+    assert!(queued.is_empty(), "{queued:?}");
+    drop(permit);
+}
+fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout<A: Api>() {
+    let server = RedisServer::start();
+    let semaphore = A::semaphore(&server.client(), "s", 1)
+        .io_timeout(secs(20))
+        .build()
+        .unwrap();
+    let permit = A::acquire(&semaphore).unwrap();
+    server.pause();
+    let started = Instant::now();
+    let waited = A::try_acquire_for(&semaphore, Duration::from_millis(500));
+    let took = started.elapsed();
+    server.resume();
+    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
+    // The deadline and the grace (250 ms), with room for a loaded machine; not 20 s.
+    assert!(took < secs(5), "the wait took {took:?}");
+    drop(permit);
 }
 
 #[test]
@@ -472,48 +509,6 @@ fn a_release_whose_reply_was_lost_is_a_release() {
         .zrange("semaphore:{s}:holders", 0, -1)
         .unwrap();
     assert!(holders.is_empty(), "{holders:?}");
-}
-
-#[test]
-fn a_cancelled_waiter_leaves_the_queue() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let holder = Semaphore::new(&client, "s", 1).unwrap();
-    let permit = holder.acquire().unwrap();
-    let token = redis_blpop_lock::CancelToken::new();
-    let waiter = Semaphore::builder(&client, "s", 1)
-        .cancel_token(token.clone())
-        .build()
-        .unwrap();
-    let waiting = thread::spawn(move || waiter.acquire().map(drop));
-    until_in_line(&server, 1, || waiting.is_finished());
-    token.cancel();
-    assert!(matches!(
-        waiting.join().unwrap(),
-        Err(Error::Cancelled { .. })
-    ));
-    let queued: Vec<String> = server.conn().zrange("semaphore:{s}:queue", 0, -1).unwrap();
-    assert!(queued.is_empty(), "{queued:?}");
-    drop(permit);
-}
-
-#[test]
-fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout() {
-    let server = RedisServer::start();
-    let semaphore = Semaphore::builder(&server.client(), "s", 1)
-        .io_timeout(secs(20))
-        .build()
-        .unwrap();
-    let permit = semaphore.acquire().unwrap();
-    server.pause();
-    let started = Instant::now();
-    let waited = semaphore.try_acquire_for(Duration::from_millis(500));
-    let took = started.elapsed();
-    server.resume();
-    assert!(waited.is_err() || waited.as_ref().unwrap().is_none());
-    // The deadline and the grace (250 ms), with room for a loaded machine; not 20 s.
-    assert!(took < secs(5), "the wait took {took:?}");
-    drop(permit);
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub trait Api: Runtime + Sized {
         timeout: Duration,
     ) -> Result<Option<Self::Guard<'_>>, Error>;
     fn unlock(guard: Self::Guard<'_>) -> Result<(), Error>;
+    fn extend_guard(guard: &Self::Guard<'_>, expire: Option<Duration>) -> Result<(), Error>;
 
     fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self>;
     fn read(lock: &RwLock<Self>) -> Result<RwLockReadGuard<'_, Self>, Error>;
@@ -52,6 +53,10 @@ pub trait Api: Runtime + Sized {
 
     fn semaphore(client: &redis::Client, name: &str, permits: u32) -> LockBuilder<Semaphore<Self>>;
     fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error>;
+    fn acquire_many(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+    ) -> Result<SemaphorePermit<'_, Self>, Error>;
     fn try_acquire(semaphore: &Semaphore<Self>)
         -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
     fn try_acquire_for(
@@ -116,6 +121,9 @@ impl Api for Blocking {
     fn unlock(guard: LockGuard<'_>) -> Result<(), Error> {
         guard.unlock()
     }
+    fn extend_guard(guard: &LockGuard<'_>, expire: Option<Duration>) -> Result<(), Error> {
+        guard.extend(expire)
+    }
 
     fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
         redis_blpop_lock::RwLock::new(client, name).unwrap()
@@ -156,6 +164,12 @@ impl Api for Blocking {
     }
     fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error> {
         semaphore.acquire()
+    }
+    fn acquire_many(
+        semaphore: &Semaphore<Self>,
+        n: u32,
+    ) -> Result<SemaphorePermit<'_, Self>, Error> {
+        semaphore.acquire_many(n)
     }
     fn try_acquire(
         semaphore: &Semaphore<Self>,
@@ -265,6 +279,9 @@ mod on_tokio {
         fn unlock(guard: OwnedLockGuard) -> Result<(), Error> {
             run(guard.unlock())
         }
+        fn extend_guard(guard: &OwnedLockGuard, expire: Option<Duration>) -> Result<(), Error> {
+            run(guard.extend(expire))
+        }
 
         fn rwlock(client: &redis::Client, name: &str) -> RwLock<Self> {
             redis_blpop_lock::aio::RwLock::new(client, name).unwrap()
@@ -311,6 +328,12 @@ mod on_tokio {
         }
         fn acquire(semaphore: &Semaphore<Self>) -> Result<SemaphorePermit<'_, Self>, Error> {
             run(semaphore.acquire())
+        }
+        fn acquire_many(
+            semaphore: &Semaphore<Self>,
+            n: u32,
+        ) -> Result<SemaphorePermit<'_, Self>, Error> {
+            run(semaphore.acquire_many(n))
         }
         fn try_acquire(
             semaphore: &Semaphore<Self>,
