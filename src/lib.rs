@@ -179,9 +179,9 @@
 //!
 //! `lost()` answers when asked; a worker deep in its work may not ask in time. Every guard and
 //! permit, in both APIs ([`LockGuard`], [`ArcLockGuard`], [`SemaphorePermit`],
-//! [`ArcSemaphorePermit`], [`RwLockReadGuard`], [`RwLockWriteGuard`], and their `aio` twins;
-//! a fair lock's guards are [`LockGuard`]s), also has `lost_token()`: a [`CancelToken`] that
-//! the crate cancels when that acquisition is lost. Hand it to the work, which checks
+//! [`ArcSemaphorePermit`], [`RwLockReadGuard`], [`RwLockWriteGuard`], and their `aio` names;
+//! a fair lock's guards are [`LockGuard`]s), derefs to its [`handle::Hold`], and so also has
+//! `lost_token()`: a [`CancelToken`] that the crate cancels when that acquisition is lost. Hand it to the work, which checks
 //! `is_cancelled()` between steps; in async code `select!` on `token.cancelled()` or on the
 //! guard's `when_lost()`, which resolves at the same moment.
 //!
@@ -1160,7 +1160,8 @@
 //!   many handles, in many processes, may name one lock. Each is one type ([`handle`]) on
 //!   either **runtime** ([`Runtime`]): [`Blocking`] or `Tokio`.
 //! - **acquisition**: one take of a lock or of units; it is given back once. A **guard** (a
-//!   **permit**, for a semaphore) stands for one and gives it back when dropped.
+//!   **permit**, for a semaphore) stands for one and gives it back when dropped; it derefs to
+//!   its **hold** ([`handle::Hold`]), which says whether it was lost.
 //! - **lease**: what an acquisition holds on the server, with its expiry; a **renewal**
 //!   extends it. An acquisition is **lost** when its lease may have ended.
 //! - **holder**: whoever holds a lease. [`Holder`] describes a lock's, and
