@@ -6,10 +6,9 @@
 pub use crate::protocol::cover::Cover;
 pub use crate::protocol::election::{parse_news, Seen};
 pub use crate::protocol::hub::{Event as HubEvent, Hub as HubMachine, Told};
-pub use crate::protocol::lease::{
-    renewal_due, valid_from_read, Attempting, Lease, Next as LockNext, Wait, Waiting,
-};
+pub use crate::protocol::lease::{renewal_due, valid_from_read, Attempting, Lease, Wait};
 pub use crate::protocol::lock::Pttl;
+pub use crate::protocol::lock_wait::{End as LockEnd, LockWait, Step as LockStep, Terms};
 pub use crate::protocol::queue::{Ask, Asked, Next as QueueNext, QueueWait};
 pub use crate::protocol::watch::{Heard, Watch, Word};
 

@@ -15,8 +15,9 @@ use super::{Inner, Runtime, Taken, Tried};
 use crate::observe;
 use crate::observe::Hold;
 use crate::protocol::eviction;
-use crate::protocol::lease::{self, Attempting, Belief, Lease, Next, Unsure, Wait, Waiting};
-use crate::protocol::lock::{self, Attempt, Observed, Pttl};
+use crate::protocol::lease::{self, Attempting, Belief, Lease, Unsure, Wait};
+use crate::protocol::lock::{self, Attempt, Observed};
+use crate::protocol::lock_wait::{End, LockWait, Step, Terms};
 use crate::protocol::request::Request;
 use crate::transport::send::{longer, send, AnyTransport};
 use crate::transport::{ConnId, Fault};
@@ -48,199 +49,20 @@ impl<R: Runtime> Inner<R> {
             return Ok(Some(taken));
         }
         log::debug!("lock {:?}: acquiring", self.name());
-        let mut listening = Listening {
+        let settings = &self.settings;
+        let terms = Terms {
+            expire: settings.expire(),
+            renewing: settings.auto_renewal,
+            replicated: settings.replicas.is_some(),
+        };
+        let mut waiter = Waiter {
             inner: self,
+            wait,
+            cancel,
+            machine: LockWait::new(wait, terms),
             listener: None,
         };
-        let listener = &mut listening.listener;
-        let mut waiting = Waiting::new(wait);
-        // A waiter of this process was just told the lock is free, or waits for the hub to
-        // bring it: this one queues behind it instead of overtaking it, keeping the process's
-        // waiters in arrival order, timed as they are.
-        let behind = (wait != Wait::Never)
-            .then(|| self.hub.behind(&self.keys.signal))
-            .flatten();
-        let mut tried = match behind {
-            Some(timer) => {
-                let at = Instant::now();
-                let pttl = timer.map_or(Pttl::Forever, |t| {
-                    Pttl::Left(t.saturating_duration_since(at))
-                });
-                Tried::Busy {
-                    owner: None,
-                    pttl,
-                    at,
-                }
-            }
-            None => self.try_short(wait, cancel, false).await?,
-        };
-        let mut woken = false;
-        loop {
-            match tried {
-                Tried::Acquired {
-                    valid_until,
-                    token,
-                    attempt,
-                    acks,
-                } => {
-                    // A signal told meanwhile is stale: the lock is ours.
-                    if let Some(listener) = listener.take() {
-                        listener.leave();
-                    }
-                    // A lock found ours by a read was not acknowledged by replicas yet: an
-                    // extend, with its `WAIT`, confirms it.
-                    let unacknowledged =
-                        self.settings.replicas.is_some() && matches!(acks, Ok(None));
-                    let confirming = self.settings.expire_ms.filter(|_| {
-                        unacknowledged
-                            || attempt.needs_confirming(
-                                Instant::now(),
-                                self.settings.expire(),
-                                self.settings.auto_renewal,
-                            )
-                    });
-                    let confirmed = self.confirm_taken(wait, confirming, valid_until, acks);
-                    let Some(valid_until) = confirmed.await? else {
-                        tried = self.try_short(wait, cancel, false).await?;
-                        continue;
-                    };
-                    if cancel.is_cancelled() {
-                        // Granted just as the wait was cancelled: give it back, which also
-                        // passes the wake-up on to the next waiter.
-                        self.unlock_quietly().await;
-                        return Err(self.error(|name| Error::Cancelled { name }));
-                    }
-                    if woken {
-                        observe::handoff(&self.settings.label);
-                    }
-                    return self.acquired(valid_until, token).map(Some);
-                }
-                Tried::Busy { owner, .. } if self.is_ours(owner.as_deref()) => {
-                    return Err(self.error(|name| Error::AlreadyAcquired { name }));
-                }
-                Tried::Busy { pttl, at, .. } => {
-                    let leaving = cancel.is_cancelled();
-                    let next = waiting.after_busy(at, pttl);
-                    if leaving || matches!(next, Next::GiveUp) {
-                        // Its try behind the hub's `BLPOP` is landed first, and what it came
-                        // to goes round the loop again (taken on a cancel, given back).
-                        if let Some(carrying) = listener.as_ref().filter(|l| l.carried()) {
-                            tried = self.land(carrying, wait, cancel).await?;
-                            continue;
-                        }
-                        self.stop_listening(listener.take(), wait).await;
-                    }
-                    if leaving {
-                        return Err(self.error(|name| Error::Cancelled { name }));
-                    }
-                    tried = match next {
-                        Next::GiveUp => {
-                            log::debug!("lock {:?}: not acquired in time", self.name());
-                            return Ok(None);
-                        }
-                        Next::TryNow => self.try_short(wait, cancel, false).await?,
-                        Next::Block(block) => {
-                            woken = true;
-                            self.wait_for_signal(listener, at + block, wait, cancel)
-                                .await?
-                        }
-                    };
-                }
-            }
-        }
-    }
-
-    /// Waits for a release's signal, which the process's hub brings, until `until` at the
-    /// latest (the holder's expiry, or the deadline: the waiter keeps its own time), then
-    /// tries. The first wait takes a place among the process's waiters on the lock. While it
-    /// waits, the hub may carry its try behind its `BLPOP` (see [`Ear`](super::hub::Ear)).
-    async fn wait_for_signal(
-        &self,
-        listener: &mut Option<Listener>,
-        until: Instant,
-        wait: Wait,
-        cancel: &CancelToken,
-    ) -> Result<Tried, Error> {
-        let listening = listener.get_or_insert_with(|| {
-            let carried =
-                (self.transport.blocking().one_server_decides()).then(|| self.try_request());
-            self.hub.listen(&self.keys, carried, self.leasing.release())
-        });
-        if let Some(wake) = listening.wake() {
-            // Not heard, the signal list is listened on at the end of the hub's `BLPOP`; a
-            // signal waits there until then.
-            self.wake(&wake, wait).await;
-        }
-        listening.block().map_err(Error::Thread)?;
-        if listening.waiting(until) {
-            // First again after a try of its own: the hub's `BLPOP` is to carry its try.
-            self.wake(&listening.wake_hub(), wait).await;
-        }
-        let told = R::mail(&listening.ear.mailbox, Some(until), cancel).await;
-        if told.is_some() {
-            observe::handoff_step("woken", &self.keys.signal);
-        }
-        match listening.heard() {
-            Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,
-            // At its time, or on a cancel, with its try behind the hub's `BLPOP`.
-            Heard::Carried(_) => return self.land(listening, wait, cancel).await,
-            Heard::OnItsOwn => {}
-        }
-        if told.is_none() && cancel.is_cancelled() {
-            self.stop_listening(listener.take(), wait).await;
-            return Err(self.error(|name| Error::Cancelled { name }));
-        }
-        let refused = matches!(told, Some(Told::Refused)).then(|| listening.refused());
-        // Told (a signal, or the hub's connection failed and a signal may be lost with it) or
-        // at its time, it tries. Should the caller's future be dropped meanwhile (its runtime
-        // ended), what the try may take is given back.
-        let mut unattended = GiveBack(Some(self));
-        listening.ear.mailbox.trying(told.is_some());
-        let tried = self.try_short(wait, cancel, true).await;
-        listening.ear.mailbox.trying(false);
-        unattended.0 = None;
-        match (tried, refused.flatten()) {
-            // Refused the wait, it may still have found the lock free.
-            (Ok(Tried::Busy { .. }), Some(e)) => Err(self.refused(e)),
-            // The try never went out, the server being away: it looks at the lock again
-            // after pauses until the server is back.
-            (Err(Error::Redis(e)), _) if e.is_io_error() || e.is_connection_refusal() => {
-                self.look(wait, cancel).await
-            }
-            (tried, _) => tried,
-        }
-    }
-
-    /// The try the hub carries for it: wakes the hub, so that its `BLPOP` ends and the try
-    /// behind it runs now, and waits for the try's replies. Not back by the I/O deadline, the
-    /// try is settled as any lost reply: its connection closed, the lock read.
-    async fn land(
-        &self,
-        listening: &Listener,
-        wait: Wait,
-        cancel: &CancelToken,
-    ) -> Result<Tried, Error> {
-        let since = Instant::now();
-        let deadline = self.io_deadline(wait);
-        self.wake(&listening.wake_hub(), wait).await;
-        let never = CancelToken::new();
-        loop {
-            match listening.heard() {
-                Heard::Landed(landed) => return self.after_carried(landed, wait, cancel).await,
-                Heard::Carried(on) if Instant::now() >= deadline => {
-                    listening.settled();
-                    let error = redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "the reply of a try behind the waiting connection's BLPOP did not come",
-                    ));
-                    return self.settle_try(on, error, since, wait, cancel).await;
-                }
-                Heard::Carried(_) => {
-                    R::mail(&listening.ear.mailbox, Some(deadline), &never).await;
-                }
-                Heard::OnItsOwn => return self.try_short(wait, cancel, true).await,
-            }
-        }
+        waiter.run().await
     }
 
     /// What the try the hub carried behind its `BLPOP` came to, settled as a try of its own
@@ -292,17 +114,6 @@ impl<R: Runtime> Inner<R> {
         if let Err(e) = send(&*self.transport, wake, self.io_deadline(wait)).await {
             log::debug!("lock {:?}: the hub was not woken: {e:?}", self.name());
         }
-    }
-
-    /// Leaves the lock's waiters without the lock, passing on a signal it was told and did
-    /// not act on, which no other waiter of the process can take; and, the last of them,
-    /// sees that the hub no longer holds a signal of the lock (see [`Inner::unlisten`]).
-    async fn stop_listening(&self, listener: Option<Listener>, wait: Wait) {
-        let Some(listener) = listener else { return };
-        if listener.leave() {
-            self.pass_on(wait).await;
-        }
-        self.unlisten(self.io_deadline(wait)).await;
     }
 
     /// When the process's hub still blocks on the lock's signal list with no waiter of it
@@ -653,15 +464,204 @@ impl<R: Runtime> Drop for GiveBack<'_, R> {
     }
 }
 
-/// A waiter's place at the hub, for the whole acquire. Should the acquire's future be dropped
-/// while the hub carries its try (its runtime ended), the connection the try went out on is
-/// closed and what the try took given back, as for a try of its own (see [`GiveBack`]).
-struct Listening<'a, R: Runtime> {
-    inner: &'a Inner<R>,
+/// One acquire call of a plain lock, under way: a thin loop of I/O around its
+/// [`LockWait`], which decides every step, and its place among the process's waiters on the
+/// lock (taken at its first block, kept to its end). Should its future be dropped while the hub
+/// carries its try (its runtime ended), the connection the try went out on is closed and what
+/// the try took given back, as for a try of its own (see [`GiveBack`]).
+struct Waiter<'a, R: Runtime> {
+    inner: &'a Arc<Inner<R>>,
+    wait: Wait,
+    cancel: &'a CancelToken,
+    machine: LockWait,
     listener: Option<Listener>,
 }
 
-impl<R: Runtime> Drop for Listening<'_, R> {
+impl<R: Runtime> Waiter<'_, R> {
+    /// Does what each step says until the lock is the caller's or the call is over.
+    async fn run(&mut self) -> Result<Option<Taken>, Error> {
+        let (inner, wait, cancel) = (self.inner, self.wait, self.cancel);
+        let behind = inner.hub.behind(&inner.keys.signal);
+        let mut step = self.machine.start(behind, Instant::now());
+        loop {
+            step = match step {
+                Step::Try { woken } => {
+                    let tried = inner.try_short(wait, cancel, woken).await?;
+                    self.after(tried).await?
+                }
+                Step::Block { until } => self.block(until).await?,
+                Step::Land => {
+                    let tried = self.land().await?;
+                    self.after(tried).await?
+                }
+                Step::Hand {
+                    valid_until,
+                    token,
+                    handed_over,
+                } => {
+                    if handed_over {
+                        observe::handoff(&inner.settings.label);
+                    }
+                    return inner.acquired(valid_until, token).map(Some);
+                }
+                Step::GiveBack => {
+                    inner.unlock_quietly().await;
+                    return Err(inner.error(|name| Error::Cancelled { name }));
+                }
+                Step::End(end) => {
+                    self.stop_listening().await;
+                    return match end {
+                        End::TimedOut => {
+                            log::debug!("lock {:?}: not acquired in time", inner.name());
+                            Ok(None)
+                        }
+                        End::Cancelled => Err(inner.error(|name| Error::Cancelled { name })),
+                        End::AlreadyAcquired => {
+                            Err(inner.error(|name| Error::AlreadyAcquired { name }))
+                        }
+                    };
+                }
+            };
+        }
+    }
+
+    /// The step after what a try came to. A lock taken is confirmed as the machine says
+    /// before it counts; the signal a wait was told meanwhile is stale then.
+    async fn after(&mut self, tried: Tried) -> Result<Step, Error> {
+        let inner = self.inner;
+        let now = Instant::now();
+        let (valid_until, token, attempt, acks) = match tried {
+            Tried::Busy { owner, pttl, at } => {
+                let ours = inner.is_ours(owner.as_deref());
+                let carried = self.listener.as_ref().is_some_and(Listener::carried);
+                let cancelled = self.cancel.is_cancelled();
+                return Ok(self.machine.busy(ours, pttl, at, cancelled, carried));
+            }
+            Tried::Acquired {
+                valid_until,
+                token,
+                attempt,
+                acks,
+            } => (valid_until, token, attempt, acks),
+        };
+        if let Some(listener) = self.listener.take() {
+            listener.leave();
+        }
+        let extend = self.machine.taken(&attempt, !matches!(acks, Ok(None)), now);
+        let confirming = inner.settings.expire_ms.filter(|_| extend);
+        let confirmed = inner.confirm_taken(self.wait, confirming, valid_until, acks);
+        let confirmed = confirmed.await?;
+        Ok((self.machine).confirmed(confirmed, token, self.cancel.is_cancelled()))
+    }
+
+    /// Waits for a release's signal, which the process's hub brings, until `until` at the
+    /// latest (the holder's expiry, or the deadline: the waiter keeps its own time), then
+    /// tries. The first wait takes a place among the process's waiters on the lock. While it
+    /// waits, the hub may carry its try behind its `BLPOP` (see [`Ear`](super::hub::Ear)).
+    async fn block(&mut self, until: Instant) -> Result<Step, Error> {
+        let (inner, wait, cancel) = (self.inner, self.wait, self.cancel);
+        let listening = self.listener.get_or_insert_with(|| {
+            let one_server = inner.transport.blocking().one_server_decides();
+            let carried = one_server.then(|| inner.try_request());
+            inner
+                .hub
+                .listen(&inner.keys, carried, inner.leasing.release())
+        });
+        if let Some(wake) = listening.wake() {
+            // Not heard, the signal list is listened on at the end of the hub's `BLPOP`; a
+            // signal waits there until then.
+            inner.wake(&wake, wait).await;
+        }
+        listening.block().map_err(Error::Thread)?;
+        if listening.waiting(until) {
+            // First again after a try of its own: the hub's `BLPOP` is to carry its try.
+            inner.wake(&listening.wake_hub(), wait).await;
+        }
+        let mailbox = listening.ear.mailbox.clone();
+        let told = R::mail(&mailbox, Some(until), cancel).await;
+        if told.is_some() {
+            observe::handoff_step("woken", &inner.keys.signal);
+        }
+        let tried = match listening.heard() {
+            Heard::Landed(landed) => inner.after_carried(landed, wait, cancel).await?,
+            // At its time, or on a cancel, with its try behind the hub's `BLPOP`.
+            Heard::Carried(_) => self.land().await?,
+            Heard::OnItsOwn => {
+                let refused = matches!(told, Some(Told::Refused)).then(|| listening.refused());
+                let step = self.machine.woke(told.is_some(), cancel.is_cancelled());
+                let Step::Try { woken } = step else {
+                    return Ok(step);
+                };
+                // Told (a signal, or the hub's connection failed and a signal may be lost
+                // with it) or at its time, it tries. Should the caller's future be dropped
+                // meanwhile (its runtime ended), what the try may take is given back.
+                let mut unattended = GiveBack(Some(inner));
+                mailbox.trying(told.is_some());
+                let tried = inner.try_short(wait, cancel, woken).await;
+                mailbox.trying(false);
+                unattended.0 = None;
+                match (tried, refused.flatten()) {
+                    // Refused the wait, it may still have found the lock free.
+                    (Ok(Tried::Busy { .. }), Some(e)) => return Err(inner.refused(e)),
+                    // The try never went out, the server being away: it looks at the lock
+                    // again after pauses until the server is back.
+                    (Err(Error::Redis(e)), _) if e.is_io_error() || e.is_connection_refusal() => {
+                        inner.look(wait, cancel).await?
+                    }
+                    (tried, _) => tried?,
+                }
+            }
+        };
+        self.after(tried).await
+    }
+
+    /// The try the hub carries for it: wakes the hub, so that its `BLPOP` ends and the try
+    /// behind it runs now, and waits for the try's replies. Not back by the I/O deadline, the
+    /// try is settled as any lost reply: its connection closed, the lock read.
+    async fn land(&self) -> Result<Tried, Error> {
+        let (inner, wait, cancel) = (self.inner, self.wait, self.cancel);
+        let Some(listening) = &self.listener else {
+            return inner.try_short(wait, cancel, true).await;
+        };
+        let since = Instant::now();
+        let deadline = inner.io_deadline(wait);
+        inner.wake(&listening.wake_hub(), wait).await;
+        let never = CancelToken::new();
+        loop {
+            match listening.heard() {
+                Heard::Landed(landed) => return inner.after_carried(landed, wait, cancel).await,
+                Heard::Carried(on) if Instant::now() >= deadline => {
+                    listening.settled();
+                    let error = redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the reply of a try behind the waiting connection's BLPOP did not come",
+                    ));
+                    return inner.settle_try(on, error, since, wait, cancel).await;
+                }
+                Heard::Carried(_) => {
+                    R::mail(&listening.ear.mailbox, Some(deadline), &never).await;
+                }
+                Heard::OnItsOwn => return inner.try_short(wait, cancel, true).await,
+            }
+        }
+    }
+
+    /// Leaves the lock's waiters without the lock, passing on a signal it was told and did
+    /// not act on, which no other waiter of the process can take; and, the last of them,
+    /// sees that the hub no longer holds a signal of the lock (see [`Inner::unlisten`]).
+    async fn stop_listening(&mut self) {
+        let Some(listener) = self.listener.take() else {
+            return;
+        };
+        let (inner, wait) = (self.inner, self.wait);
+        if listener.leave() {
+            inner.pass_on(wait).await;
+        }
+        inner.unlisten(inner.io_deadline(wait)).await;
+    }
+}
+
+impl<R: Runtime> Drop for Waiter<'_, R> {
     fn drop(&mut self) {
         let Some(listener) = &self.listener else {
             return;

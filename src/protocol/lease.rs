@@ -4,11 +4,6 @@ use std::time::{Duration, Instant};
 
 use super::lock::Pttl;
 
-/// The longest single `BLPOP`. A waiter that missed its wake-up signal (it was paused for longer
-/// than `signal_expire`, or its connection dropped just as the signal came) tries the lock again
-/// after at most this long, even when the holder has no expiry and the caller no timeout.
-pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(5);
-
 /// How long a caller waits for the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Wait {
@@ -71,73 +66,6 @@ impl Handover {
             Wait::Until(_) | Wait::Never => Handover::TooLate,
         }
     }
-}
-
-/// How many more times a single try goes again when it found the lock free mid-try.
-const FREE_RETRIES: u8 = 2;
-
-/// The waiting side of one acquire call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Waiting {
-    wait: Wait,
-    free_retries: u8,
-}
-
-impl Waiting {
-    /// The waiting side of an acquire that waits as `wait` says.
-    pub fn new(wait: Wait) -> Self {
-        Waiting {
-            wait,
-            free_retries: FREE_RETRIES,
-        }
-    }
-
-    /// What to do after a try whose reply came at `now` found the lock busy for `pttl`. A
-    /// single try that found the lock free by the time it looked (the holder let go between
-    /// its commands, or a lost reply was settled by reading) is not over yet: it goes again,
-    /// a bounded number of times.
-    pub fn after_busy(&mut self, now: Instant, pttl: Pttl) -> Next {
-        match self.wait {
-            Wait::Never if pttl == Pttl::Gone && self.free_retries > 0 => {
-                self.free_retries -= 1;
-                Next::TryNow
-            }
-            Wait::Never => Next::GiveUp,
-            Wait::Until(deadline) => next(now, Some(deadline), pttl),
-            Wait::Forever => next(now, None, pttl),
-        }
-    }
-}
-
-/// What to do after a try found the lock busy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Next {
-    /// The lock came free during the try: try again at once.
-    TryNow,
-    /// Block in `BLPOP` for this long, counted from when the busy reply arrived.
-    Block(Duration),
-    /// The caller's deadline has passed.
-    GiveUp,
-}
-
-/// How long to block after a busy try whose reply arrived at `now`: until the holder's expiry
-/// + 1 ms (so the next try finds the key gone), the caller's deadline, or [`MAX_BLOCK`],
-///   whichever comes first.
-fn next(now: Instant, deadline: Option<Instant>, pttl: Pttl) -> Next {
-    let mut block = MAX_BLOCK;
-    if let Some(deadline) = deadline {
-        let remaining = deadline.saturating_duration_since(now);
-        if remaining.is_zero() {
-            return Next::GiveUp;
-        }
-        block = block.min(remaining);
-    }
-    match pttl {
-        Pttl::Gone => return Next::TryNow,
-        Pttl::Forever => {}
-        Pttl::Left(left) => block = block.min(left + Duration::from_millis(1)),
-    }
-    Next::Block(block)
 }
 
 /// The share of the expiry (one part in this many) that a woken grant of a holder that does
@@ -341,61 +269,6 @@ mod tests {
         assert_eq!(
             Handover::after(Some(now), ms(0), Wait::Never, now),
             Handover::Now
-        );
-    }
-
-    #[test]
-    fn a_wait_ends_one_millisecond_after_the_holders_expiry() {
-        let now = Instant::now();
-        assert_eq!(next(now, None, Pttl::Left(ms(250))), Next::Block(ms(251)));
-    }
-
-    #[test]
-    fn a_wait_ends_at_the_callers_deadline() {
-        let now = Instant::now();
-        let deadline = Some(now + ms(40));
-        assert_eq!(
-            next(now, deadline, Pttl::Left(ms(250))),
-            Next::Block(ms(40))
-        );
-        assert_eq!(next(now, deadline, Pttl::Forever), Next::Block(ms(40)));
-    }
-
-    #[test]
-    fn a_lock_without_expiry_and_no_deadline_is_waited_on_at_most_max_block() {
-        assert_eq!(
-            next(Instant::now(), None, Pttl::Forever),
-            Next::Block(MAX_BLOCK)
-        );
-    }
-
-    #[test]
-    fn a_key_gone_during_the_try_is_tried_again_at_once() {
-        let now = Instant::now();
-        assert_eq!(next(now, Some(now + ms(100)), Pttl::Gone), Next::TryNow);
-    }
-
-    #[test]
-    fn a_passed_deadline_gives_up_even_on_a_free_lock() {
-        let now = Instant::now();
-        assert_eq!(next(now, Some(now), Pttl::Gone), Next::GiveUp);
-    }
-
-    #[test]
-    fn a_single_try_goes_again_on_a_lock_found_free_but_only_twice() {
-        let now = Instant::now();
-        let mut waiting = Waiting::new(Wait::Never);
-        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::TryNow);
-        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::TryNow);
-        assert_eq!(waiting.after_busy(now, Pttl::Gone), Next::GiveUp);
-    }
-
-    #[test]
-    fn a_single_try_gives_up_on_a_held_lock() {
-        let mut waiting = Waiting::new(Wait::Never);
-        assert_eq!(
-            waiting.after_busy(Instant::now(), Pttl::Forever),
-            Next::GiveUp
         );
     }
 

@@ -11,6 +11,7 @@ pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod leasing;
 pub(crate) mod lock;
+pub(crate) mod lock_wait;
 pub(crate) mod primitive;
 pub(crate) mod queue;
 pub(crate) mod quorum;

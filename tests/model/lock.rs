@@ -1,7 +1,7 @@
 //! The plain lock's model (docs/model.md, "The plain lock model"): python-redis-lock's keys on
 //! one server (`server.rs`, the scripts' rules), and clients that drive the crate's own state
-//! machines (`Waiting`, `Lease`, `valid_from_read`, `renewal_due`) through tries, waits in
-//! `BLPOP`, holds, renewals and releases, with replies that come late or never. The checker
+//! machines (`LockWait`, `Lease`, `valid_from_read`, `renewal_due`) through tries, waits in
+//! `BLPOP`, confirms, holds, renewals and releases, with replies that come late or never. The checker
 //! explores every interleaving within the bounds; `differential.rs` holds the server rules
 //! against the real scripts on a `redis-server`.
 
@@ -11,7 +11,7 @@ mod server;
 use std::time::{Duration, Instant};
 
 use redis_blpop_lock::model::{
-    renewal_due, valid_from_read, Attempting, Lease, LockNext, Pttl, Wait, Waiting,
+    renewal_due, valid_from_read, Attempting, Lease, LockStep, LockWait, Pttl, Terms, Wait,
 };
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
@@ -23,6 +23,12 @@ const TICK_MS: u64 = 100;
 const EXPIRE: Tick = 3;
 /// The wake-up signal's expiry, in ticks: a waiter that is slow to `BLPOP` can miss it.
 const SIGNAL_EXPIRE: Tick = 2;
+/// What a take needs before it counts: the lock expires, its holder renews, no replicas.
+const TERMS: Terms = Terms {
+    expire: Some(Duration::from_millis(EXPIRE as u64 * TICK_MS)),
+    renewing: true,
+    replicated: false,
+};
 /// How far a waiter with a deadline waits, in ticks.
 const PATIENCE: Tick = 5;
 /// Where the clock stops: past it, the clients finish what they are doing at that instant.
@@ -36,6 +42,7 @@ const MIN_STATES: usize = 320_000;
 
 const WOKEN: &str = "a waiter is woken by a release";
 const SETTLED: &str = "a lost reply is settled into a hold";
+const CONFIRMED: &str = "a slow take after a wait is confirmed by an extend into a hold";
 const TAKEN_OVER: &str = "a paused holder's lock is taken over after its expiry";
 
 /// The depth the checker explores to: `MODEL_DEPTH`, else `default`.
@@ -76,22 +83,31 @@ enum Flight<R> {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Idle,
-    /// A try sent at tick `sent`.
+    /// A try sent at tick `sent`; `woken`: after a wait.
     Trying {
         sent: Tick,
-        waiting: Waiting,
+        woken: bool,
+        waiting: LockWait,
         reply: Flight<TryReply>,
     },
     /// In `BLPOP` on the signal list until a signal comes or `until`.
     Blocked {
-        waiting: Waiting,
+        waiting: LockWait,
         until: Instant,
+    },
+    /// A lock just taken, confirmed by an extend sent at `sent` before it counts, as the
+    /// crate's `LockWait` asks for a take after a wait whose count left too little of it.
+    Confirming {
+        waiting: LockWait,
+        token: Option<u64>,
+        sent: Tick,
+        reply: Flight<ExtendReply>,
     },
     /// A try's reply was lost: its connection is closed (so it cannot run later) and the lock
     /// read, by a read sent at `sent`.
     Settling {
         sent: Tick,
-        waiting: Waiting,
+        waiting: LockWait,
         reply: Flight<Read>,
     },
     Holding {
@@ -130,9 +146,11 @@ struct State {
     top_token: Option<(u64, usize, u64)>,
     fence_in_order: bool,
     /// Non-vacuity: a waiter took a release's signal; a lost reply was settled into a hold; a
-    /// holder's lease passed while it was paused and another client then held the lock.
+    /// take was confirmed into a hold; a holder's lease passed while it was paused and another
+    /// client then held the lock.
     woken_by_release: bool,
     settled_into_hold: bool,
+    confirmed_into_hold: bool,
     taken_over: bool,
 }
 
@@ -162,6 +180,8 @@ struct LockModel {
     clients: usize,
     acquisitions: u8,
     broken: Broken,
+    /// Replies may be lost, and settles fail.
+    lossy: bool,
 }
 
 impl LockModel {
@@ -171,6 +191,15 @@ impl LockModel {
             clients,
             acquisitions,
             broken,
+            lossy: true,
+        }
+    }
+
+    /// The model without lost replies: fewer states, so longer paths within the same time.
+    fn reliable(self) -> LockModel {
+        LockModel {
+            lossy: false,
+            ..self
         }
     }
 
@@ -200,20 +229,65 @@ impl LockModel {
         }
     }
 
-    /// What a try found busy leads to, as the crate's `Waiting` says.
-    fn after_busy(&self, now: Tick, mut waiting: Waiting, pttl: Pttl) -> Phase {
-        match waiting.after_busy(self.at(now), pttl) {
-            LockNext::TryNow => Phase::Trying {
+    /// What the crate's `LockWait` says next, done at tick `now` by `client`.
+    fn enter(&self, client: &mut Client, now: Tick, waiting: LockWait, step: LockStep) -> Phase {
+        match step {
+            LockStep::Try { woken } => Phase::Trying {
                 sent: now,
+                woken,
                 waiting,
                 reply: Flight::Sent,
             },
-            LockNext::Block(block) => Phase::Blocked {
-                waiting,
-                until: self.at(now) + block,
-            },
-            LockNext::GiveUp => Phase::Idle,
+            LockStep::Block { until } => Phase::Blocked { waiting, until },
+            LockStep::Hand {
+                valid_until, token, ..
+            } => {
+                client.epoch += 1;
+                Phase::Holding {
+                    lease: Lease::new(client.epoch, self.at(now), valid_until, token),
+                }
+            }
+            // Nothing here cancels, and no hub carries a try (`Land`, `GiveBack`).
+            LockStep::End(_) | LockStep::Land | LockStep::GiveBack => Phase::Idle,
         }
+    }
+
+    /// What a try found busy for `ttl` at tick `now` leads to, as the crate's `LockWait`
+    /// says; held by the client itself if `ours`.
+    fn after_busy(
+        &self,
+        client: &mut Client,
+        now: Tick,
+        mut waiting: LockWait,
+        ours: bool,
+        ttl: Option<Ttl>,
+    ) -> Phase {
+        let step = waiting.busy(ours, pttl(ttl), self.at(now), false, false);
+        self.enter(client, now, waiting, step)
+    }
+
+    /// A lock taken at tick `now` by a try counted as `attempt`, valid until `valid_until`,
+    /// with `token`: held at once, or first confirmed by an extend, as the crate's `LockWait`
+    /// says.
+    fn taken(
+        &self,
+        client: &mut Client,
+        now: Tick,
+        mut waiting: LockWait,
+        attempt: Attempting,
+        (valid_until, token): (Option<Instant>, Option<u64>),
+    ) -> Phase {
+        // No replicas are asked for: no `WAIT` acknowledges it.
+        if waiting.taken(&attempt, false, self.at(now)) {
+            return Phase::Confirming {
+                waiting,
+                token,
+                sent: now,
+                reply: Flight::Sent,
+            };
+        }
+        let step = waiting.confirmed(Some(valid_until), token, false);
+        self.enter(client, now, waiting, step)
     }
 
     /// The client's request runs on the server.
@@ -227,7 +301,9 @@ impl LockModel {
             Phase::Settling { reply, .. } if *reply == Flight::Sent => {
                 *reply = Flight::Answered(server.read());
             }
-            Phase::Renewing { reply, .. } if *reply == Flight::Sent => {
+            Phase::Renewing { reply, .. } | Phase::Confirming { reply, .. }
+                if *reply == Flight::Sent =>
+            {
                 *reply = Flight::Answered(server.extend(id, EXPIRE));
             }
             Phase::Releasing { reply } if *reply == Flight::Sent => {
@@ -250,26 +326,26 @@ impl LockModel {
         client.phase = match client.phase.clone() {
             Phase::Trying {
                 sent,
+                woken,
                 waiting,
                 reply: Flight::Answered(answer),
             } => match answer {
                 TryReply::Acquired(token) => {
-                    client.epoch += 1;
                     // Valid from the send, as the crate's `Attempting` counts it: the key was
                     // set no earlier than that.
                     let from = match self.broken {
                         Broken::LeaseFromReply => now,
                         _ => sent,
                     };
-                    let until =
-                        Attempting::new(self.at(from), false).valid_until(Some(ticks(EXPIRE)));
-                    Phase::Holding {
-                        lease: Lease::new(client.epoch, self.at(now), until, token),
-                    }
+                    let attempt = Attempting::new(self.at(from), woken);
+                    let until = attempt.valid_until(Some(ticks(EXPIRE)));
+                    self.taken(client, now, waiting, attempt, (until, token))
                 }
                 // Its own id: the crate's `AlreadyAcquired`, which this model never reaches.
-                TryReply::Busy { owner, .. } if usize::from(owner) == i => Phase::Idle,
-                TryReply::Busy { ttl, .. } => self.after_busy(now, waiting, pttl(Some(ttl))),
+                TryReply::Busy { owner, ttl } => {
+                    let ours = usize::from(owner) == i;
+                    self.after_busy(client, now, waiting, ours, Some(ttl))
+                }
             },
             Phase::Settling {
                 sent,
@@ -277,15 +353,31 @@ impl LockModel {
                 reply: Flight::Answered(read),
             } => {
                 if read.owner.is_some_and(|o| usize::from(o) == i) {
-                    client.epoch += 1;
                     s.settled_into_hold = true;
+                    // Found by a read: counted from the read's send, as the crate does.
+                    let attempt = Attempting::new(self.at(sent), false);
                     let until = valid_from_read(self.at(sent), pttl(read.ttl));
-                    Phase::Holding {
-                        lease: Lease::new(client.epoch, self.at(now), until, read.fence),
-                    }
+                    self.taken(client, now, waiting, attempt, (until, read.fence))
                 } else {
-                    self.after_busy(now, waiting, pttl(read.ttl))
+                    self.after_busy(client, now, waiting, false, read.ttl)
                 }
+            }
+            Phase::Confirming {
+                mut waiting,
+                token,
+                sent,
+                reply: Flight::Answered(answer),
+            } => {
+                // Valid from the extend's send; not ours, it holds nothing and tries again.
+                let confirmed = match answer {
+                    ExtendReply::Yes | ExtendReply::NoExpiry => {
+                        Some(Attempting::new(self.at(sent), false).valid_until(Some(ticks(EXPIRE))))
+                    }
+                    ExtendReply::NotOurs => None,
+                };
+                s.confirmed_into_hold |= confirmed.is_some();
+                let step = waiting.confirmed(confirmed, token, false);
+                self.enter(client, now, waiting, step)
             }
             Phase::Renewing {
                 mut lease,
@@ -332,6 +424,18 @@ impl LockModel {
                 ..
             } => Phase::Renewing {
                 lease,
+                sent: now,
+                reply: Flight::Sent,
+            },
+            // An extend is safe to send again.
+            Phase::Confirming {
+                waiting,
+                token,
+                reply: Flight::Answered(_),
+                ..
+            } => Phase::Confirming {
+                waiting,
+                token,
                 sent: now,
                 reply: Flight::Sent,
             },
@@ -400,6 +504,7 @@ impl LockModel {
             Phase::Trying { sent, reply, .. } => format!("trying (sent t{sent}, {reply:?})"),
             Phase::Blocked { until, .. } => format!("in BLPOP until t{}", self.tick_of(*until)),
             Phase::Settling { sent, .. } => format!("settling (read sent t{sent})"),
+            Phase::Confirming { sent, .. } => format!("confirming (extend sent t{sent})"),
             Phase::Holding { lease } => format!("holds, {}", lease_text(lease)),
             Phase::Renewing { lease, .. } => format!("renewing, {}", lease_text(lease)),
             Phase::Releasing { .. } => "releasing".into(),
@@ -457,6 +562,7 @@ impl Model for LockModel {
             fence_in_order: true,
             woken_by_release: false,
             settled_into_hold: false,
+            confirmed_into_hold: false,
             taken_over: false,
         }]
     }
@@ -494,10 +600,14 @@ impl Model for LockModel {
                     reply: Flight::Sent,
                     ..
                 }
+                | Phase::Confirming {
+                    reply: Flight::Sent,
+                    ..
+                }
                 | Phase::Releasing {
                     reply: Flight::Sent,
                 } => actions.push(Action::Run(i)),
-                Phase::Renewing { .. } | Phase::Releasing { .. } => {
+                Phase::Renewing { .. } | Phase::Confirming { .. } | Phase::Releasing { .. } => {
                     actions.push(Action::Reply(i));
                     actions.push(Action::Lose(i));
                 }
@@ -521,6 +631,9 @@ impl Model for LockModel {
                 Phase::Unsure => actions.push(Action::Run(i)),
             }
         }
+        if !self.lossy {
+            actions.retain(|a| !matches!(a, Action::Lose(_) | Action::SettleFails(_)));
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -535,11 +648,10 @@ impl Model for LockModel {
                 };
                 let client = &mut s.clients[i];
                 client.left -= 1;
-                client.phase = Phase::Trying {
-                    sent: now,
-                    waiting: Waiting::new(wait),
-                    reply: Flight::Sent,
-                };
+                let mut waiting = LockWait::new(wait, TERMS);
+                // No other waiter of its process is ahead of it.
+                let step = waiting.start(None, self.at(now));
+                client.phase = self.enter(client, now, waiting, step);
             }
             Action::Run(i) => self.run(&mut s, i)?,
             Action::Reply(i) => self.reply(&mut s, i)?,
@@ -550,14 +662,12 @@ impl Model for LockModel {
                     s.server.pop_signal();
                     s.woken_by_release = true;
                 }
-                let Phase::Blocked { waiting, .. } = s.clients[i].phase.clone() else {
+                let Phase::Blocked { mut waiting, .. } = s.clients[i].phase.clone() else {
                     return None;
                 };
-                s.clients[i].phase = Phase::Trying {
-                    sent: now,
-                    waiting,
-                    reply: Flight::Sent,
-                };
+                let step = waiting.woke(action == Action::Woken(i), false);
+                let client = &mut s.clients[i];
+                client.phase = self.enter(client, now, waiting, step);
             }
             Action::Renew(i) => {
                 let Phase::Holding { lease } = s.clients[i].phase else {
@@ -580,7 +690,7 @@ impl Model for LockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("at most one believed holder", |m: &LockModel, s| {
                 m.believers(s).count() <= 1
             }),
@@ -590,7 +700,14 @@ impl Model for LockModel {
             Property::sometimes(WOKEN, |_, s: &State| s.woken_by_release),
             Property::sometimes(SETTLED, |_, s: &State| s.settled_into_hold),
             Property::sometimes(TAKEN_OVER, |_, s: &State| s.taken_over),
-        ]
+        ];
+        // A confirm takes a longer path than the lossy model's depth reaches.
+        if !self.lossy {
+            properties.push(Property::sometimes(CONFIRMED, |_, s: &State| {
+                s.confirmed_into_hold
+            }));
+        }
+        properties
     }
 }
 
@@ -664,6 +781,22 @@ fn at_most_one_client_believes_it_holds_the_lock_and_tokens_grow_in_grant_order(
             "the model explored {} states, fewer than {MIN_STATES}: it shrank",
             checker.unique_state_count()
         );
+    }
+}
+
+/// A take after a wait whose reply came late is confirmed by an extend before it counts: a
+/// longer path than the depth above reaches, explored with one acquisition per client and no
+/// lost replies.
+#[test]
+fn a_slow_take_after_a_wait_is_confirmed_before_it_counts_and_safety_holds_meanwhile() {
+    let model = LockModel::new(2, 1, Broken::Nothing).reliable();
+    let checker = explore(model, model_depth(17), false);
+    checker.assert_no_discovery("at most one believed holder");
+    checker.assert_no_discovery("fencing tokens grow in grant order");
+    let path = checker.assert_any_discovery(CONFIRMED);
+    println!("example of {CONFIRMED:?}:");
+    for line in checker.model().trace(&path) {
+        println!("  {line}");
     }
 }
 
