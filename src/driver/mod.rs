@@ -1,9 +1,11 @@
 //! The driver: a handle's engine, written once, as futures, for both APIs and every
 //! primitive. Over the transport layer's sending (`crate::transport::send`) it keeps what the
 //! handle knows (the lease) and runs the paths of a hold's life, one file each:
-//! - [`Inner::take`], the one acquire path: [`acquire`] for python-redis-lock's lock (one try,
-//!   then a wait for a wake-up signal and another try), [`acquire_line`] for the queue engine's
-//!   primitives (a place in [`line`], the wait in line, then the grant claimed);
+//! - [`take`]: [`Inner::take`], the one acquire path, what comes before an acquire and what
+//!   every acquisition starts with; between them [`acquire`] for python-redis-lock's lock (one
+//!   try, then a wait for a wake-up signal and another try, as
+//!   [`LockWait`](crate::protocol::lock_wait::LockWait) decides), [`acquire_line`] for the queue
+//!   engine's primitives (a place in [`line`], the wait in line, then the grant claimed);
 //! - [`failover`]: an acquisition made just after a failover, held back until no holder of
 //!   the old primary can believe it holds;
 //! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
@@ -26,6 +28,7 @@ pub(crate) mod hub;
 pub(crate) mod line;
 pub(crate) mod renew;
 mod settle;
+mod take;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -43,7 +46,7 @@ use parking_lot::Mutex;
 use crate::config::settings::Settings;
 use crate::observe::Hold;
 use crate::protocol::keys::{Keys, QueueKeys};
-use crate::protocol::lease::{Attempting, Belief, Handover, Wait};
+use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::leasing::{Leasing, LockLeasing, QueueLeasing};
 use crate::protocol::lock::{Observed, Pttl};
 use crate::protocol::primitive::Primitive;
@@ -53,7 +56,6 @@ use crate::transport::send::{send_repeatable, Answered, AnyTransport};
 use crate::transport::timer::Alarm;
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
-use failover::Handed;
 use hub::{Hub, Mailbox, Told};
 use line::Line;
 use tokens::TokensSeen;
@@ -326,40 +328,6 @@ impl<R: Runtime> Inner<R> {
     /// Its place on the queue engine (see `place`); `None` for a plain lock.
     pub(crate) fn place(&self) -> Option<&Place> {
         self.place.as_ref()
-    }
-
-    /// Takes the lock (or a hold on the queue engine) as `wait` allows: the acquisition, or
-    /// `None` when the wait ended first. The acquire path of every primitive.
-    pub(crate) async fn take(
-        self: &Arc<Self>,
-        wait: Wait,
-        cancel: &CancelToken,
-    ) -> Result<Option<Taken>, Error> {
-        loop {
-            // Nothing taken on a new primary could be handed over in time: nothing is taken.
-            if self.handover(wait) == Handover::TooLate {
-                return Ok(None);
-            }
-            self.state.lock().token_floor = self.tokens.floor();
-            // Boxed: an acquire's future is large (debug builds most of all), and the blocking
-            // API polls it on the caller's thread, whose stack may be small.
-            let taken = match &self.place {
-                Some(place) => Box::pin(self.acquire_in_line(place, wait, cancel)).await?,
-                None => Box::pin(self.acquire(wait, cancel)).await?,
-            };
-            let Some(taken) = taken else {
-                return Ok(None);
-            };
-            // Nearly always: no switch was seen, and the hand-over needs no future (boxed).
-            if self.handover(wait) == Handover::Now {
-                return Ok(Some(taken));
-            }
-            match Box::pin(self.hand_over(taken, wait, cancel)).await? {
-                Handed::Over(taken) => return Ok(Some(taken)),
-                Handed::Nothing => return Ok(None),
-                Handed::Again => {}
-            }
-        }
     }
 
     /// The line of `place`, as this handle's waits reach it.

@@ -126,6 +126,44 @@ impl<R: Runtime> Inner<R> {
             pause = longer(pause);
         }
     }
+
+    /// When a step that keeps failing for want of a connection stops trying: the caller's
+    /// deadline plus the grace, or the I/O timeout when there is none.
+    pub(crate) fn give_up(&self, wait: Wait) -> Instant {
+        match wait {
+            Wait::Until(deadline) => deadline + self.settings.grace(),
+            Wait::Never | Wait::Forever => Instant::now() + self.settings.io_timeout,
+        }
+    }
+
+    /// A step's outcome, or `None` after a pause when it failed for want of a connection and
+    /// there is time to try again before `give_up`. Backoff for a server that is away, never
+    /// a way of waiting for the lock.
+    pub(crate) async fn away<O>(
+        &self,
+        outcome: Result<O, Error>,
+        give_up: Instant,
+        pause: &mut Duration,
+        cancel: &CancelToken,
+    ) -> Option<Result<O, Error>> {
+        let error = match outcome {
+            Err(Error::Redis(e)) if e.is_io_error() || e.is_connection_refusal() => e,
+            other => return Some(other),
+        };
+        let left = give_up.saturating_duration_since(Instant::now());
+        if left <= *pause {
+            return Some(Err(error.into()));
+        }
+        log::debug!(
+            "lock {:?}: server away ({error}); trying again",
+            self.name()
+        );
+        if R::pause(*pause, cancel).await {
+            return Some(Err(self.error(|name| Error::Cancelled { name })));
+        }
+        *pause = longer(*pause);
+        None
+    }
 }
 
 /// The settling of an unsure belief, taken by a call of the handle or by a step of the
