@@ -190,6 +190,7 @@ pub(crate) fn evicting_server(policy: &str, warning: &str) {
     log::warn!("{warning}");
     #[cfg(feature = "metrics")]
     metrics::gauge!("redis_lock_evicting_servers", "policy" => policy.to_owned()).increment(1.0);
+    let _ = policy;
 }
 
 /// Lock `name` (or a queue primitive's acquisition of it) handed out `token`, not above

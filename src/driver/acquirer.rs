@@ -168,7 +168,7 @@ impl<R: Runtime> Acquisition<R> {
     }
 
     pub(crate) fn lost(&self) -> bool {
-        self.inner.lost_since(self.epoch)
+        self.inner.known.lost_since(self.epoch)
     }
 
     /// Its id in the primitive's keys.
@@ -182,12 +182,12 @@ impl<R: Runtime> Acquisition<R> {
     }
 
     pub(crate) fn fencing_token(&self) -> Option<u64> {
-        self.inner.fencing_token()
+        self.inner.known.fencing_token()
     }
 
     /// The token cancelled when it is lost (never by a release); at once if it is already.
     pub(crate) fn lost_token(&self) -> CancelToken {
-        self.inner.watched(self.epoch);
+        self.inner.known.watched(self.epoch);
         self.notice.clone()
     }
 

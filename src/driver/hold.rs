@@ -1,18 +1,14 @@
 //! What a holder does and knows: release, extend, renew and reset, `lost()` and the fencing
 //! token, and the hold's metrics.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use super::{Inner, Runtime, State};
+use super::{Inner, Runtime};
 use crate::config::settings::millis;
 use crate::observe;
 use crate::protocol::lease::{self, Belief, Unsure, Wait};
 use crate::protocol::lock::Extended;
 use crate::transport::send::AnyTransport;
-use crate::transport::timer;
 use crate::{CancelToken, Error};
 
 /// Who holds a lock, from [`Lock::holder`](crate::Lock::holder).
@@ -56,7 +52,7 @@ impl<R: Runtime> Inner<R> {
         let never = CancelToken::new();
         let _claim = self.claim("release", deadline, &never).await?;
         let belief = {
-            let state = self.state.lock();
+            let state = self.known.lock();
             match (epoch, state.belief) {
                 (Some(epoch), Belief::Held(lease)) if lease.epoch != epoch => {
                     return Err(self.error(|name| Error::NotAcquired { name }))
@@ -72,10 +68,10 @@ impl<R: Runtime> Inner<R> {
             // Its expiry passed without a renewal (a lock that does not renew, held too
             // long): `lost()` turned true, and it counts as lost.
             self.note_lost("expired while held");
-            self.lease_changed();
+            self.known.changed();
         }
         self.end_hold();
-        self.stop_renewal();
+        self.known.stop_renewal();
         let mut unsure_release = false;
         if let Belief::Unsure(unsure) = belief {
             unsure_release = unsure.releasing;
@@ -90,7 +86,7 @@ impl<R: Runtime> Inner<R> {
             Ok(mut answered) => {
                 let acks = request.acks(&mut answered.replies);
                 let released = self.leasing.released(answered.first())?;
-                self.state.lock().belief = Belief::Free;
+                self.known.lock().belief = Belief::Free;
                 if released || answered.lost_before || unsure_release {
                     self.replicated("release", acks)
                 } else {
@@ -113,7 +109,7 @@ impl<R: Runtime> Inner<R> {
                 }
             }
         };
-        self.lease_changed();
+        self.known.changed();
         // Within the release's own deadline, not one more I/O timeout after it.
         self.unlisten(deadline).await;
         outcome
@@ -161,13 +157,13 @@ impl<R: Runtime> Inner<R> {
             // Not replicated, the longer expiry may not survive a failover: the lease keeps
             // the old one.
             self.replicated("extend", acks)?;
-            if let Belief::Held(lease) = &mut self.state.lock().belief {
+            if let Belief::Held(lease) = &mut self.known.lock().belief {
                 // The drift of this expiry, which need not be the configured one.
                 let expire = Duration::from_millis(ms);
                 let granted = expire.saturating_sub(self.transport.blocking().drift(expire));
                 lease.extended(answered.sent, granted);
             }
-            self.lease_changed();
+            self.known.changed();
         }
         Ok(extended)
     }
@@ -203,7 +199,7 @@ impl<R: Runtime> Inner<R> {
     pub(crate) async fn renew(&self) -> Option<Duration> {
         let expire = self.settings.expire()?;
         let interval = expire * 2 / 3;
-        let since = match self.state.lock().belief {
+        let since = match self.known.lock().belief {
             Belief::Held(lease) => lease.since,
             // Released meanwhile: the release stops this renewal.
             Belief::Free | Belief::Unsure(_) => return None,
@@ -218,7 +214,7 @@ impl<R: Runtime> Inner<R> {
         let ms = u64::try_from(span.as_millis()).ok()?;
         match self.extend_ms(ms).await {
             Ok(Extended::Yes) => {
-                let lease = match self.state.lock().belief {
+                let lease = match self.known.lock().belief {
                     Belief::Held(lease) => lease,
                     // Released meanwhile: the release stops this renewal.
                     Belief::Free | Belief::Unsure(_) => return None,
@@ -252,7 +248,7 @@ impl<R: Runtime> Inner<R> {
                 );
                 None
             }
-            Err(e) if self.expired() => {
+            Err(e) if self.known.expired() => {
                 self.mark_lost("expired before a renewal got through");
                 log::error!(
                     "lock {:?}: lost (expired before a renewal got through: {e})",
@@ -269,22 +265,18 @@ impl<R: Runtime> Inner<R> {
         }
     }
 
-    pub(super) fn expired(&self) -> bool {
-        matches!(self.state.lock().belief, Belief::Held(lease) if lease.is_lost(Instant::now()))
-    }
-
     /// The lease is lost, for `why`.
     pub(crate) fn mark_lost(&self, why: &str) {
-        if let Belief::Held(lease) = &mut self.state.lock().belief {
+        if let Belief::Held(lease) = &mut self.known.lock().belief {
             lease.mark_lost();
         }
         self.note_lost(why);
-        self.lease_changed();
+        self.known.changed();
     }
 
     /// `lost()` turned true, for `why`: counted once per acquisition, as its hold ends.
     pub(super) fn note_lost(&self, why: &str) {
-        let hold = self.state.lock().hold.take();
+        let hold = self.known.take_hold();
         if let Some(hold) = hold {
             hold.lost(&self.settings.label, self.name(), &self.settings.id, why);
         }
@@ -292,129 +284,18 @@ impl<R: Runtime> Inner<R> {
 
     /// The hold is over, if it was not already (by a loss).
     pub(super) fn end_hold(&self) {
-        let hold = self.state.lock().hold.take();
+        let hold = self.known.take_hold();
         if let Some(hold) = hold {
             hold.end(&self.settings.label);
         }
     }
 
-    /// Whether the lock this handle acquired has been lost since; see `Lock::lost`. A loss by
-    /// time is told to its notice now, as in [`lost_since`](Self::lost_since).
-    pub(crate) fn lost(&self) -> bool {
-        let lost = match self.state.lock().belief {
-            Belief::Held(lease) => lease.is_lost(Instant::now()),
-            Belief::Free | Belief::Unsure(_) => false,
-        };
-        if lost {
-            self.lease_changed();
-        }
-        lost
-    }
-
-    /// The fencing token of the current acquisition.
-    pub(crate) fn fencing_token(&self) -> Option<u64> {
-        match self.state.lock().belief {
-            Belief::Held(lease) => lease.token,
-            Belief::Free | Belief::Unsure(_) => None,
-        }
-    }
-
-    /// Whether acquisition `epoch` is over or lost. A loss by time is told to its notice
-    /// now, so that what this says and the notice agree without waiting for the alarm.
-    pub(crate) fn lost_since(&self, epoch: u64) -> bool {
-        let over = self.valid_until(epoch).is_none();
-        if over {
-            self.lease_changed();
-        }
-        over
-    }
-
-    /// Until when acquisition `epoch` is valid (`Some(None)`: no expiry), or `None` once it
-    /// is over or lost.
-    pub(crate) fn valid_until(&self, epoch: u64) -> Option<Option<Instant>> {
-        match self.state.lock().belief {
-            Belief::Held(lease) if lease.epoch == epoch && !lease.is_lost(Instant::now()) => {
-                Some(lease.valid_until)
-            }
-            _ => None,
-        }
-    }
-
     /// Forgets the acquisition and stops its renewal; a loss by time is told first.
     pub(super) fn forget(&self) {
-        self.lease_changed();
-        self.state.lock().belief = Belief::Free;
+        self.known.changed();
+        self.known.lock().belief = Belief::Free;
         self.end_hold();
-        self.stop_renewal();
-        self.lease_changed();
-    }
-
-    pub(super) fn stop_renewal(&self) {
-        let renewal = self.state.lock().renewal.take();
-        if let Some(renewal) = renewal {
-            renewal.stop();
-        }
-    }
-
-    /// The notice of acquisition `epoch` is handed out: from now on an alarm at its lease's
-    /// end tells a loss by time, and one already past is told now.
-    pub(crate) fn watched(&self, epoch: u64) {
-        {
-            let mut state = self.state.lock();
-            if state.epoch == epoch {
-                state.watched = true;
-            }
-        }
-        self.lease_changed();
-    }
-
-    /// Keeps the notice of the acquisition held in step with its lease (see [`watch`]).
-    pub(super) fn lease_changed(&self) {
-        watch(&self.state);
-    }
-}
-
-/// Keeps the notice of the acquisition that `shared` holds in step with its lease: a lease
-/// lost (by time, or marked) is marked lost for good and its notice cancelled; a watched one
-/// with an expiry has an alarm at that expiry, moved when the expiry moves, which watches it
-/// again then. The alarm holds only a `Weak`, so a dropped handle leaves nothing ringing.
-/// Quick and without I/O: the alarm runs it on the timer thread.
-fn watch(shared: &Arc<Mutex<State>>) {
-    let now = Instant::now();
-    let mut state = shared.lock();
-    let watched = state.watched;
-    let mut lost = false;
-    let until = match &mut state.belief {
-        Belief::Held(lease) if lease.is_lost(now) => {
-            lease.mark_lost();
-            lost = true;
-            None
-        }
-        Belief::Held(lease) => lease.valid_until.filter(|_| watched),
-        Belief::Free | Belief::Unsure(_) => None,
-    };
-    if lost {
-        state.alarm = None;
-        let notice = state.notice.clone();
-        // Cancelled outside the state's lock: the token may wake waits of other locks built
-        // with it.
-        drop(state);
-        notice.cancel();
-        return;
-    }
-    match until {
-        Some(until) if state.alarm.as_ref().is_some_and(|(at, _)| *at == until) => {}
-        Some(until) => {
-            let weak = Arc::downgrade(shared);
-            let alarm = timer::call_at(until, move || {
-                if let Some(shared) = weak.upgrade() {
-                    // Rung: whatever watches next needs an alarm of its own.
-                    shared.lock().alarm = None;
-                    watch(&shared);
-                }
-            });
-            state.alarm = Some((until, alarm));
-        }
-        None => state.alarm = None,
+        self.known.stop_renewal();
+        self.known.changed();
     }
 }

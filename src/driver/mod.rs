@@ -25,6 +25,7 @@ pub(crate) mod election;
 mod failover;
 mod hold;
 pub(crate) mod hub;
+mod known;
 pub(crate) mod line;
 pub(crate) mod renew;
 mod settle;
@@ -41,10 +42,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use crate::config::settings::Settings;
-use crate::observe::Hold;
 use crate::protocol::keys::{Keys, QueueKeys};
 use crate::protocol::lease::{Attempting, Belief, Wait};
 use crate::protocol::leasing::{Leasing, LockLeasing, QueueLeasing};
@@ -53,7 +51,6 @@ use crate::protocol::primitive::Primitive;
 use crate::protocol::queue::{self, Ask};
 use crate::protocol::request::Request;
 use crate::transport::send::{send_repeatable, Answered, AnyTransport};
-use crate::transport::timer::Alarm;
 use crate::transport::{ConnId, Transport};
 use crate::{CancelToken, Error};
 use hub::{Hub, Mailbox, Told};
@@ -61,6 +58,7 @@ use line::Line;
 use tokens::TokensSeen;
 
 pub use hold::Holder;
+use known::Known;
 
 /// How the driver runs on one API: where its requests go, how it waits for the lock, pauses
 /// while a server is away, renews, and does work apart from the caller.
@@ -157,39 +155,10 @@ pub(crate) struct Inner<R: Runtime> {
     /// What the servers' clocks may drift apart by over the expiry (a quorum's), taken off
     /// every validity.
     drift: Duration,
-    /// Shared with the background settle, which may outlive the handle.
-    state: Arc<Mutex<State>>,
+    /// What it knows of its lock.
+    pub(crate) known: Known,
     /// Whether the servers' eviction policy was asked for (`refuse_evicting`).
     eviction_asked: std::sync::atomic::AtomicBool,
-    /// The fencing tokens the handle was given: its own, or for a queue primitive's
-    /// acquisition, its handle's ([`Place::tokens`]).
-    tokens: Arc<TokensSeen>,
-}
-
-struct State {
-    belief: Belief,
-    /// The epoch of the latest acquisition.
-    epoch: u64,
-    renewal: Option<Box<dyn Renewing>>,
-    /// Whether the unsure belief is being settled now, by a call of the handle or by the
-    /// background settle: one at a time (see [`Claim`]).
-    settling: bool,
-    /// Until when the background settle runs, while it does.
-    settler: Option<Instant>,
-    /// The lock held, for its metrics and span, until released or its loss is noticed.
-    hold: Option<Hold>,
-    /// The highest fencing token the handle had seen when the latest acquisition began:
-    /// the one it takes must be above it.
-    token_floor: u64,
-    /// The latest acquisition's loss notice: cancelled once it is lost, never by a release.
-    notice: CancelToken,
-    /// Whether the latest acquisition's notice was handed out (`lost_token`): only then does
-    /// an alarm watch its lease's end, so that an acquisition nobody watches costs the timer
-    /// thread nothing.
-    watched: bool,
-    /// While a watched lease with an expiry is held, the alarm at that expiry which tells its
-    /// loss, and when it rings.
-    alarm: Option<(Instant, Alarm)>,
 }
 
 /// An acquisition just made: which of its handle's it is, and the token its loss cancels.
@@ -301,20 +270,8 @@ impl<R: Runtime> Inner<R> {
                 .map_or(Duration::ZERO, |e| blocking.drift(e)),
             settings,
             transport,
-            state: Arc::new(Mutex::new(State {
-                belief: Belief::Free,
-                epoch: 0,
-                renewal: None,
-                settling: false,
-                settler: None,
-                hold: None,
-                token_floor: 0,
-                notice: CancelToken::new(),
-                watched: false,
-                alarm: None,
-            })),
+            known: Known::new(tokens),
             eviction_asked: Default::default(),
-            tokens,
         }
     }
 
@@ -415,7 +372,7 @@ impl<R: Runtime> Drop for Inner<R> {
     fn drop(&mut self) {
         // A held lock is left to expire, as python-redis-lock does; only renewing stops.
         let (renewal, belief, settler) = {
-            let mut state = self.state.lock();
+            let mut state = self.known.lock();
             (state.renewal.take(), state.belief, state.settler)
         };
         if let Some(renewal) = renewal {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Inner, Runtime, State};
+use super::known::State;
+use super::{Inner, Runtime};
 use crate::observe;
 use crate::protocol::lease::{Belief, Unsure, Wait};
 use crate::protocol::lock::Observed;
@@ -69,7 +70,7 @@ impl<R: Runtime> Inner<R> {
         let now = Instant::now();
         let until = now.checked_add(span).unwrap_or(now);
         let start = {
-            let mut state = self.state.lock();
+            let mut state = self.known.lock();
             state.belief = Belief::Unsure(unsure);
             let start = state.settler.is_none();
             state.settler = Some(state.settler.map_or(until, |t| t.max(until)));
@@ -78,7 +79,7 @@ impl<R: Runtime> Inner<R> {
         if start {
             R::in_background(
                 Settler::<R> {
-                    state: Arc::clone(&self.state),
+                    state: Arc::clone(&self.known.state),
                     transport: Arc::clone(&self.transport),
                     unlock: self.leasing.release(),
                     io_timeout: self.settings.io_timeout,
@@ -103,11 +104,11 @@ impl<R: Runtime> Inner<R> {
         let mut pause = FIRST_PAUSE;
         loop {
             {
-                let mut state = self.state.lock();
+                let mut state = self.known.lock();
                 match state.belief {
                     Belief::Unsure(unsure) if !state.settling => {
                         state.settling = true;
-                        return Ok(Some((unsure, Claim(&self.state))));
+                        return Ok(Some((unsure, Claim(&self.known.state))));
                     }
                     Belief::Unsure(_) => {}
                     Belief::Free | Belief::Held(_) => return Ok(None),

@@ -32,7 +32,7 @@ impl<R: Runtime> Inner<R> {
             if self.handover(wait) == Handover::TooLate {
                 return Ok(None);
             }
-            self.state.lock().token_floor = self.tokens.floor();
+            self.known.lock().token_floor = self.known.tokens.floor();
             // Boxed: an acquire's future is large (debug builds most of all), and the blocking
             // API polls it on the caller's thread, whose stack may be small.
             let taken = match &self.place {
@@ -66,7 +66,7 @@ impl<R: Runtime> Inner<R> {
         if let Some((unsure, claim)) = self.claim("acquire", self.give_up(wait), cancel).await? {
             return self.ask_redis(unsure, claim, wait, cancel).await;
         }
-        let belief = self.state.lock().belief;
+        let belief = self.known.lock().belief;
         match belief {
             // Unsure again: made so meanwhile by a call on another thread, which settles it.
             Belief::Free | Belief::Unsure(_) => Ok(None),
@@ -167,7 +167,7 @@ impl<R: Runtime> Inner<R> {
         };
         // Made before the state is locked: a subscriber's code runs when a span is made.
         let hold = Hold::start(self.name(), &self.settings.id);
-        let mut state = self.state.lock();
+        let mut state = self.known.lock();
         state.epoch += 1;
         let lease = Lease::new(state.epoch, Instant::now(), valid_until, token);
         state.belief = Belief::Held(lease);
@@ -184,11 +184,11 @@ impl<R: Runtime> Inner<R> {
         // grant) is not kept silent: the store that checks tokens would refuse this holder, or
         // take a stale one.
         if let Some(token) = token
-            && let Some(top) = self.tokens.given(token, floor)
+            && let Some(top) = self.known.tokens.given(token, floor)
         {
             observe::fence_went_back(&self.settings.label, self.name(), top, token);
         }
-        self.lease_changed();
+        self.known.changed();
         log::debug!("lock {:?}: acquired", self.name());
         Ok(Taken { epoch, notice })
     }

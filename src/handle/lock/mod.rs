@@ -111,7 +111,7 @@ impl<R: Runtime> Lock<R> {
     /// # }
     /// ```
     pub fn lost(&self) -> bool {
-        self.inner.lost()
+        self.inner.known.lost()
     }
 
     /// The fencing token of the current acquisition, when the lock was built with
@@ -139,7 +139,7 @@ impl<R: Runtime> Lock<R> {
     /// # }
     /// ```
     pub fn fencing_token(&self) -> Option<u64> {
-        self.inner.fencing_token()
+        self.inner.known.fencing_token()
     }
 }
 
