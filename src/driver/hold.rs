@@ -1,5 +1,5 @@
-//! What a holder does and knows: release, extend, renew and reset, `lost()` and the fencing
-//! token, and the hold's metrics.
+//! What a holder does: release, extend, renew and reset, and the hold's metrics; what it
+//! knows (`lost()`, the fencing token) is [`Known`](super::known::Known)'s.
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,8 @@
 //!   engine's primitives (a place in [`line`], the wait in line, then the grant claimed);
 //! - [`failover`]: an acquisition made just after a failover, held back until no holder of
 //!   the old primary can believe it holds;
-//! - [`hold`]: what a holder does (release, extend, renew, reset) and what it knows (`lost()`);
+//! - [`hold`]: what a holder does (release, extend, renew, reset), over [`known`], what the
+//!   handle knows of its lock (`lost()`, the fencing token, the loss notice's alarm);
 //! - [`settle`]: a lost reply's outcome, settled by reading state, now or in the background;
 //! - [`acquirer`]: an [`Acquisition`](acquirer::Acquisition) for each one taken, and the handles that
 //!   make many.
