@@ -6,24 +6,32 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_blpop_lock::inspect::{self, Primitive};
-use redis_blpop_lock::{Election, Error, Leader, Quorum, Watched};
+use redis_blpop_lock::{handle, Blocking, Election, Error, Leader, Quorum, Watched};
 
-use crate::support::{ms, secs, send_signal, strip_process, ChildProcess, RedisServer};
+use crate::support::{
+    both_apis, ms, secs, send_signal, strip_process, Api, ChildProcess, RedisServer,
+};
 
 /// Generous: how long a watch may take to report a change on a loaded machine. Reports come
 /// within a round trip or two; only a test that failed waits this long.
 const TOLD_WITHIN: Duration = Duration::from_secs(5);
 
-fn election(server: &RedisServer, name: &str, expire: Duration) -> Election {
-    Election::builder(&server.client(), name)
+/// Election `name` on `server`, on API `A`, its leases lasting `expire`.
+fn election_on<A: Api>(server: &RedisServer, name: &str, expire: Duration) -> handle::Election<A> {
+    A::election(&server.client(), name)
         .expire(expire)
         .build()
         .unwrap()
 }
 
+/// Election `name` on `server`, on the blocking API.
+fn election(server: &RedisServer, name: &str, expire: Duration) -> Election {
+    election_on::<Blocking>(server, name, expire)
+}
+
 /// The watch's next change, within [`TOLD_WITHIN`]: the leader, or `None` for nobody (a
 /// watch of a server that answers always knows).
-fn next_change(watch: &mut redis_blpop_lock::Watch) -> Option<Leader> {
+fn next_change<A: Api>(watch: &mut handle::Watch<A>) -> Option<Leader> {
     match next_watched(watch) {
         Watched::Unknown { reason } => panic!("the watch did not know who leads: {reason}"),
         known => known.into_leader(),
@@ -31,9 +39,8 @@ fn next_change(watch: &mut redis_blpop_lock::Watch) -> Option<Leader> {
 }
 
 /// The watch's next change, within [`TOLD_WITHIN`].
-fn next_watched(watch: &mut redis_blpop_lock::Watch) -> Watched {
-    watch
-        .changed_for(TOLD_WITHIN)
+fn next_watched<A: Api>(watch: &mut handle::Watch<A>) -> Watched {
+    A::changed_for(watch, TOLD_WITHIN)
         .unwrap_or_else(|| panic!("no change reported within {TOLD_WITHIN:?}"))
 }
 
@@ -55,51 +62,61 @@ pub fn candidate(client: &redis::Client, args: &[String]) {
     println!("lost");
 }
 
-#[test]
-fn the_first_candidate_leads_with_its_info_and_anyone_reads_it() {
+both_apis!(
+    the_first_candidate_leads_with_its_info_and_anyone_reads_it,
+    nobody_leads_an_election_nobody_campaigned_in,
+    a_second_candidate_waits_while_the_first_leads,
+    candidates_lead_in_the_order_they_campaigned_with_growing_terms,
+    a_resigned_leader_leaves_nobody_leading_when_nobody_waits,
+    a_dropped_leadership_resigns,
+    a_watch_starts_with_the_leader_now_and_reports_each_change,
+    a_watch_reports_the_successor_when_a_leader_resigns_to_a_waiting_candidate,
+);
+
+fn the_first_candidate_leads_with_its_info_and_anyone_reads_it<A: Api>() {
     let server = RedisServer::start();
-    let elected = election(&server, "jobs", secs(10));
-    let leadership = elected.campaign("10.0.0.5:8080").unwrap();
-    let reader = election(&server, "jobs", secs(10));
-    let leader = reader.leader().unwrap().expect("a leader");
+    let elected = election_on::<A>(&server, "jobs", secs(10));
+    let leadership = A::campaign(&elected, "10.0.0.5:8080").unwrap();
+    let reader = election_on::<A>(&server, "jobs", secs(10));
+    let leader = A::leader(&reader).unwrap().expect("a leader");
     assert_eq!(leader.info, "10.0.0.5:8080");
     assert_eq!(leader.term, leadership.term());
     assert_eq!(leader.id, leadership.id());
     assert!(leader.since.elapsed().unwrap_or_default() < secs(60));
 }
 
-#[test]
-fn nobody_leads_an_election_nobody_campaigned_in() {
+fn nobody_leads_an_election_nobody_campaigned_in<A: Api>() {
     let server = RedisServer::start();
-    assert_eq!(election(&server, "jobs", secs(10)).leader().unwrap(), None);
+    let election = election_on::<A>(&server, "jobs", secs(10));
+    assert_eq!(A::leader(&election).unwrap(), None);
 }
 
-#[test]
-fn a_second_candidate_waits_while_the_first_leads() {
+fn a_second_candidate_waits_while_the_first_leads<A: Api>() {
     let server = RedisServer::start();
-    let first = election(&server, "jobs", secs(10));
-    let _leading = first.campaign("a").unwrap();
-    let second = election(&server, "jobs", secs(10));
-    assert!(second.try_campaign_for("b", ms(200)).unwrap().is_none());
+    let first = election_on::<A>(&server, "jobs", secs(10));
+    let _leading = A::campaign(&first, "a").unwrap();
+    let second = election_on::<A>(&server, "jobs", secs(10));
+    assert!(A::try_campaign_for(&second, "b", ms(200))
+        .unwrap()
+        .is_none());
 }
 
-#[test]
-fn candidates_lead_in_the_order_they_campaigned_with_growing_terms() {
+fn candidates_lead_in_the_order_they_campaigned_with_growing_terms<A: Api>() {
     let server = RedisServer::start();
-    let first = election(&server, "jobs", secs(10)).campaign("0").unwrap();
+    let first = A::campaign(&election_on::<A>(&server, "jobs", secs(10)), "0").unwrap();
     let mut waiting = Vec::new();
     for i in 1..=3 {
-        let candidate = election(&server, "jobs", secs(10));
+        let candidate = election_on::<A>(&server, "jobs", secs(10));
         waiting.push(thread::spawn(move || {
-            let leadership = candidate.campaign(&i.to_string()).unwrap();
+            let leadership = A::campaign(&candidate, &i.to_string()).unwrap();
             let led = (i, leadership.term(), Instant::now());
-            leadership.resign().unwrap();
+            A::resign(leadership).unwrap();
             led
         }));
         server.until_queued(Primitive::Election, "jobs", i, secs(10), || false);
     }
     let first_term = first.term();
-    first.resign().unwrap();
+    A::resign(first).unwrap();
     let mut led: Vec<(u64, u64, Instant)> =
         waiting.into_iter().map(|t| t.join().unwrap()).collect();
     led.sort_by_key(|(_, _, at)| *at);
@@ -111,60 +128,57 @@ fn candidates_lead_in_the_order_they_campaigned_with_growing_terms() {
     );
 }
 
-#[test]
-fn a_resigned_leader_leaves_nobody_leading_when_nobody_waits() {
+fn a_resigned_leader_leaves_nobody_leading_when_nobody_waits<A: Api>() {
     let server = RedisServer::start();
-    let election = election(&server, "jobs", secs(10));
-    election.campaign("a").unwrap().resign().unwrap();
-    assert_eq!(election.leader().unwrap(), None);
+    let election = election_on::<A>(&server, "jobs", secs(10));
+    A::resign(A::campaign(&election, "a").unwrap()).unwrap();
+    assert_eq!(A::leader(&election).unwrap(), None);
 }
 
-#[test]
-fn a_dropped_leadership_resigns() {
+fn a_dropped_leadership_resigns<A: Api>() {
     let server = RedisServer::start();
-    let election = election(&server, "jobs", secs(10));
-    drop(election.campaign("a").unwrap());
-    assert_eq!(election.leader().unwrap(), None);
-    assert!(election
-        .try_campaign_for("b", Duration::ZERO)
-        .unwrap()
-        .is_some());
+    let election = election_on::<A>(&server, "jobs", secs(10));
+    drop(A::campaign(&election, "a").unwrap());
+    assert_eq!(A::leader(&election).unwrap(), None);
+    let next = A::try_campaign_for(&election, "b", Duration::ZERO).unwrap();
+    assert!(next.is_some());
 }
 
-#[test]
-fn a_watch_starts_with_the_leader_now_and_reports_each_change() {
+fn a_watch_starts_with_the_leader_now_and_reports_each_change<A: Api>() {
     let server = RedisServer::start();
-    let watcher = election(&server, "jobs", secs(10));
-    let mut watch = watcher.watch().unwrap();
-    assert_eq!(next_change(&mut watch), None);
-    let candidate = election(&server, "jobs", secs(10));
-    let a = candidate.campaign("a").unwrap();
-    let seen = next_change(&mut watch).expect("a leader");
+    let watcher = election_on::<A>(&server, "jobs", secs(10));
+    let mut watch = A::watch(&watcher).unwrap();
+    assert_eq!(next_change::<A>(&mut watch), None);
+    let candidate = election_on::<A>(&server, "jobs", secs(10));
+    let a = A::campaign(&candidate, "a").unwrap();
+    let seen = next_change::<A>(&mut watch).expect("a leader");
     assert_eq!((seen.info.as_str(), seen.term), ("a", a.term()));
-    a.resign().unwrap();
-    assert_eq!(next_change(&mut watch), None);
-    let b = candidate.campaign("b").unwrap();
-    let seen = next_change(&mut watch).expect("a leader");
+    A::resign(a).unwrap();
+    assert_eq!(next_change::<A>(&mut watch), None);
+    let b = A::campaign(&candidate, "b").unwrap();
+    let seen = next_change::<A>(&mut watch).expect("a leader");
     assert_eq!((seen.info.as_str(), seen.term), ("b", b.term()));
 }
 
-#[test]
-fn a_watch_reports_the_successor_when_a_leader_resigns_to_a_waiting_candidate() {
+fn a_watch_reports_the_successor_when_a_leader_resigns_to_a_waiting_candidate<A: Api>() {
     let server = RedisServer::start();
-    let first = election(&server, "jobs", secs(10)).campaign("a").unwrap();
-    let mut watch = election(&server, "jobs", secs(10)).watch().unwrap();
-    assert_eq!(next_change(&mut watch).map(|l| l.info), Some("a".into()));
-    let second = election(&server, "jobs", secs(10));
-    let waiting = thread::spawn(move || second.campaign("b"));
+    let first = A::campaign(&election_on::<A>(&server, "jobs", secs(10)), "a").unwrap();
+    let mut watch = A::watch(&election_on::<A>(&server, "jobs", secs(10))).unwrap();
+    assert_eq!(
+        next_change::<A>(&mut watch).map(|l| l.info),
+        Some("a".into())
+    );
+    let second = election_on::<A>(&server, "jobs", secs(10));
+    let waiting = thread::spawn(move || A::campaign(&second, "b"));
     server.until_queued(Primitive::Election, "jobs", 1, secs(10), || {
         waiting.is_finished()
     });
-    first.resign().unwrap();
+    A::resign(first).unwrap();
     // Kept until the watch has spoken: its resignation would be a change of its own, and the
     // watch reports the state it finds, which may be the later one.
     let successor = waiting.join().unwrap().unwrap();
     // Never "nobody" in between: the successor was granted before the resignation ended.
-    let seen = next_change(&mut watch).expect("the successor");
+    let seen = next_change::<A>(&mut watch).expect("the successor");
     assert_eq!((seen.info.as_str(), seen.term), ("b", successor.term()));
 }
 

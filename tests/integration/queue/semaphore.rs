@@ -533,14 +533,16 @@ fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry() {
             thread::sleep(Duration::from_millis(3000));
             let lost = permit.lost();
             let token = permit.fencing_token();
-            permit.release().map(|()| (lost, token))
+            (lost, token, permit.release())
         })
     };
     until_in_line(&server, 1, || waiting.is_finished());
     // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
     thread::sleep(Duration::from_millis(1500));
     permit.release().unwrap();
-    let (lost, token) = waiting.join().unwrap().expect("released as the holder");
+    let (lost, token, released) = waiting.join().unwrap();
+    // In this order: a permit not reported lost must still be the holder's at its release.
     assert!(!lost, "a permit taken after a wait was reported lost");
     assert!(token.is_some());
+    released.expect("released as the holder, as lost() said");
 }

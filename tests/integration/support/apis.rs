@@ -7,9 +7,10 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use redis_blpop_lock::handle::{
-    Hold, Lock, LockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Election, Hold, Leadership, Lock, LockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Semaphore, SemaphorePermit, Watch,
 };
-use redis_blpop_lock::{Blocking, Error, Holder, LockBuilder, Runtime};
+use redis_blpop_lock::{Blocking, Error, Holder, Leader, LockBuilder, Runtime, Watched};
 
 /// The calls of one API, each run to its end on the calling thread.
 pub trait Api: Runtime + Sized {
@@ -74,6 +75,19 @@ pub trait Api: Runtime + Sized {
     ) -> Result<Option<SemaphorePermit<'_, Self>>, Error>;
     fn available(semaphore: &Semaphore<Self>) -> Result<u32, Error>;
     fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error>;
+
+    fn election(client: &redis::Client, name: &str) -> LockBuilder<Election<Self>>;
+    fn campaign(election: &Election<Self>, info: &str) -> Result<Leadership<Self>, Error>;
+    fn try_campaign_for(
+        election: &Election<Self>,
+        info: &str,
+        timeout: Duration,
+    ) -> Result<Option<Leadership<Self>>, Error>;
+    fn leader(election: &Election<Self>) -> Result<Option<Leader>, Error>;
+    fn resign(leadership: Leadership<Self>) -> Result<(), Error>;
+    fn watch(election: &Election<Self>) -> Result<Watch<Self>, Error>;
+    /// The watch's next change, or `None` when none came within `timeout`.
+    fn changed_for(watch: &mut Watch<Self>, timeout: Duration) -> Option<Watched>;
 }
 
 impl Api for Blocking {
@@ -201,6 +215,32 @@ impl Api for Blocking {
     fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error> {
         permit.release()
     }
+
+    fn election(client: &redis::Client, name: &str) -> LockBuilder<Election<Self>> {
+        redis_blpop_lock::Election::builder(client, name)
+    }
+    fn campaign(election: &Election<Self>, info: &str) -> Result<Leadership<Self>, Error> {
+        election.campaign(info)
+    }
+    fn try_campaign_for(
+        election: &Election<Self>,
+        info: &str,
+        timeout: Duration,
+    ) -> Result<Option<Leadership<Self>>, Error> {
+        election.try_campaign_for(info, timeout)
+    }
+    fn leader(election: &Election<Self>) -> Result<Option<Leader>, Error> {
+        election.leader()
+    }
+    fn resign(leadership: Leadership<Self>) -> Result<(), Error> {
+        leadership.resign()
+    }
+    fn watch(election: &Election<Self>) -> Result<Watch<Self>, Error> {
+        election.watch()
+    }
+    fn changed_for(watch: &mut Watch<Self>, timeout: Duration) -> Option<Watched> {
+        watch.changed_for(timeout)
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -211,9 +251,10 @@ mod on_tokio {
 
     use redis_blpop_lock::aio::Tokio;
     use redis_blpop_lock::handle::{
-        Lock, OwnedLockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+        Election, Leadership, Lock, OwnedLockGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+        Semaphore, SemaphorePermit, Watch,
     };
-    use redis_blpop_lock::{Error, Holder, LockBuilder};
+    use redis_blpop_lock::{Error, Holder, Leader, LockBuilder, Watched};
 
     use super::Api;
 
@@ -364,6 +405,33 @@ mod on_tokio {
         }
         fn release(permit: SemaphorePermit<'_, Self>) -> Result<(), Error> {
             run(permit.release())
+        }
+
+        fn election(client: &redis::Client, name: &str) -> LockBuilder<Election<Self>> {
+            redis_blpop_lock::aio::Election::builder(client, name)
+        }
+        fn campaign(election: &Election<Self>, info: &str) -> Result<Leadership<Self>, Error> {
+            run(election.campaign(info))
+        }
+        fn try_campaign_for(
+            election: &Election<Self>,
+            info: &str,
+            timeout: Duration,
+        ) -> Result<Option<Leadership<Self>>, Error> {
+            run(election.try_campaign_for(info, timeout))
+        }
+        fn leader(election: &Election<Self>) -> Result<Option<Leader>, Error> {
+            run(election.leader())
+        }
+        fn resign(leadership: Leadership<Self>) -> Result<(), Error> {
+            run(leadership.resign())
+        }
+        fn watch(election: &Election<Self>) -> Result<Watch<Self>, Error> {
+            run(election.watch())
+        }
+        fn changed_for(watch: &mut Watch<Self>, timeout: Duration) -> Option<Watched> {
+            // A watch's `changed` is cancel-safe: dropped at its time, it loses no change.
+            run(async { tokio::time::timeout(timeout, watch.changed()).await.ok() })
         }
     }
 }
