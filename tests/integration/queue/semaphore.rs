@@ -111,6 +111,11 @@ both_apis!(
     a_process_sends_its_first_heartbeat_once_it_has_joined,
     a_cancelled_waiter_leaves_the_queue,
     a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout,
+    a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry,
+    a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats,
+    an_acquire_whose_reply_was_lost_holds_exactly_one_permit,
+    a_release_whose_reply_was_lost_is_a_release,
+    a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry,
 );
 
 fn no_more_holders_than_permits_at_once<A: Api>() {
@@ -353,8 +358,7 @@ fn a_frozen_server_ends_a_timed_wait_by_its_deadline_not_its_io_timeout<A: Api>(
     drop(permit);
 }
 
-#[test]
-fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
+fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry<A: Api>() {
     let server = RedisServer::start();
     let mut holder = ChildProcess::spawn(
         "queue::semaphore::hold",
@@ -371,8 +375,8 @@ fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
     let server_now_ms = time.0 * 1000 + time.1 / 1000;
     let expires_at =
         Instant::now() + Duration::from_millis((left[0].1 as u64).saturating_sub(server_now_ms));
-    let semaphore = Semaphore::new(&server.client(), "s", 1).unwrap();
-    let permit = semaphore.try_acquire_for(secs(60)).unwrap();
+    let semaphore = A::semaphore(&server.client(), "s", 1).build().unwrap();
+    let permit = A::try_acquire_for(&semaphore, secs(60)).unwrap();
     assert!(permit.is_some());
     let late = Instant::now().saturating_duration_since(expires_at);
     assert!(
@@ -381,34 +385,106 @@ fn a_crashed_holders_permit_goes_to_a_waiter_soon_after_its_expiry() {
     );
 }
 
-#[test]
-fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats() {
+fn a_killed_waiter_stops_delaying_the_queue_within_its_heartbeats<A: Api>() {
     let server = RedisServer::start();
     let client = server.client();
-    let holder = Semaphore::new(&client, "s", 1).unwrap();
-    let permit = holder.acquire().unwrap();
+    let holder = A::semaphore(&client, "s", 1).build().unwrap();
+    let permit = A::acquire(&holder).unwrap();
     // A waiter process, first in line, killed while it waits.
     let mut dead = ChildProcess::spawn("queue::semaphore::wait", &server.url(), &["s", "1"]);
     dead.expect_line("waiting");
     until_in_line(&server, 1, || false);
     let live = Arc::new(
-        Semaphore::builder(&client, "s", 1)
+        A::semaphore(&client, "s", 1)
             .heartbeat(Duration::from_millis(500))
             .build()
             .unwrap(),
     );
     let next = {
         let live = live.clone();
-        thread::spawn(move || live.try_acquire_for(secs(60)).unwrap().map(|p| p.release()))
+        thread::spawn(move || A::try_acquire_for(&live, secs(60)).unwrap().map(A::release))
     };
     until_in_line(&server, 2, || next.is_finished());
     dead.child.kill().unwrap();
     let killed = Instant::now();
-    permit.release().unwrap();
+    A::release(permit).unwrap();
     assert!(next.join().unwrap().is_some());
     // The dead waiter's default heartbeat is 1 s: it lapses 2 s after its last one.
     let waited = killed.elapsed();
     assert!(waited < secs(8), "the queue was held up {waited:?}");
+}
+
+fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit<A: Api>() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = A::semaphore(&proxy.client(), "s", 2)
+        .id("me")
+        .build()
+        .unwrap();
+    proxy.drop_reply_to("me:0");
+    let permit = A::try_acquire(&semaphore).unwrap().expect("granted");
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
+    let holders: Vec<&str> = holders.iter().map(|id| strip_process(id)).collect();
+    assert_eq!(holders, ["me:0"]);
+    assert_eq!(A::available(&semaphore).unwrap(), 1);
+    A::release(permit).unwrap();
+    assert_eq!(A::available(&semaphore).unwrap(), 2);
+}
+
+fn a_release_whose_reply_was_lost_is_a_release<A: Api>() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let semaphore = A::semaphore(&proxy.client(), "s", 1)
+        .id("me")
+        .auto_renewal(false)
+        .build()
+        .unwrap();
+    let permit = A::acquire(&semaphore).unwrap();
+    proxy.drop_reply_to("me:0");
+    A::release(permit).unwrap();
+    let holders: Vec<String> = server
+        .conn()
+        .zrange("semaphore:{s}:holders", 0, -1)
+        .unwrap();
+    assert!(holders.is_empty(), "{holders:?}");
+}
+
+fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let semaphore = |name| {
+        A::semaphore(&client, name, 1)
+            .expire(secs(1))
+            .heartbeat(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let holder = semaphore("s");
+    let permit = A::acquire(&holder).unwrap();
+    let waiter = Arc::new(semaphore("s"));
+    let waiting = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let permit = A::try_acquire_for(&waiter, secs(60)).unwrap().unwrap();
+            // Three expiries after the hand-off, the pushed grant was claimed and renewed.
+            thread::sleep(Duration::from_millis(3000));
+            let lost = permit.lost();
+            let token = permit.fencing_token();
+            (lost, token, A::release(permit))
+        })
+    };
+    until_in_line(&server, 1, || waiting.is_finished());
+    // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
+    thread::sleep(Duration::from_millis(1500));
+    A::release(permit).unwrap();
+    let (lost, token, released) = waiting.join().unwrap();
+    // In this order: a permit not reported lost must still be the holder's at its release.
+    assert!(!lost, "a permit taken after a wait was reported lost");
+    assert!(token.is_some());
+    released.expect("released as the holder, as lost() said");
 }
 
 #[test]
@@ -469,80 +545,4 @@ fn a_stopped_waiter_that_lapsed_rejoins_behind_and_never_holds_what_it_was_not_g
     later.join().unwrap();
     stopped.expect_line("acquired");
     stopped.wait_success();
-}
-
-#[test]
-fn an_acquire_whose_reply_was_lost_holds_exactly_one_permit() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port);
-    let semaphore = Semaphore::builder(&proxy.client(), "s", 2)
-        .id("me")
-        .build()
-        .unwrap();
-    proxy.drop_reply_to("me:0");
-    let permit = semaphore.try_acquire().unwrap().expect("granted");
-    let holders: Vec<String> = server
-        .conn()
-        .zrange("semaphore:{s}:holders", 0, -1)
-        .unwrap();
-    let holders: Vec<&str> = holders.iter().map(|id| strip_process(id)).collect();
-    assert_eq!(holders, ["me:0"]);
-    assert_eq!(semaphore.available().unwrap(), 1);
-    permit.release().unwrap();
-    assert_eq!(semaphore.available().unwrap(), 2);
-}
-
-#[test]
-fn a_release_whose_reply_was_lost_is_a_release() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port);
-    let semaphore = Semaphore::builder(&proxy.client(), "s", 1)
-        .id("me")
-        .auto_renewal(false)
-        .build()
-        .unwrap();
-    let permit = semaphore.acquire().unwrap();
-    proxy.drop_reply_to("me:0");
-    permit.release().unwrap();
-    let holders: Vec<String> = server
-        .conn()
-        .zrange("semaphore:{s}:holders", 0, -1)
-        .unwrap();
-    assert!(holders.is_empty(), "{holders:?}");
-}
-
-#[test]
-fn a_renewing_waiter_that_becomes_a_holder_keeps_its_permit_past_its_expiry() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let semaphore = |name| {
-        Semaphore::builder(&client, name, 1)
-            .expire(secs(1))
-            .heartbeat(Duration::from_millis(200))
-            .build()
-            .unwrap()
-    };
-    let holder = semaphore("s");
-    let permit = holder.acquire().unwrap();
-    let waiter = Arc::new(semaphore("s"));
-    let waiting = {
-        let waiter = waiter.clone();
-        thread::spawn(move || {
-            let permit = waiter.try_acquire_for(secs(60)).unwrap().unwrap();
-            // Three expiries after the hand-off, the pushed grant was claimed and renewed.
-            thread::sleep(Duration::from_millis(3000));
-            let lost = permit.lost();
-            let token = permit.fencing_token();
-            (lost, token, permit.release())
-        })
-    };
-    until_in_line(&server, 1, || waiting.is_finished());
-    // Longer than the waiter's expiry and lapse window: its lease starts at the grant.
-    thread::sleep(Duration::from_millis(1500));
-    permit.release().unwrap();
-    let (lost, token, released) = waiting.join().unwrap();
-    // In this order: a permit not reported lost must still be the holder's at its release.
-    assert!(!lost, "a permit taken after a wait was reported lost");
-    assert!(token.is_some());
-    released.expect("released as the holder, as lost() said");
 }
