@@ -263,7 +263,11 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
         || holder.lost(),
     );
     let holder_end = base.elapsed();
-    assert!(matches!(holder.release(), Err(Error::NotAcquired { .. })));
+    let released = holder.release();
+    assert!(
+        matches!(released, Err(Error::NotAcquired { .. })),
+        "{released:?}"
+    );
     let mut sections = vec![Section {
         start: holder_start,
         end: holder_end,
