@@ -1,13 +1,17 @@
-//! Waiting across processes: wake-ups on release and reset, a crashed holder, and a stress run
-//! that checks no two owners are ever inside the lock at once.
+//! Waiting: wake-ups on release (in this process or another) and reset, a crashed holder, a
+//! killed connection, a signal never pushed, and a stress run that checks no two owners are
+//! ever inside the lock at once. The suite run for both APIs (`blocking::` and `aio::`, over
+//! [`Api`]) comes first.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_blpop_lock::{reset_all, Lock};
+use redis_blpop_lock::{handle, reset_all, Lock};
 
-use crate::support::{spawn_waiter, tries_run, ChildProcess, RedisServer};
+use crate::support::{
+    assert_woken_by, blocked_waiter, both_apis, secs, tries_run, Api, ChildProcess, RedisServer,
+};
 
 /// How long a test waits for its waiters to block before it gives up.
 const BLOCK_LIMIT: Duration = Duration::from_secs(20);
@@ -77,45 +81,112 @@ fn now_ms() -> u128 {
         .as_millis()
 }
 
-#[test]
-fn a_release_in_another_process_wakes_the_waiter() {
+both_apis!(
+    a_release_wakes_a_waiter_which_consumes_the_signal,
+    a_release_in_another_process_wakes_the_waiter,
+    a_release_wakes_exactly_one_waiter,
+    a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires,
+    a_waiter_whose_connection_is_killed_reconnects_and_gets_the_lock,
+    a_waiter_that_missed_its_signal_still_gets_the_lock,
+);
+
+/// Lock `name` on API `A`, as a waiter makes it.
+fn lock_of<A: Api>(client: &redis::Client, name: &str) -> handle::Lock<A> {
+    A::lock_on(client, name).build().unwrap()
+}
+
+fn a_release_wakes_a_waiter_which_consumes_the_signal<A: Api>() {
     let server = RedisServer::start();
     let client = server.client();
+    let holder = A::lock_on(&client, "l")
+        .signal_expire(secs(60))
+        .build()
+        .unwrap();
+    A::acquire_lock(&holder).unwrap();
+    let waiter = blocked_waiter(&server, lock_of::<A>(&client, "l"));
+    assert_woken_by(|| A::release_lock(&holder).unwrap(), waiter);
+    // The signal lives for 60 s: it is gone only because the waiter popped it.
+    assert!(!server.conn().exists::<_, bool>("lock-signal:l").unwrap());
+}
+
+fn a_release_in_another_process_wakes_the_waiter<A: Api>() {
+    let server = RedisServer::start();
     let mut holder = ChildProcess::spawn("lock::waiting::hold", &server.url(), &["l", "0"]);
     holder.expect_line("acquired");
-    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
-    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    holder.send_line("release");
-    assert!(waiter.join().unwrap().unwrap());
+    let waiter = blocked_waiter(&server, lock_of::<A>(&server.client(), "l"));
+    assert_woken_by(|| holder.send_line("release"), waiter);
     // The holder's signal lives for 60 s: it is gone only because the waiter popped it.
     assert!(!server.conn().exists::<_, bool>("lock-signal:l").unwrap());
     holder.wait_success();
 }
 
-#[test]
-fn a_release_wakes_exactly_one_waiter() {
+fn a_release_wakes_exactly_one_waiter<A: Api>() {
     let server = RedisServer::start();
     let client = server.client();
-    let holder = Lock::builder(&client, "l")
-        .signal_expire(Duration::from_secs(60))
+    let holder = A::lock_on(&client, "l")
+        .signal_expire(secs(60))
         .build()
         .unwrap();
-    holder.acquire().unwrap();
+    A::acquire_lock(&holder).unwrap();
     let since = tries_run(&server);
     let waiters: Vec<_> = (0..3)
         .map(|_| {
-            let client = client.clone();
-            thread::spawn(move || {
-                let lock = Lock::new(&client, "l").unwrap();
-                let got = lock.acquire_timeout(Duration::from_secs(4)).unwrap();
-                (got, lock)
-            })
+            let lock = lock_of::<A>(&client, "l");
+            // The handle comes back with the answer: dropped earlier, the winner's lock would
+            // go to a second waiter.
+            thread::spawn(move || (A::acquire_timeout(&lock, secs(4)).unwrap(), lock))
         })
         .collect();
     server.until_in_line(1, since, BLOCK_LIMIT, || false);
-    holder.release().unwrap();
+    A::release_lock(&holder).unwrap();
     let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-    assert_eq!(results.iter().filter(|(got, _)| *got).count(), 1);
+    let took = results.iter().filter(|(got, _)| *got).count();
+    assert_eq!(took, 1, "{took} of the three waiters took the lock");
+}
+
+fn a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires<A: Api>() {
+    let server = RedisServer::start();
+    let mut holder = ChildProcess::spawn("lock::waiting::hold", &server.url(), &["l", "1500"]);
+    holder.expect_line("acquired");
+    holder.child.kill().unwrap();
+    let pttl: u64 = server.conn().pttl("lock:l").unwrap();
+    let expires_at = Instant::now() + Duration::from_millis(pttl);
+    let waiter = lock_of::<A>(&server.client(), "l");
+    assert!(A::acquire_timeout(&waiter, secs(60)).unwrap());
+    let late = Instant::now().saturating_duration_since(expires_at);
+    // python-redis-lock oversleeps by most of a BLPOP timeout here; this waits for the TTL.
+    assert!(
+        late < Duration::from_millis(750),
+        "took the lock {late:?} after it expired"
+    );
+}
+
+fn a_waiter_whose_connection_is_killed_reconnects_and_gets_the_lock<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = lock_of::<A>(&client, "l");
+    A::acquire_lock(&holder).unwrap();
+    let waiter = blocked_waiter(&server, lock_of::<A>(&client, "l"));
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(killed >= 1);
+    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
+    let release = || A::release_lock(&holder).expect("the release after a reconnect");
+    assert_woken_by(release, waiter);
+}
+
+fn a_waiter_that_missed_its_signal_still_gets_the_lock<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = lock_of::<A>(&client, "l");
+    A::acquire_lock(&holder).unwrap();
+    let waiter = blocked_waiter(&server, lock_of::<A>(&client, "l"));
+    // Free the lock behind the waiter's back: no signal is ever pushed. The waiter tries
+    // again on its own after a 5 s block.
+    let _: () = server.conn().del("lock:l").unwrap();
+    assert!(waiter.join().unwrap().unwrap());
 }
 
 #[test]
@@ -172,25 +243,6 @@ fn reset_all_wakes_waiters_in_another_process() {
 }
 
 #[test]
-fn a_crashed_holders_lock_goes_to_a_waiter_soon_after_it_expires() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut holder = ChildProcess::spawn("lock::waiting::hold", &server.url(), &["l", "1500"]);
-    holder.expect_line("acquired");
-    holder.child.kill().unwrap();
-    let pttl: u64 = server.conn().pttl("lock:l").unwrap();
-    let expires_at = Instant::now() + Duration::from_millis(pttl);
-    let waiter = Lock::new(&client, "l").unwrap();
-    assert!(waiter.acquire_timeout(Duration::from_secs(60)).unwrap());
-    let late = Instant::now().saturating_duration_since(expires_at);
-    // python-redis-lock oversleeps by most of a BLPOP timeout here; this waits for the TTL.
-    assert!(
-        late < Duration::from_millis(750),
-        "took the lock {late:?} after it expired"
-    );
-}
-
-#[test]
 fn no_two_owners_ever_overlap_across_processes() {
     let server = RedisServer::start();
     let workers: Vec<_> = (0..2)
@@ -202,37 +254,6 @@ fn no_two_owners_ever_overlap_across_processes() {
     }
     let total: u64 = server.conn().get("total").unwrap();
     assert_eq!(total, 2 * 8 * 200);
-}
-
-#[test]
-fn a_waiter_whose_connection_is_killed_reconnects_and_gets_the_lock() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let holder = Lock::new(&client, "l").unwrap();
-    holder.acquire().unwrap();
-    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
-    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
-        .query(&mut server.conn())
-        .unwrap();
-    assert!(killed >= 1);
-    server.until_blocked(1, BLOCK_LIMIT, || false);
-    holder.release().unwrap();
-    assert!(waiter.join().unwrap().unwrap());
-}
-
-#[test]
-fn a_waiter_that_missed_its_signal_still_gets_the_lock() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let holder = Lock::new(&client, "l").unwrap();
-    holder.acquire().unwrap();
-    let waiter = spawn_waiter(Lock::new(&client, "l").unwrap(), Duration::from_secs(60));
-    server.until_blocked(1, BLOCK_LIMIT, || waiter.is_finished());
-    // Free the lock behind the waiter's back: no signal is ever pushed.
-    let _: () = server.conn().del("lock:l").unwrap();
-    assert!(waiter.join().unwrap().unwrap());
 }
 
 #[test]

@@ -11,11 +11,7 @@ use redis::Commands;
 use redis_blpop_lock::{aio, Error};
 use tokio::task::JoinHandle;
 
-use super::RedisServer;
-
-/// A woken waiter takes the lock well before this; one that missed its wake-up tries again
-/// only after a 5 s block (or at the holder's expiry).
-pub const WOKEN_WITHIN: Duration = Duration::from_secs(4);
+use super::{RedisServer, WOKEN_WITHIN};
 
 /// A task that waits up to `timeout` for `lock` and returns what `acquire_timeout` said.
 pub fn spawn_task_waiter(lock: aio::Lock, timeout: Duration) -> JoinHandle<Result<bool, Error>> {

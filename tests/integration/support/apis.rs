@@ -4,6 +4,7 @@
 //! APIs cannot drift.
 
 use std::ops::Deref;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use redis_blpop_lock::handle::{
@@ -434,6 +435,18 @@ mod on_tokio {
             run(async { tokio::time::timeout(timeout, watch.changed()).await.ok() })
         }
     }
+}
+
+/// A thread waiting up to a minute for `lock` on API `A`, returned once it has blocked at
+/// `server` (one more client blocked there than before).
+pub fn blocked_waiter<A: Api>(
+    server: &super::RedisServer,
+    lock: Lock<A>,
+) -> JoinHandle<Result<bool, Error>> {
+    let before = server.blocked_clients();
+    let waiter = thread::spawn(move || A::acquire_timeout(&lock, Duration::from_secs(60)));
+    server.until_blocked(before + 1, Duration::from_secs(20), || waiter.is_finished());
+    waiter
 }
 
 /// A test of each API for each suite function named, generic over `A: Api`: `blocking::name`

@@ -30,7 +30,7 @@ pub use aio::{
     connections_after_a_wait, spawn_task_waiter,
 };
 pub(crate) use apis::both_apis;
-pub use apis::Api;
+pub use apis::{blocked_waiter, Api};
 pub use child::{child_role, field, send_signal, ChildProcess};
 #[cfg(feature = "cluster")]
 pub use cluster::RedisCluster;
@@ -102,6 +102,10 @@ pub fn lasting_keys(conn: &mut redis::Connection, pattern: &str, limit: Duration
     keys
 }
 
+/// A woken waiter takes the lock well before this; one that missed its wake-up tries again
+/// only after a 5 s block (or at the holder's expiry).
+pub const WOKEN_WITHIN: Duration = Duration::from_secs(4);
+
 /// Runs `release` and checks that `waiter` took the lock soon after: woken, not timed out (a
 /// waiter that missed its wake-up tries again only after a 5 s block, or at the holder's
 /// expiry; one turned away by a moved slot is told within about a second).
@@ -114,7 +118,7 @@ pub fn assert_woken_by(
     assert!(waiter.join().unwrap().unwrap());
     let after = released.elapsed();
     assert!(
-        after < Duration::from_secs(4),
+        after < WOKEN_WITHIN,
         "the waiter took the lock {after:?} after the release"
     );
 }
