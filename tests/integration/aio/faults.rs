@@ -1,6 +1,8 @@
-//! The async lock under real faults: a frozen server (SIGSTOP), replies held back or lost by
-//! a TCP proxy, and a server killed and restarted under waiting tasks. Deadlines hold, and
-//! no lock is ever left held by nobody, even by a call whose future was dropped.
+//! The async lock under real faults, beyond the suites both APIs run (`lock/outcomes.rs`,
+//! `faults/injected.rs`): calls dropped while a server is frozen (SIGSTOP), replies held back
+//! or lost by a TCP proxy around a dropped call, a server killed and restarted under waiting
+//! tasks, and runtimes that end. No lock is ever left held by nobody, even by a call whose
+//! future was dropped.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -219,59 +221,6 @@ async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
         Err(Error::NotAcquired { .. })
     ));
     assert_eq!(owner(&server), None);
-}
-
-/// A restart empties the server: a waiting task could take the lock at once, while the holder
-/// learns of it only at its next renewal. Taken, it is held back until the holder's lease,
-/// renewed nowhere since, has ended.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_task_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it() {
-    let mut server = RedisServer::start();
-    let client = server.client();
-    let lock = || {
-        aio::Lock::builder(&client, "l")
-            .expire(secs(2))
-            .auto_renewal(true)
-            .build()
-            .unwrap()
-    };
-    let (holder, waiter) = (Arc::new(lock()), lock());
-    let guard = holder.lock().await.unwrap();
-    let watched = Arc::clone(&holder);
-    let taking = tokio::spawn(async move {
-        let taken = waiter.try_lock_for(secs(30)).await.unwrap();
-        let holder_lost = watched.lost();
-        taken.expect("no lock in 30 s").unlock().await.unwrap();
-        holder_lost
-    });
-    server.until_blocked(1, BLOCK_LIMIT, || taking.is_finished());
-    server.restart_after(Duration::ZERO);
-    assert!(
-        taking.await.unwrap(),
-        "the task holds, and the holder believes it does"
-    );
-    assert!(guard.lost());
-}
-
-/// A restart that any call of the process finds makes every renewal task renew at once: a
-/// holder whose key the restart took learns it then, not at its next renewal, 20 s away.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_found_by_another_call_tells_an_async_holder_at_once_that_it_lost_its_lock() {
-    let mut server = RedisServer::start();
-    let client = server.client();
-    let holder = aio::Lock::builder(&client, "l")
-        .expire(secs(30))
-        .auto_renewal(true)
-        .build()
-        .unwrap();
-    let guard = holder.lock().await.unwrap();
-    let other = aio::Lock::builder(&client, "other").build().unwrap();
-    server.restart_after(Duration::ZERO);
-    // Its new connection finds the server's new run id.
-    assert!(!other.locked().await.unwrap());
-    tokio::time::timeout(secs(10), guard.when_lost())
-        .await
-        .expect("the holder never learned the restart took its lock");
 }
 
 /// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.

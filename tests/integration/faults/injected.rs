@@ -2,7 +2,8 @@
 //! stopped past its expiry, a waiter's wake-up reply delayed or dropped by a proxy, a release's
 //! reply dropped after the server ran it, a server killed and restarted under waiters, a server
 //! frozen with `SIGSTOP`, `CLIENT PAUSE`, `SCRIPT FLUSH` mid-run, and a server at `maxmemory`.
-//! The soak run with random `SIGKILL`s is in the slow group (`tests/slow/soak.rs`).
+//! The soak run with random `SIGKILL`s is in the slow group (`tests/slow/soak.rs`). What a
+//! restart does to a holder and a waiter is one suite, run for both APIs.
 //!
 //! Time bounds are generous on purpose: the machine is shared. What is checked strictly is
 //! safety: no two critical sections overlap unless the holder was told its lock was lost, and
@@ -16,7 +17,9 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_blpop_lock::{Error, Lock};
 
-use crate::support::{eventually, field, ms, secs, tries_run, ChildProcess, Proxy, RedisServer};
+use crate::support::{
+    both_apis, eventually, field, ms, secs, tries_run, Api, ChildProcess, Proxy, RedisServer,
+};
 
 fn read_stdin_line() -> String {
     let mut line = String::new();
@@ -280,28 +283,35 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
     assert!(overlaps(&sections).is_empty(), "{:?}", overlaps(&sections));
 }
 
+both_apis!(
+    a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it,
+    a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock,
+);
+
 /// A restart empties the server: the waiter could take the lock at once, while the holder
 /// learns of it only at its next renewal. Taken, it is held back until the holder's lease,
 /// renewed nowhere since, has ended.
-#[test]
-fn a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it() {
+fn a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it<A: Api>() {
     let mut server = RedisServer::start();
     let client = server.client();
     let lock = || {
-        Lock::builder(&client, "restarted")
+        A::lock_on(&client, "restarted")
             .expire(secs(2))
             .auto_renewal(true)
             .build()
             .unwrap()
     };
     let holder = Arc::new(lock());
-    holder.acquire().unwrap();
+    A::acquire_lock(&holder).unwrap();
     let (waiter, watched) = (lock(), Arc::clone(&holder));
     let since = tries_run(&server);
     let taking = thread::spawn(move || {
-        assert!(waiter.acquire_timeout(secs(30)).unwrap(), "no lock in 30 s");
+        assert!(
+            A::acquire_timeout(&waiter, secs(30)).unwrap(),
+            "no lock in 30 s"
+        );
         let holder_lost = watched.lost();
-        waiter.release().unwrap();
+        A::release_lock(&waiter).unwrap();
         holder_lost
     });
     server.until_in_line(1, since, secs(30), || taking.is_finished());
@@ -310,24 +320,24 @@ fn a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it()
         taking.join().unwrap(),
         "the waiter holds, and the holder believes it does"
     );
+    assert!(holder.lost());
 }
 
 /// A restart that any call of the process finds makes every holder renew at once: one whose
 /// key the restart took learns it then, not at its next renewal, 20 s away here.
-#[test]
-fn a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock() {
+fn a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock<A: Api>() {
     let mut server = RedisServer::start();
     let client = server.client();
-    let holder = Lock::builder(&client, "restarted")
+    let holder = A::lock_on(&client, "restarted")
         .expire(secs(30))
         .auto_renewal(true)
         .build()
         .unwrap();
-    holder.acquire().unwrap();
-    let other = Lock::new(&client, "other").unwrap();
+    A::acquire_lock(&holder).unwrap();
+    let other = A::lock_on(&client, "other").build().unwrap();
     server.restart_after(Duration::ZERO);
     // Its new connection finds the server's new run id.
-    assert!(!other.locked().unwrap());
+    assert!(!A::locked(&other).unwrap());
     eventually(
         secs(10),
         "the holder to learn the restart took its lock",
