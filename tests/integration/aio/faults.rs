@@ -4,9 +4,7 @@
 //! tasks, and runtimes that end. No lock is ever left held by nobody, even by a call whose
 //! future was dropped.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Commands;
 use redis_blpop_lock::{aio, Error};
@@ -14,9 +12,6 @@ use redis_blpop_lock::{aio, Error};
 use crate::support::{
     assert_task_woken_by, blocked_task_waiter, eventually, ms, secs, Proxy, RedisServer,
 };
-
-/// How long a test waits for its waiters to block before it gives up.
-const BLOCK_LIMIT: Duration = Duration::from_secs(20);
 
 fn owner(server: &RedisServer) -> Option<String> {
     server.conn().get("lock:l").unwrap()
@@ -168,59 +163,6 @@ async fn a_retry_on_the_handle_of_a_call_dropped_with_its_grant_on_the_way_takes
         Ok(true) => assert_eq!(owner(&server).as_deref(), Some(lock.id())),
         other => panic!("the retry on a free lock: {other:?}"),
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_tasks_recover_from_a_server_restart_and_each_gets_the_lock() {
-    let mut server = RedisServer::start();
-    let client = server.client();
-    let holder = aio::Lock::builder(&client, "l")
-        .expire(secs(2))
-        .auto_renewal(true)
-        .build()
-        .unwrap();
-    let guard = holder.lock().await.unwrap();
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let waiters: Vec<_> = (0..4)
-        .map(|_| {
-            let lock = aio::Lock::builder(&client, "l")
-                .expire(secs(2))
-                .auto_renewal(true)
-                .build()
-                .unwrap();
-            let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
-            tokio::spawn(async move {
-                let guard = lock.try_lock_for(secs(60)).await?.expect("no lock in 60 s");
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::time::sleep(ms(100)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                assert!(!guard.lost());
-                guard.unlock().await
-            })
-        })
-        .collect();
-    server.until_blocked(1, BLOCK_LIMIT, || waiters.iter().any(|w| w.is_finished()));
-    server.restart_after(secs(1));
-    // The restarted server is empty: the holder's key is gone, and its renewal finds that.
-    tokio::time::timeout(secs(15), guard.when_lost())
-        .await
-        .expect("the holder never learned its key vanished in the restart");
-    for waiter in waiters {
-        tokio::time::timeout(secs(90), waiter)
-            .await
-            .expect("a waiter is stuck after the restart")
-            .unwrap()
-            .expect("a waiter failed");
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two waiters overlapped");
-    assert!(matches!(
-        guard.unlock().await,
-        Err(Error::NotAcquired { .. })
-    ));
-    assert_eq!(owner(&server), None);
 }
 
 /// How many `CLIENT KILL`s `server` has run: each is the settling of a reply taken for lost.

@@ -224,33 +224,38 @@ fn overlaps(sections: &[Section]) -> Vec<(Section, Section)> {
         .collect()
 }
 
-#[test]
-fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
+both_apis!(
+    waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn,
+    a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it,
+    a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock,
+);
+
+fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn<A: Api>() {
     let mut server = RedisServer::start();
     let client = server.client();
     let base = Instant::now();
-    let holder = Lock::builder(&client, "l")
+    let holder = A::lock_on(&client, "l")
         .expire(secs(2))
         .auto_renewal(true)
         .build()
         .unwrap();
-    holder.acquire().unwrap();
+    A::acquire_lock(&holder).unwrap();
     let holder_start = base.elapsed();
     let since = tries_run(&server);
     let waiters: Vec<_> = (0..4)
         .map(|_| {
             let client = client.clone();
             thread::spawn(move || -> Result<Section, Error> {
-                let lock = Lock::builder(&client, "l")
+                let lock = A::lock_on(&client, "l")
                     .expire(secs(2))
                     .auto_renewal(true)
                     .build()?;
-                assert!(lock.acquire_timeout(secs(60))?, "no lock within 60 s");
+                assert!(A::acquire_timeout(&lock, secs(60))?, "no lock within 60 s");
                 let start = base.elapsed();
                 thread::sleep(ms(100));
                 let end = base.elapsed();
                 let lost = lock.lost();
-                lock.release()?;
+                A::release_lock(&lock)?;
                 Ok(Section { start, end, lost })
             })
         })
@@ -266,7 +271,7 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
         || holder.lost(),
     );
     let holder_end = base.elapsed();
-    let released = holder.release();
+    let released = A::release_lock(&holder);
     assert!(
         matches!(released, Err(Error::NotAcquired { .. })),
         "{released:?}"
@@ -281,12 +286,9 @@ fn waiters_reconnect_after_a_server_restart_and_each_gets_the_lock_in_turn() {
     }
     assert_eq!(sections.len(), 5);
     assert!(overlaps(&sections).is_empty(), "{:?}", overlaps(&sections));
+    let left: Option<String> = server.conn().get("lock:l").unwrap();
+    assert_eq!(left, None);
 }
-
-both_apis!(
-    a_waiter_has_a_restarted_servers_lock_only_once_its_holder_knows_it_lost_it,
-    a_restart_found_by_another_call_tells_a_holder_at_once_that_it_lost_its_lock,
-);
 
 /// A restart empties the server: the waiter could take the lock at once, while the holder
 /// learns of it only at its next renewal. Taken, it is held back until the holder's lease,
