@@ -1,6 +1,6 @@
 //! The protocol core's client state machines, for the model checker (`tests/model`, see
-//! `docs/model.md`): the waiter's way through the queue and the lease a handle believes, as the
-//! drivers use them, so that the model drives the real ones and not a copy. Hidden and not a
+//! `docs/model.md`): the waiter's way through the queue, the plain lock's wait and the lease a
+//! handle believes, as the drivers use them, so that the model drives the real ones and not a copy. Hidden and not a
 //! stable API: it exists only with the `model` feature.
 
 pub use crate::protocol::cover::Cover;

@@ -8,7 +8,8 @@
 //! after a wait is confirmed by an extend when its try's count leaves too little of it (see
 //! [`Attempting::needs_confirming`]), or when replicas are to acknowledge a take found by a read.
 //! At its end (the deadline, a cancel) it lands the try its process's hub may carry for it
-//! behind the hub's `BLPOP`: what that try took is the call's.
+//! behind the hub's `BLPOP`: what that try took is the call's, to keep, or on a cancel to give
+//! back.
 
 use std::time::{Duration, Instant};
 
