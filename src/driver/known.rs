@@ -71,6 +71,8 @@ impl Known {
         }
     }
 
+    /// What it knows, locked: the driver's paths read and change it under this lock, never
+    /// across an `.await`.
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
     }
