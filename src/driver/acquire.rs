@@ -265,6 +265,8 @@ impl<R: Runtime> Waiter<'_, R> {
     async fn land(&self) -> Result<Tried, Error> {
         let call = &self.call;
         let (inner, wait) = (call.inner, call.wait);
+        // The machine lands only a try the hub carries, which has a place among the waiters;
+        // without one there is nothing to land, and it tries by itself.
         let Some(listening) = &self.listener else {
             return call.try_short(true).await;
         };

@@ -95,14 +95,21 @@ fn lock_of<A: Api>(client: &redis::Client, name: &str) -> handle::Lock<A> {
     A::lock_on(client, name).build().unwrap()
 }
 
-fn a_release_wakes_a_waiter_which_consumes_the_signal<A: Api>() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let holder = A::lock_on(&client, "l")
+/// Lock `l` held on API `A` by a handle whose release leaves a signal that lasts a minute: a
+/// signal gone soon after a release was taken by a waiter.
+fn holder_whose_signal_lasts<A: Api>(client: &redis::Client) -> handle::Lock<A> {
+    let holder = A::lock_on(client, "l")
         .signal_expire(secs(60))
         .build()
         .unwrap();
     A::acquire_lock(&holder).unwrap();
+    holder
+}
+
+fn a_release_wakes_a_waiter_which_consumes_the_signal<A: Api>() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let holder = holder_whose_signal_lasts::<A>(&client);
     let waiter = blocked_waiter(&server, lock_of::<A>(&client, "l"));
     assert_woken_by(|| A::release_lock(&holder).unwrap(), waiter);
     // The signal lives for 60 s: it is gone only because the waiter popped it.
@@ -123,11 +130,7 @@ fn a_release_in_another_process_wakes_the_waiter<A: Api>() {
 fn a_release_wakes_exactly_one_waiter<A: Api>() {
     let server = RedisServer::start();
     let client = server.client();
-    let holder = A::lock_on(&client, "l")
-        .signal_expire(secs(60))
-        .build()
-        .unwrap();
-    A::acquire_lock(&holder).unwrap();
+    let holder = holder_whose_signal_lasts::<A>(&client);
     let since = tries_run(&server);
     let waiters: Vec<_> = (0..3)
         .map(|_| {
